@@ -1,0 +1,73 @@
+// swift-tools-version:6.0
+import PackageDescription
+
+// Layers, lowest first; a target only depends on targets above it in this list.
+//   CDBus, CBluetooth   C shims over libdbus-1 and libbluetooth
+//   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
+//   DBus                a small, general D-Bus binding
+//   HCI                 raw HCI device control (reset) through libbluetooth
+//   BlueZ               a typed client for org.bluez
+//   TetherCore          pure logic: config, retry policy, supervisor state machine, readings log
+//   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests and the demo
+//   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
+//   tether              the command-line front end
+let package = Package(
+    name: "Tether",
+    platforms: [.macOS(.v14)],
+    products: [
+        .executable(name: "tether", targets: ["tether"]),
+    ],
+    dependencies: [
+        .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
+        .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
+        .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+    ],
+    targets: [
+        .systemLibrary(
+            name: "CDBus",
+            pkgConfig: "dbus-1",
+            providers: [.apt(["libdbus-1-dev"])]
+        ),
+        .systemLibrary(
+            name: "CBluetooth",
+            pkgConfig: "bluez",
+            providers: [.apt(["libbluetooth-dev"])]
+        ),
+        .target(name: "ChildProcess"),
+        .target(name: "DBus", dependencies: ["CDBus", "ChildProcess"]),
+        .target(name: "HCI", dependencies: ["CBluetooth"]),
+        .target(name: "BlueZ", dependencies: ["DBus"]),
+        .target(
+            name: "TetherCore",
+            dependencies: [
+                .product(name: "TOMLKit", package: "TOMLKit"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(name: "Simulator", dependencies: ["DBus", "BlueZ"]),
+        .target(
+            name: "TetherDaemon",
+            dependencies: [
+                "DBus", "BlueZ", "HCI", "TetherCore",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "tether",
+            dependencies: [
+                "TetherDaemon", "Simulator", "TetherCore", "DBus",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .target(name: "TestSupport", dependencies: ["DBus"], path: "Tests/TestSupport"),
+        .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "TestSupport"]),
+        .testTarget(name: "TetherCoreTests", dependencies: ["TetherCore"]),
+        .testTarget(
+            name: "IntegrationTests",
+            dependencies: ["TetherDaemon", "TetherCore", "Simulator", "BlueZ", "DBus", "TestSupport"]
+        ),
+    ],
+    swiftLanguageModes: [.v6]
+)

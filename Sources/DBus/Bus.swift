@@ -1,0 +1,505 @@
+import CDBus
+import Foundation
+
+/// One connection to a message bus.
+///
+/// `Bus` is an actor whose executor is the connection's serial DispatchQueue:
+/// its methods, libdbus's callbacks and the DispatchSources that drive the
+/// socket all run there, one at a time. Every wait (a reply, a signal) is a
+/// suspension, never a blocking libdbus call.
+public actor Bus {
+    /// Where the reply-less bus daemon lives.
+    static let daemonName = "org.freedesktop.DBus"
+    static let daemonPath: ObjectPath = "/org/freedesktop/DBus"
+
+    public nonisolated let executor: DispatchQueueExecutor
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+
+    private let connection: Connection
+    /// The unique name the bus daemon gave this connection (`:1.42`).
+    public private(set) var uniqueName = ""
+    public private(set) var isConnected = false
+    /// Signals dropped because a subscriber's buffer was full.
+    public private(set) var droppedSignals = 0
+
+    private var registry = ObjectRegistry()
+    private var subscriptions: [Int: Subscription] = [:]
+    private var nextSubscriptionID = 0
+    private var closeWaiters: [CheckedContinuation<Void, Never>] = []
+
+    private struct Subscription {
+        var rule: MatchRule
+        var continuation: AsyncStream<Message>.Continuation
+    }
+
+    /// The default timeout of libdbus for method calls.
+    public static let defaultTimeout: Duration = .seconds(25)
+
+    private init(label: String) {
+        executor = DispatchQueueExecutor(label: label)
+        connection = Connection(executor: executor)
+    }
+
+    // MARK: Connecting
+
+    /// Connects to the bus at `address` (e.g. `unix:path=/run/dbus/system_bus_socket`)
+    /// and registers with Hello.
+    public static func connect(address: String, timeout: Duration = defaultTimeout) async throws(DBusError) -> Bus {
+        let bus = Bus(label: "dbus.\(address)")
+        try await bus.open(address: address, timeout: timeout)
+        return bus
+    }
+
+    /// The system bus: `DBUS_SYSTEM_BUS_ADDRESS` if set, as libdbus does, else
+    /// the standard socket.
+    public static func system() async throws(DBusError) -> Bus {
+        let address = ProcessInfo.processInfo.environment["DBUS_SYSTEM_BUS_ADDRESS"]
+            ?? "unix:path=/var/run/dbus/system_bus_socket"
+        return try await connect(address: address)
+    }
+
+    /// The session bus from `DBUS_SESSION_BUS_ADDRESS`.
+    public static func session() async throws(DBusError) -> Bus {
+        guard let address = ProcessInfo.processInfo.environment["DBUS_SESSION_BUS_ADDRESS"] else {
+            throw .connectFailed("DBUS_SESSION_BUS_ADDRESS is not set")
+        }
+        return try await connect(address: address)
+    }
+
+    private func open(address: String, timeout: Duration) async throws(DBusError) {
+        try connection.open(address: address)
+        isConnected = true
+        connection.onMessage = { [unowned self] message in
+            self.assumeIsolated { $0.route(message) }
+        }
+        connection.onClose = { [unowned self] in
+            self.assumeIsolated { $0.connectionClosed() }
+        }
+        // dbus_bus_register would block for the reply; send Hello ourselves
+        // and tell libdbus the name it returns.
+        do throws(DBusError) {
+            let reply = try await callDaemon("Hello", [], timeout: timeout)
+            guard let name = reply.first?.string, let raw = connection.raw else {
+                throw DBusError.malformed("Hello reply")
+            }
+            uniqueName = name
+            _ = dbus_bus_set_unique_name(raw, name)
+        } catch {
+            connection.close()
+            throw error
+        }
+    }
+
+    /// Closes the connection: pending calls fail with `.disconnected`,
+    /// signal streams finish, owned names are released by the bus daemon.
+    public func close() {
+        connection.close()
+    }
+
+    /// Suspends until the connection closes (the bus went away or `close()` ran).
+    public func waitUntilClosed() async {
+        guard isConnected else { return }
+        await withCheckedContinuation { closeWaiters.append($0) }
+    }
+
+    private func connectionClosed() {
+        isConnected = false
+        for (_, subscription) in subscriptions { subscription.continuation.finish() }
+        subscriptions.removeAll()
+        registry = ObjectRegistry()
+        let waiters = closeWaiters
+        closeWaiters.removeAll()
+        for waiter in waiters { waiter.resume() }
+    }
+
+    // MARK: Calling
+
+    /// Calls a method and returns the reply's body.
+    public func call(
+        destination: String?, path: ObjectPath, interface: String?, method: String,
+        _ arguments: [DBusValue] = [], timeout: Duration = defaultTimeout
+    ) async throws(DBusError) -> [DBusValue] {
+        try await callMessage(
+            destination: destination, path: path, interface: interface, method: method, arguments, timeout: timeout
+        ).body
+    }
+
+    /// Calls a method and returns the whole reply message.
+    public func callMessage(
+        destination: String?, path: ObjectPath, interface: String?, method: String,
+        _ arguments: [DBusValue] = [], timeout: Duration = defaultTimeout
+    ) async throws(DBusError) -> Message {
+        let message = try OutgoingMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: method, body: arguments
+        )
+        let handle = CallHandle()
+        let result: Result<Message, DBusError> = await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                handle.pending = connection.call(message, timeout: timeout) { result in
+                    continuation.resume(returning: result)
+                }
+            }
+        } onCancel: {
+            executor.queue.async { handle.pending?.cancel(with: .cancelled) }
+        }
+        return try result.get()
+    }
+
+    /// Sends a method call without waiting for (or wanting) a reply.
+    public func callNoReply(
+        destination: String?, path: ObjectPath, interface: String?, method: String, _ arguments: [DBusValue] = []
+    ) throws(DBusError) {
+        let message = try OutgoingMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: method, body: arguments
+        )
+        message.setNoReply()
+        try connection.send(message)
+    }
+
+    private func callDaemon(_ method: String, _ arguments: [DBusValue], timeout: Duration = defaultTimeout)
+        async throws(DBusError) -> [DBusValue]
+    {
+        try await call(
+            destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: method,
+            arguments, timeout: timeout
+        )
+    }
+
+    // MARK: Signals
+
+    /// Emits a signal from one of this connection's objects.
+    public func emit(
+        path: ObjectPath, interface: String, member: String, _ body: [DBusValue] = [], destination: String? = nil
+    ) throws(DBusError) {
+        try connection.send(
+            OutgoingMessage.signal(path: path, interface: interface, member: member, body: body, destination: destination)
+        )
+    }
+
+    /// Subscribes to signals. The stream is bounded: when its consumer falls
+    /// `bufferLimit` signals behind, newer signals are dropped and counted in
+    /// `droppedSignals`. The match rule is installed on the bus before this
+    /// returns, so no signal sent afterwards is missed. Ending the iteration
+    /// removes the rule.
+    public func signals(matching rule: MatchRule, bufferLimit: Int = 8192) async throws(DBusError)
+        -> AsyncStream<Message>
+    {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: Message.self, bufferingPolicy: .bufferingOldest(max(1, bufferLimit))
+        )
+        let id = nextSubscriptionID
+        nextSubscriptionID += 1
+        subscriptions[id] = Subscription(rule: rule, continuation: continuation)
+        continuation.onTermination = { [weak self] _ in
+            Task { await self?.unsubscribe(id) }
+        }
+        do {
+            _ = try await callDaemon("AddMatch", [.string(rule.description)])
+        } catch {
+            subscriptions.removeValue(forKey: id)
+            continuation.finish()
+            throw error
+        }
+        return stream
+    }
+
+    private func unsubscribe(_ id: Int) {
+        guard let subscription = subscriptions.removeValue(forKey: id), isConnected else { return }
+        try? callNoReply(
+            destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "RemoveMatch",
+            [.string(subscription.rule.description)]
+        )
+    }
+
+    // MARK: Names
+
+    /// Takes a well-known name; fails if another connection owns it or the
+    /// bus policy forbids it (`AccessDenied`).
+    public func requestName(_ name: String) async throws(DBusError) {
+        try NameCheck.busName(name)
+        let reply = try await callDaemon("RequestName", [.string(name), .uint32(CDBUS_NAME_FLAG_DO_NOT_QUEUE)])
+        let code = reply.first?.int64 ?? 0
+        guard code == Int64(CDBUS_REQUEST_NAME_REPLY_PRIMARY_OWNER)
+            || code == Int64(CDBUS_REQUEST_NAME_REPLY_ALREADY_OWNER)
+        else {
+            throw .remote(name: DBusErrorName.failed, message: "the name \(name) is owned by another connection")
+        }
+    }
+
+    public func releaseName(_ name: String) async throws(DBusError) {
+        try NameCheck.busName(name)
+        _ = try await callDaemon("ReleaseName", [.string(name)])
+    }
+
+    /// The unique name owning `name`, or nil when nobody does.
+    public func nameOwner(of name: String) async throws(DBusError) -> String? {
+        try NameCheck.busName(name)
+        do {
+            return try await callDaemon("GetNameOwner", [.string(name)]).first?.string
+        } catch .remote(let errorName, _) where errorName == DBusErrorName.nameHasNoOwner {
+            return nil
+        }
+    }
+
+    /// The owner of `name` now, then every change (nil while nobody owns it).
+    /// Repeated values are possible around the first one; consumers compare.
+    public func nameOwnerChanges(of name: String) async throws(DBusError) -> AsyncStream<String?> {
+        let changes = try await signals(
+            matching: MatchRule(
+                sender: Bus.daemonName, interface: Bus.daemonName, member: "NameOwnerChanged",
+                path: Bus.daemonPath, arg0: name
+            )
+        )
+        let current = try await nameOwner(of: name)
+        let (stream, continuation) = AsyncStream.makeStream(of: String?.self, bufferingPolicy: .bufferingNewest(64))
+        continuation.yield(current)
+        let forwarder = Task {
+            for await signal in changes {
+                let owner = signal.body.count >= 3 ? signal.body[2].string : nil
+                continuation.yield(owner?.isEmpty == false ? owner : nil)
+            }
+            continuation.finish()
+        }
+        continuation.onTermination = { _ in forwarder.cancel() }
+        return stream
+    }
+
+    // MARK: Remote properties
+
+    public func getProperty(destination: String, path: ObjectPath, interface: String, name: String)
+        async throws(DBusError) -> DBusValue
+    {
+        let reply = try await call(
+            destination: destination, path: path, interface: StandardInterface.properties, method: "Get",
+            [.string(interface), .string(name)]
+        )
+        guard let value = reply.first else { throw .malformed("empty Get reply") }
+        return value.unwrapped
+    }
+
+    public func getAllProperties(destination: String, path: ObjectPath, interface: String)
+        async throws(DBusError) -> [String: DBusValue]
+    {
+        let reply = try await call(
+            destination: destination, path: path, interface: StandardInterface.properties, method: "GetAll",
+            [.string(interface)]
+        )
+        guard let properties = reply.first?.stringKeyedDictionary else { throw .malformed("GetAll reply") }
+        return properties.mapValues(\.unwrapped)
+    }
+
+    public func setRemoteProperty(
+        destination: String, path: ObjectPath, interface: String, name: String, value: DBusValue,
+        timeout: Duration = defaultTimeout
+    ) async throws(DBusError) {
+        _ = try await call(
+            destination: destination, path: path, interface: StandardInterface.properties, method: "Set",
+            [.string(interface), .string(name), .variant(value)], timeout: timeout
+        )
+    }
+
+    // MARK: Exporting objects
+
+    /// Serves org.freedesktop.DBus.ObjectManager at `path` for every object
+    /// below it, and announces objects exported later with InterfacesAdded.
+    public func enableObjectManager(at path: ObjectPath) {
+        registry.managerPaths.insert(path)
+    }
+
+    /// Exports interfaces on an object. Under an object manager, the new
+    /// interfaces are announced in one InterfacesAdded signal; a new object's
+    /// announcement also lists the standard interfaces, as BlueZ's does.
+    public func export(_ path: ObjectPath, _ interfaces: [ExportedInterface]) throws(DBusError) {
+        for interface in interfaces { try NameCheck.interface(interface.name) }
+        let isNew = registry.objects[path] == nil
+        registry.add(path, interfaces)
+        guard let manager = registry.manager(for: path) else { return }
+        var names = interfaces.map(\.name)
+        if isNew { names += [StandardInterface.introspectable, StandardInterface.properties] }
+        try emit(
+            path: manager, interface: StandardInterface.objectManager, member: "InterfacesAdded",
+            [.objectPath(path), registry.interfacesAndProperties(path, only: names)]
+        )
+    }
+
+    /// Removes interfaces (all of them if `interfaces` is nil) and announces
+    /// it with InterfacesRemoved.
+    public func unexport(_ path: ObjectPath, interfaces: [String]? = nil) throws(DBusError) {
+        var removed = registry.remove(path, interfaces: interfaces)
+        guard !removed.isEmpty, let manager = registry.manager(for: path) else { return }
+        if registry.objects[path] == nil {
+            removed += [StandardInterface.introspectable, StandardInterface.properties]
+        }
+        try emit(
+            path: manager, interface: StandardInterface.objectManager, member: "InterfacesRemoved",
+            [.objectPath(path), .strings(removed)]
+        )
+    }
+
+    /// Drops every exported object without announcing it, as a crashing
+    /// process would.
+    public func unexportAllSilently() {
+        let managers = registry.managerPaths
+        registry = ObjectRegistry()
+        registry.managerPaths = managers
+    }
+
+    public func isExported(_ path: ObjectPath) -> Bool { registry.objects[path] != nil }
+
+    public func property(_ path: ObjectPath, _ interface: String, _ name: String) -> DBusValue? {
+        registry.interface(path, interface)?.properties[name]
+    }
+
+    /// Changes exported properties and emits one PropertiesChanged for them.
+    /// `invalidated` names properties that no longer have a value (BlueZ does
+    /// this with RSSI when discovery stops).
+    public func setProperties(
+        _ path: ObjectPath, _ interface: String, _ changes: [String: DBusValue], invalidated: [String] = [],
+        emitSignal: Bool = true
+    ) throws(DBusError) {
+        guard registry.interface(path, interface) != nil else {
+            throw .invalidArgument("\(path) does not export \(interface)")
+        }
+        for (name, value) in changes {
+            _ = registry.update(path, interface, property: name, value: value)
+        }
+        for name in invalidated {
+            registry.removeProperty(path, interface, property: name)
+        }
+        guard emitSignal else { return }
+        try emit(
+            path: path, interface: StandardInterface.properties, member: "PropertiesChanged",
+            [.string(interface), .vardict(changes), .strings(invalidated)]
+        )
+    }
+
+    // MARK: Routing incoming messages
+
+    private func route(_ message: Message) {
+        switch message.kind {
+        case .signal:
+            for (_, subscription) in subscriptions where subscription.rule.matches(message) {
+                if case .dropped = subscription.continuation.yield(message) { droppedSignals += 1 }
+            }
+        case .methodCall:
+            serve(message)
+        default:
+            break
+        }
+    }
+
+    private func serve(_ call: Message) {
+        guard let path = call.path, let member = call.member else { return }
+        switch (call.interface, member) {
+        case (StandardInterface.peer?, "Ping"):
+            reply(to: call, .success([]))
+        case (StandardInterface.introspectable?, "Introspect"), (nil, "Introspect"):
+            if registry.hasNode(path) || path == .root {
+                reply(to: call, .success([.string(registry.introspect(path))]))
+            } else {
+                reply(to: call, .failure(.remote(name: DBusErrorName.unknownObject, message: "No such object \(path)")))
+            }
+        case (StandardInterface.properties?, _):
+            serveProperties(call, path: path, member: member)
+        case (StandardInterface.objectManager?, "GetManagedObjects") where registry.managerPaths.contains(path):
+            reply(to: call, .success([registry.managedObjects(below: path)]))
+        default:
+            serveExported(call, path: path, member: member)
+        }
+    }
+
+    private func serveExported(_ call: Message, path: ObjectPath, member: String) {
+        guard let interfaces = registry.objects[path] else {
+            reply(to: call, .failure(.remote(name: DBusErrorName.unknownObject, message: "No such object \(path)")))
+            return
+        }
+        let candidates = call.interface.map { name in interfaces[name].map { [$0] } ?? [] } ?? Array(interfaces.values)
+        guard let method = candidates.lazy.compactMap({ $0.methods[member] }).first else {
+            let text = "Method \"\(member)\" with signature \"\(call.signature)\" on interface \"\(call.interface ?? "")\" doesn't exist"
+            reply(to: call, .failure(.remote(name: DBusErrorName.unknownMethod, message: text)))
+            return
+        }
+        guard method.inSignature == call.signature else {
+            let text = "Expected signature \"\(method.inSignature)\", got \"\(call.signature)\""
+            reply(to: call, .failure(.remote(name: DBusErrorName.invalidArgs, message: text)))
+            return
+        }
+        let handler = method.handler
+        let request = MethodCall(message: call)
+        Task {
+            let result: Result<[DBusValue], DBusError>
+            do { result = .success(try await handler(request)) } catch { result = .failure(Bus.replyError(error)) }
+            self.reply(to: call, result)
+        }
+    }
+
+    private func serveProperties(_ call: Message, path: ObjectPath, member: String) {
+        let args = call.body
+        let interfaceName = args.first?.string ?? ""
+        guard let interface = registry.interface(path, interfaceName) else {
+            let name = registry.objects[path] == nil ? DBusErrorName.unknownObject : DBusErrorName.unknownInterface
+            reply(to: call, .failure(.remote(name: name, message: "No such interface '\(interfaceName)'")))
+            return
+        }
+        switch (member, call.signature) {
+        case ("Get", "ss"):
+            let name = args[1].string ?? ""
+            if let value = interface.properties[name] {
+                reply(to: call, .success([.variant(value)]))
+            } else {
+                reply(to: call, .failure(.remote(name: DBusErrorName.invalidArgs, message: "No such property '\(name)'")))
+            }
+        case ("GetAll", "s"):
+            reply(to: call, .success([.vardict(interface.properties)]))
+        case ("Set", "ssv"):
+            let name = args[1].string ?? ""
+            guard interface.properties[name] != nil else {
+                reply(to: call, .failure(.remote(name: DBusErrorName.invalidArgs, message: "No such property '\(name)'")))
+                return
+            }
+            guard interface.writable.contains(name), let setter = interface.setter else {
+                reply(to: call, .failure(.remote(name: DBusErrorName.propertyReadOnly, message: "Property '\(name)' is not writable")))
+                return
+            }
+            let value = args[2].unwrapped
+            Task {
+                let result: Result<[DBusValue], DBusError>
+                do {
+                    try await setter(name, value)
+                    result = .success([])
+                } catch {
+                    result = .failure(Bus.replyError(error))
+                }
+                self.reply(to: call, result)
+            }
+        default:
+            reply(to: call, .failure(.remote(name: DBusErrorName.unknownMethod, message: "Unknown method \(member)")))
+        }
+    }
+
+    private static func replyError(_ error: any Error) -> DBusError {
+        (error as? DBusError) ?? .remote(name: DBusErrorName.failed, message: String(describing: error))
+    }
+
+    private func reply(to call: Message, _ result: Result<[DBusValue], DBusError>) {
+        guard !call.noReplyExpected, isConnected else { return }
+        do {
+            switch result {
+            case .success(let body):
+                try connection.send(OutgoingMessage.methodReturn(to: call, body: body))
+            case .failure(let error):
+                try connection.send(OutgoingMessage.error(to: call, name: error.name, text: error.message))
+            }
+        } catch {
+            // The body could not be marshalled: still answer, so the caller does not hang.
+            if let fallback = try? OutgoingMessage.error(to: call, name: DBusErrorName.failed, text: error.description) {
+                try? connection.send(fallback)
+            }
+        }
+    }
+}
+
+/// Lets a cancellation handler reach the pending call; touched only on the queue.
+private final class CallHandle: @unchecked Sendable {
+    var pending: PendingCall?
+}

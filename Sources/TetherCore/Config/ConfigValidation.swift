@@ -1,0 +1,46 @@
+extension TetherConfig {
+    /// Cross-field and range checks that individual typed reads cannot make.
+    /// When a rule involves two keys, the error names the one actually in the file,
+    /// preferring the first, so the line number points at something to edit.
+    func validate(context: ConfigContext) throws(ConfigError) {
+        func blame(_ preferred: String, _ other: String) -> String {
+            context.locator.line(of: preferred) != nil || context.locator.line(of: other) == nil ? preferred : other
+        }
+        func fail(_ key: String, _ message: String) -> ConfigError { context.error(key, message) }
+        let f = DurationText.format
+
+        let k = keepalive
+        guard k.interval > .zero else { throw fail("keepalive.interval", "must be greater than 0s") }
+        guard k.timeout > .zero else { throw fail("keepalive.timeout", "must be greater than 0s") }
+        guard k.timeout <= k.interval else {
+            throw fail(blame("keepalive.timeout", "keepalive.interval"),
+                       "keepalive.timeout (\(f(k.timeout))) must not exceed keepalive.interval (\(f(k.interval)))")
+        }
+        // Polling at most every sleep_after/2 leaves a whole poll of slack before the dongle dozes off.
+        guard k.interval <= k.sleepAfter / 2 else {
+            throw fail(blame("keepalive.interval", "keepalive.sleep_after"),
+                       "keepalive.interval (\(f(k.interval))) must be at most half of keepalive.sleep_after (\(f(k.sleepAfter))), i.e. at most \(f(k.sleepAfter / 2))")
+        }
+
+        let r = reconnect
+        guard r.jitter >= 0, r.jitter < 1 else { throw fail("reconnect.jitter", "must be at least 0 and less than 1, got \(r.jitter)") }
+        guard r.initialBackoff <= r.maxBackoff else {
+            throw fail(blame("reconnect.initial_backoff", "reconnect.max_backoff"),
+                       "reconnect.initial_backoff (\(f(r.initialBackoff))) must not exceed reconnect.max_backoff (\(f(r.maxBackoff)))")
+        }
+        guard r.connectTimeout > .zero else { throw fail("reconnect.connect_timeout", "must be greater than 0s") }
+        guard r.windowAttempts >= 1 else { throw fail("reconnect.window_attempts", "must be at least 1, got \(r.windowAttempts)") }
+        guard r.cooldown > .zero else { throw fail("reconnect.cooldown", "must be greater than 0s") }
+
+        let s = readings
+        let minimumRotate: Int64 = 4 << 10
+        guard s.rotateSize >= minimumRotate else {
+            throw fail("readings.rotate_size", "must be at least \(ByteSizeText.format(minimumRotate)), got \(ByteSizeText.format(s.rotateSize))")
+        }
+        guard s.retainSize >= s.rotateSize else {
+            throw fail(blame("readings.retain_size", "readings.rotate_size"),
+                       "readings.retain_size (\(ByteSizeText.format(s.retainSize))) must be at least readings.rotate_size (\(ByteSizeText.format(s.rotateSize)))")
+        }
+        guard s.maxBacklog >= 1 else { throw fail("readings.max_backlog", "must be at least 1, got \(s.maxBacklog)") }
+    }
+}

@@ -1,0 +1,157 @@
+/// The daemon's configuration: which dongle to keep connected, how to keep it awake,
+/// how to reconnect, and where to log readings. Build one from TOML with `load`/`parse`,
+/// or in code with `defaults(address:)` and then adjust fields.
+public struct TetherConfig: Sendable, Equatable {
+    public struct BlueZSection: Sendable, Equatable {
+        /// Adapter name such as "hci0"; nil means the first powered adapter.
+        public var adapter: String?
+
+        public init(adapter: String? = nil) {
+            self.adapter = adapter
+        }
+    }
+
+    public struct DongleSection: Sendable, Equatable {
+        /// Normalised "AA:BB:CC:DD:EE:FF".
+        public var address: String?
+        public var namePrefix: String?
+        /// Normalised lowercase 128-bit UUID.
+        public var serviceUUID: String?
+        /// Characteristics to subscribe to (normalised UUIDs, never empty after validation).
+        public var notify: [String]
+
+        public init(address: String? = nil, namePrefix: String? = nil, serviceUUID: String? = nil, notify: [String] = [ConfigUUID.nusTX]) {
+            self.address = address
+            self.namePrefix = namePrefix
+            self.serviceUUID = serviceUUID
+            self.notify = notify
+        }
+    }
+
+    public enum WriteType: String, Sendable, Equatable {
+        /// Write without response: cheapest on air, nothing to time out on.
+        case command
+        /// Write with response: proves the link end to end.
+        case request
+    }
+
+    public struct KeepAliveSection: Sendable, Equatable {
+        public var enabled: Bool
+        public var interval: Duration
+        public var characteristic: String
+        /// Bytes to write on each poll; nil means poll with a read instead.
+        public var write: [UInt8]?
+        public var writeType: WriteType
+        public var timeout: Duration
+        /// How long the dongle stays awake without traffic.
+        public var sleepAfter: Duration
+
+        public init(
+            enabled: Bool = true,
+            interval: Duration = .seconds(5),
+            characteristic: String = ConfigUUID.nusRX,
+            write: [UInt8]? = [0x00],
+            writeType: WriteType = .command,
+            timeout: Duration = .seconds(3),
+            sleepAfter: Duration = .seconds(30)
+        ) {
+            self.enabled = enabled
+            self.interval = interval
+            self.characteristic = characteristic
+            self.write = write
+            self.writeType = writeType
+            self.timeout = timeout
+            self.sleepAfter = sleepAfter
+        }
+    }
+
+    public enum EscalationStep: String, Sendable, Equatable {
+        case powerCycle = "power-cycle"
+        case hciReset = "hci-reset"
+    }
+
+    public struct ReconnectSection: Sendable, Equatable {
+        public var firstDelay: Duration
+        public var initialBackoff: Duration
+        public var maxBackoff: Duration
+        public var jitter: Double
+        public var connectTimeout: Duration
+        public var window: Duration
+        public var windowAttempts: Int
+        public var cooldown: Duration
+        public var escalate: [EscalationStep]
+
+        public init(
+            firstDelay: Duration = .zero,
+            initialBackoff: Duration = .seconds(1),
+            maxBackoff: Duration = .seconds(30),
+            jitter: Double = 0.2,
+            connectTimeout: Duration = .seconds(20),
+            window: Duration = .seconds(180),
+            windowAttempts: Int = 12,
+            cooldown: Duration = .seconds(300),
+            escalate: [EscalationStep] = []
+        ) {
+            self.firstDelay = firstDelay
+            self.initialBackoff = initialBackoff
+            self.maxBackoff = maxBackoff
+            self.jitter = jitter
+            self.connectTimeout = connectTimeout
+            self.window = window
+            self.windowAttempts = windowAttempts
+            self.cooldown = cooldown
+            self.escalate = escalate
+        }
+    }
+
+    public struct ReadingsSection: Sendable, Equatable {
+        public var directory: String
+        public var flushInterval: Duration
+        public var rotateSize: Int64
+        public var retainSize: Int64
+        /// Readings held in memory while the disk refuses writes.
+        public var maxBacklog: Int
+
+        public init(
+            directory: String = "/var/lib/tether/readings",
+            flushInterval: Duration = .seconds(1),
+            rotateSize: Int64 = 64 << 20,
+            retainSize: Int64 = 1 << 30,
+            maxBacklog: Int = 100_000
+        ) {
+            self.directory = directory
+            self.flushInterval = flushInterval
+            self.rotateSize = rotateSize
+            self.retainSize = retainSize
+            self.maxBacklog = maxBacklog
+        }
+    }
+
+    public var bluez: BlueZSection
+    public var dongle: DongleSection
+    public var keepalive: KeepAliveSection
+    public var reconnect: ReconnectSection
+    public var readings: ReadingsSection
+
+    public static let defaultPath = "/etc/tether/tether.toml"
+
+    public init(
+        bluez: BlueZSection = BlueZSection(),
+        dongle: DongleSection,
+        keepalive: KeepAliveSection = KeepAliveSection(),
+        reconnect: ReconnectSection = ReconnectSection(),
+        readings: ReadingsSection = ReadingsSection()
+    ) {
+        self.bluez = bluez
+        self.dongle = dongle
+        self.keepalive = keepalive
+        self.reconnect = reconnect
+        self.readings = readings
+    }
+
+    /// The configuration a file containing only `[dongle] address = "…"` produces.
+    /// The address is normalised when valid and kept as given otherwise.
+    public static func defaults(address: String) -> TetherConfig {
+        TetherConfig(dongle: DongleSection(address: BluetoothAddressText.normalize(address) ?? address))
+    }
+}

@@ -1,0 +1,89 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+import Foundation
+
+/// Cuts a torn tail off a readings file after a crash or power loss.
+///
+/// Appends are single write(2)s of whole lines, so damage is confined to the end:
+/// a partial line, or NUL bytes / garbage where the filesystem extended the file
+/// but the data never reached the disk. We scan backwards for the last line that
+/// is a well-formed record and truncate right after it.
+enum LogTailRecovery {
+    struct Outcome {
+        /// The last good record, nil if the file had none (it is then emptied).
+        var lastRecord: ReadingRecord?
+        var truncatedBytes: Int64
+    }
+
+    /// Our lines are a few hundred bytes; a longer "line" is garbage and is not
+    /// worth reading into memory to find that out.
+    static let maximumLineLength: Int64 = 64 << 10
+    private static let chunkSize: Int64 = 64 << 10
+
+    static func recover(path: String) throws -> Outcome {
+        // O_APPEND so the newline we may add lands at the (new) end.
+        let fd = try LogFileSystem.openFile(path, flags: O_RDWR | O_APPEND)
+        defer { close(fd) }
+        let size = try LogFileSystem.size(of: fd, path: path)
+        let decoder = JSONDecoder()
+        guard let found = try lastRecord(fd: fd, size: size, path: path, decoder: decoder) else {
+            if size > 0 {
+                try LogFileSystem.truncate(fd, to: 0, path: path)
+                try LogFileSystem.sync(fd, path: path)
+            }
+            return Outcome(lastRecord: nil, truncatedBytes: size)
+        }
+        if found.end < size {
+            try LogFileSystem.truncate(fd, to: found.end, path: path)
+        }
+        if found.needsNewline {
+            // The record is whole but its newline was lost; restore it rather than drop the record.
+            try LogFileSystem.writeAll(fd, [UInt8(ascii: "\n")], path: path, using: LogFileSystem.systemWrite)
+        }
+        if found.end < size || found.needsNewline {
+            try LogFileSystem.sync(fd, path: path)
+        }
+        return Outcome(lastRecord: found.record, truncatedBytes: size - found.end)
+    }
+
+    /// The last well-formed record and the offset just past it (past its newline if it has one).
+    private static func lastRecord(
+        fd: Int32, size: Int64, path: String, decoder: JSONDecoder
+    ) throws -> (record: ReadingRecord, end: Int64, needsNewline: Bool)? {
+        var segmentEnd = size  // exclusive end of the candidate line's content
+        var terminated = false  // whether a newline sits at segmentEnd
+        while true {
+            let newline = try lastNewline(fd: fd, before: segmentEnd, path: path)
+            let start = newline + 1
+            let length = segmentEnd - start
+            if length > 0, length <= maximumLineLength {
+                let line = try LogFileSystem.read(fd, offset: start, count: Int(length), path: path)
+                if let record = ReadingRecord.decode(line: line, using: decoder) {
+                    return (record, terminated ? segmentEnd + 1 : segmentEnd, !terminated)
+                }
+            }
+            guard newline >= 0 else { return nil }
+            segmentEnd = newline
+            terminated = true
+        }
+    }
+
+    /// Offset of the last "\n" before `end`, or -1.
+    private static func lastNewline(fd: Int32, before end: Int64, path: String) throws -> Int64 {
+        var position = end
+        while position > 0 {
+            let chunkStart = max(0, position - chunkSize)
+            let chunk = try LogFileSystem.read(fd, offset: chunkStart, count: Int(position - chunkStart), path: path)
+            if let index = chunk.lastIndex(of: UInt8(ascii: "\n")) {
+                return chunkStart + Int64(index)
+            }
+            position = chunkStart
+        }
+        return -1
+    }
+}

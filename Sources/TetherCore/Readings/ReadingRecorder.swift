@@ -1,0 +1,285 @@
+import Dispatch
+import Foundation
+
+/// Thread-safe front end to a `ReadingLog`.
+///
+/// `record` never touches the disk: it queues the reading and, if no drain is
+/// scheduled, schedules one on the recorder's own serial queue, so each reading
+/// reaches write(2) within milliseconds and bursts coalesce into one write.
+/// fsync follows a write by at most `flushInterval` (a one-shot timer, so an idle
+/// daemon never wakes). While writes fail (disk full, EIO) readings wait in memory,
+/// bounded by `maxBacklog` (the oldest are dropped and later accounted for by a gap
+/// record), and a one-shot timer retries until the disk works again.
+public final class ReadingRecorder: @unchecked Sendable {
+    // @unchecked: `state` is guarded by `lock`; `log`, the timers and
+    // `lastReport` are only touched on `queue`.
+
+    public struct Stats: Sendable, Equatable {
+        /// Readings written (gap records not counted).
+        public var written: UInt64
+        /// The last seq written to the log.
+        public var lastSeq: UInt64
+        /// Readings waiting to be written (including a batch being written).
+        public var pending: Int
+        /// Readings dropped because the backlog overflowed.
+        public var dropped: UInt64
+        /// The last write or sync error, cleared by the next successful write.
+        public var lastError: String?
+
+        public init(written: UInt64 = 0, lastSeq: UInt64 = 0, pending: Int = 0, dropped: UInt64 = 0, lastError: String? = nil) {
+            self.written = written
+            self.lastSeq = lastSeq
+            self.pending = pending
+            self.dropped = dropped
+            self.lastError = lastError
+        }
+    }
+
+    private struct Gap {
+        var count: Int
+        var device: String
+        var at: Date
+    }
+
+    private struct State {
+        var backlog = ReadingBacklog()
+        var inFlight = 0
+        var drainScheduled = false
+        var waitingForRetry = false
+        var closed = false
+        /// Readings dropped and not yet covered by a gap record in the log.
+        var gap: Gap?
+        var written: UInt64 = 0
+        var lastSeq: UInt64
+        var dropped: UInt64 = 0
+        var lastError: String?
+    }
+
+    private let log: ReadingLog
+    private let flushInterval: Duration
+    private let retryInterval: Duration
+    private let maxBacklog: Int
+    private let onError: @Sendable (String) -> Void
+    private let queue = DispatchQueue(label: "tether.readings")
+    /// Marks `queue`, so `flush`/`close` called from code already running on it
+    /// (e.g. an `onError` handler) do not deadlock on `queue.sync`.
+    private let queueKey = DispatchSpecificKey<Bool>()
+    private let lock = NSLock()
+    private var state: State
+
+    private var syncTimer: DispatchSourceTimer?
+    private var retryTimer: DispatchSourceTimer?
+    private var lastReport: ContinuousClock.Instant?
+    private var logClosed = false
+    /// Errors are reported through `onError` at most this often.
+    private let reportInterval: Duration = .seconds(60)
+
+    /// - Parameters:
+    ///   - onError: called (on the recorder's queue) with a description of a write
+    ///     or sync failure, at most once a minute.
+    public convenience init(log: ReadingLog, flushInterval: Duration, maxBacklog: Int, onError: @escaping @Sendable (String) -> Void) {
+        self.init(log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1), onError: onError)
+    }
+
+    /// `retryInterval` is adjustable so tests need not wait a second per retry.
+    init(log: ReadingLog, flushInterval: Duration, maxBacklog: Int, retryInterval: Duration, onError: @escaping @Sendable (String) -> Void) {
+        self.log = log
+        self.flushInterval = flushInterval
+        self.retryInterval = retryInterval
+        self.maxBacklog = max(maxBacklog, 1)
+        self.onError = onError
+        self.state = State(lastSeq: log.lastSeq)
+        queue.setSpecific(key: queueKey, value: true)
+    }
+
+    deinit {
+        syncTimer?.cancel()
+        retryTimer?.cancel()
+    }
+
+    public var stats: Stats {
+        lock.withLock {
+            Stats(
+                written: state.written,
+                lastSeq: state.lastSeq,
+                pending: state.backlog.count + state.inFlight,
+                dropped: state.dropped,
+                lastError: state.lastError
+            )
+        }
+    }
+
+    /// Queues `reading` for writing. Never blocks on the disk.
+    public func record(_ reading: Reading) {
+        let scheduleDrain = lock.withLock { () -> Bool in
+            guard !state.closed else { return false }
+            state.backlog.append(reading)
+            trimBacklog()
+            guard !state.drainScheduled, !state.waitingForRetry else { return false }
+            state.drainScheduled = true
+            return true
+        }
+        if scheduleDrain {
+            queue.async { self.drain() }
+        }
+    }
+
+    /// Writes everything pending and fsyncs, synchronously (e.g. on SIGTERM).
+    /// If the disk is failing the readings stay pending and the error is reported.
+    public func flush() {
+        onQueue {
+            drain()
+            syncNow()
+        }
+    }
+
+    /// Flushes, then closes the log. Later `record` calls are ignored.
+    public func close() {
+        onQueue {
+            guard !logClosed else { return }
+            lock.withLock { state.closed = true }
+            drain()
+            syncNow()
+            retryTimer?.cancel()
+            retryTimer = nil
+            let unwritten = lock.withLock { state.backlog.count }
+            if unwritten > 0 {
+                onError("closing the readings log with \(unwritten) readings that could not be written")
+            }
+            log.close()
+            logClosed = true
+        }
+    }
+
+    // MARK: - On the queue
+
+    private func onQueue(_ body: () -> Void) {
+        if DispatchQueue.getSpecific(key: queueKey) == true {
+            body()
+        } else {
+            queue.sync(execute: body)
+        }
+    }
+
+    /// Writes all pending readings (after a gap record, if readings were dropped) in one append.
+    private func drain() {
+        guard !logClosed else { return }
+        let (batch, gap) = lock.withLock { () -> ([Reading], Gap?) in
+            state.drainScheduled = false
+            let batch = state.backlog.removeAll()
+            state.inFlight = batch.count
+            return (batch, state.gap)
+        }
+        guard !batch.isEmpty || gap != nil else { return }
+
+        var entries: [ReadingLog.Entry] = []
+        entries.reserveCapacity(batch.count + 1)
+        if let gap { entries.append(.gap(count: gap.count, device: gap.device, at: gap.at)) }
+        for reading in batch { entries.append(.reading(reading)) }
+
+        do {
+            try log.write(entries)
+            let lastSeq = log.lastSeq
+            let drainAgain = lock.withLock { () -> Bool in
+                state.inFlight = 0
+                state.written += UInt64(batch.count)
+                state.lastSeq = lastSeq
+                state.lastError = nil
+                // Drops that happened while we were writing stay for the next gap record.
+                if let gap, let now = state.gap {
+                    state.gap = now.count > gap.count ? Gap(count: now.count - gap.count, device: now.device, at: now.at) : nil
+                }
+                // Writing works (again): readings that arrived while we were waiting
+                // for a retry were not scheduled, so schedule them now.
+                state.waitingForRetry = false
+                guard !state.backlog.isEmpty, !state.drainScheduled else { return false }
+                state.drainScheduled = true
+                return true
+            }
+            retryTimer?.cancel()
+            retryTimer = nil
+            armSyncTimer()
+            if drainAgain {
+                queue.async { self.drain() }
+            }
+        } catch {
+            let message = "cannot write readings to \(log.directory): \(error)"
+            let pending = lock.withLock { () -> Int in
+                state.inFlight = 0
+                state.backlog.prepend(batch)
+                trimBacklog()
+                state.lastError = message
+                state.waitingForRetry = true
+                return state.backlog.count
+            }
+            report("\(message); keeping \(pending) readings in memory (at most \(maxBacklog)) and retrying every \(DurationText.format(retryInterval))")
+            armRetryTimer()
+        }
+    }
+
+    /// Drops the oldest readings beyond `maxBacklog`, remembering them for the gap record. Call with `lock` held.
+    private func trimBacklog() {
+        while state.backlog.count > maxBacklog, let dropped = state.backlog.removeOldest() {
+            state.dropped += 1
+            // The gap record sits where the dropped readings would have been, so it
+            // carries the newest dropped reading's arrival time.
+            state.gap = Gap(count: (state.gap?.count ?? 0) + 1, device: dropped.device, at: dropped.receivedAt)
+        }
+    }
+
+    private func syncNow() {
+        syncTimer?.cancel()
+        syncTimer = nil
+        guard !logClosed else { return }
+        do {
+            try log.sync()
+        } catch {
+            let message = "cannot sync readings in \(log.directory): \(error)"
+            lock.withLock { state.lastError = message }
+            report(message)
+        }
+    }
+
+    private func armSyncTimer() {
+        guard syncTimer == nil else { return }
+        syncTimer = oneShotTimer(after: flushInterval) { recorder in
+            recorder.syncTimer = nil
+            recorder.syncNow()
+        }
+    }
+
+    private func armRetryTimer() {
+        guard retryTimer == nil else { return }
+        retryTimer = oneShotTimer(after: retryInterval) { recorder in
+            recorder.retryTimer = nil
+            recorder.lock.withLock { recorder.state.waitingForRetry = false }
+            recorder.drain()
+        }
+    }
+
+    private func oneShotTimer(after delay: Duration, _ handler: @escaping @Sendable (ReadingRecorder) -> Void) -> DispatchSourceTimer {
+        let timer = DispatchSource.makeTimerSource(queue: queue)
+        timer.schedule(deadline: .now() + Self.dispatchInterval(delay))
+        timer.setEventHandler { [weak self] in
+            if let self { handler(self) }
+        }
+        timer.resume()
+        return timer
+    }
+
+    /// Reports through `onError`, at most once per `reportInterval` (monotonic clock,
+    /// so wall-clock jumps cannot cause a flood or a long silence).
+    private func report(_ message: String) {
+        let now = ContinuousClock.now
+        if let lastReport, now - lastReport < reportInterval { return }
+        lastReport = now
+        onError(message)
+    }
+
+    private static func dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
+        let (seconds, attoseconds) = duration.components
+        guard seconds >= 0 else { return .nanoseconds(0) }
+        guard seconds < Int64(Int32.max) else { return .seconds(Int(Int32.max)) }
+        return .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
+    }
+}

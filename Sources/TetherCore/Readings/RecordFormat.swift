@@ -1,0 +1,60 @@
+import Foundation
+
+/// Formats log lines by hand, straight into a byte buffer: this runs for every
+/// reading, and the fixed key order keeps the files greppable and diffable.
+///
+/// `{"ts":"2026-11-21T13:45:12.345Z","seq":1234,"device":"AA:BB:CC:DD:EE:FF","char":"6e40…","source":"notify","hex":"0a0b0c"}`
+enum RecordFormat {
+    static let gapSource = "gap"
+
+    static func appendReading(_ reading: Reading, seq: UInt64, to buffer: inout [UInt8]) {
+        appendPrefix(at: reading.receivedAt, seq: seq, device: reading.device, to: &buffer)
+        append(#","char":"#, to: &buffer)
+        appendJSONString(reading.characteristic, to: &buffer)
+        append(#","source":""#, to: &buffer)
+        append(reading.source.rawValue, to: &buffer)
+        append(#"","hex":""#, to: &buffer)
+        HexBytes.append(reading.payload, to: &buffer)
+        append("\"}\n", to: &buffer)
+    }
+
+    static func appendGap(count: Int, device: String, at date: Date, seq: UInt64, to buffer: inout [UInt8]) {
+        appendPrefix(at: date, seq: seq, device: device, to: &buffer)
+        append(#","source":"gap","count":"#, to: &buffer)
+        append(String(count), to: &buffer)
+        append("}\n", to: &buffer)
+    }
+
+    private static func appendPrefix(at date: Date, seq: UInt64, device: String, to buffer: inout [UInt8]) {
+        append(#"{"ts":""#, to: &buffer)
+        UTCTimestamp.append(date, to: &buffer)
+        append(#"","seq":"#, to: &buffer)
+        append(String(seq), to: &buffer)
+        append(#","device":"#, to: &buffer)
+        appendJSONString(device, to: &buffer)
+    }
+
+    private static func append(_ text: String, to buffer: inout [UInt8]) {
+        buffer.append(contentsOf: text.utf8)
+    }
+
+    /// Appends `text` as a quoted JSON string. Swift strings are valid UTF-8, so
+    /// only quotes, backslashes and control characters need escaping.
+    static func appendJSONString(_ text: String, to buffer: inout [UInt8]) {
+        buffer.append(UInt8(ascii: "\""))
+        for byte in text.utf8 {
+            switch byte {
+            case UInt8(ascii: "\""): append(#"\""#, to: &buffer)
+            case UInt8(ascii: "\\"): append(#"\\"#, to: &buffer)
+            case UInt8(ascii: "\n"): append(#"\n"#, to: &buffer)
+            case UInt8(ascii: "\r"): append(#"\r"#, to: &buffer)
+            case UInt8(ascii: "\t"): append(#"\t"#, to: &buffer)
+            case 0..<0x20, 0x7f:
+                append(#"\u00"#, to: &buffer)
+                HexBytes.append(CollectionOfOne(byte), to: &buffer)
+            default: buffer.append(byte)
+            }
+        }
+        buffer.append(UInt8(ascii: "\""))
+    }
+}

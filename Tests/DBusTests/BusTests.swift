@@ -1,0 +1,220 @@
+import DBus
+import Foundation
+import TestSupport
+import Testing
+
+/// Exercises the binding against a private dbus-daemon started per test.
+@Suite struct BusTests {
+    let directory: TemporaryDirectory
+    let daemon: BusDaemonProcess
+
+    init() throws {
+        directory = try TemporaryDirectory("dbus-test")
+        daemon = try BusDaemonProcess(directory: directory.url.appendingPathComponent("bus"))
+    }
+
+    private func withBuses(_ body: (Bus, Bus) async throws -> Void) async throws {
+        let server = try await Bus.connect(address: daemon.address)
+        let client = try await Bus.connect(address: daemon.address)
+        do {
+            try await body(server, client)
+        } catch {
+            await server.close(); await client.close(); daemon.stop(); directory.remove()
+            throw error
+        }
+        await server.close(); await client.close(); daemon.stop(); directory.remove()
+    }
+
+    @Test func helloGivesUniqueNames() async throws {
+        try await withBuses { server, client in
+            let a = await server.uniqueName
+            let b = await client.uniqueName
+            #expect(a.hasPrefix(":"))
+            #expect(b.hasPrefix(":"))
+            #expect(a != b)
+        }
+    }
+
+    @Test func exportedMethodRoundTripsEveryType() async throws {
+        try await withBuses { server, client in
+            try await server.requestName("org.example.Echo")
+            try await server.export("/org/example", [
+                ExportedInterface(name: "org.example.Echo", methods: [
+                    "Echo": .init(in: "v", out: "v") { call in [try call.argument(0)] },
+                    "Fail": .init { _ in
+                        throw DBusError.remote(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+                    },
+                ])
+            ])
+            let samples: [DBusValue] = [
+                .byte(7), .boolean(true), .int16(-3), .uint16(9), .int32(-70000), .uint32(70000),
+                .int64(-1 << 40), .uint64(1 << 50), .double(2.5), .string("héllo"), .objectPath("/a/b_c"),
+                .signature("a{sv}"), .bytes([0, 1, 2, 255]), .bytes([]),
+                .vardict(["Powered": .boolean(true), "Name": .string("x")]),
+                .array(element: .string, []),
+                .structure([.string("s"), .uint32(1)]),
+                .dictionary(key: .objectPath, value: .dictionary(key: .string, value: .dictionary(key: .string, value: .variant)), [
+                    .init(.objectPath("/org/bluez/hci0"), .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), [
+                        .init(.string("org.bluez.Adapter1"), .vardict(["Powered": .boolean(false)]))
+                    ]))
+                ]),
+            ]
+            for sample in samples {
+                let reply = try await client.call(
+                    destination: "org.example.Echo", path: "/org/example", interface: "org.example.Echo",
+                    method: "Echo", [.variant(sample)]
+                )
+                #expect(reply == [.variant(sample)], "round trip of \(sample.type)")
+            }
+            await #expect(throws: DBusError.remote(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")) {
+                _ = try await client.call(
+                    destination: "org.example.Echo", path: "/org/example", interface: "org.example.Echo", method: "Fail"
+                )
+            }
+        }
+    }
+
+    @Test func invalidNamesAreErrorsNotAborts() async throws {
+        try await withBuses { _, client in
+            await #expect(throws: DBusError.self) {
+                _ = try await client.call(destination: "not a name!", path: "/x", interface: "a.b", method: "M")
+            }
+            await #expect(throws: DBusError.self) {
+                _ = try await client.call(destination: "org.example.X", path: "/x", interface: "no-dots", method: "M")
+            }
+            await #expect(throws: DBusError.self) {
+                _ = try await client.call(destination: "org.example.X", path: "/x", interface: "a.b", method: "bad.member")
+            }
+            await #expect(throws: DBusError.self) {
+                _ = try await client.call(destination: nil, path: "/x", interface: "a.b", method: "M", [.string("nul\u{0}inside")])
+            }
+            let bad = ["/trailing/", "relative", "/double//slash", "/dash-not-allowed"]
+            for text in bad { #expect(ObjectPath(text) == nil) }
+        }
+    }
+
+    @Test func callTimesOutWithNoReply() async throws {
+        try await withBuses { server, client in
+            try await server.export("/slow", [
+                ExportedInterface(name: "org.example.Slow", methods: [
+                    "Wait": .init { _ in try? await Task.sleep(for: .seconds(5)); return [] }
+                ])
+            ])
+            let name = await server.uniqueName
+            let start = ContinuousClock.now
+            await #expect(throws: DBusError.timeout) {
+                _ = try await client.call(
+                    destination: name, path: "/slow", interface: "org.example.Slow", method: "Wait",
+                    timeout: .milliseconds(200)
+                )
+            }
+            #expect(ContinuousClock.now - start < .seconds(3))
+            #expect(DBusError.timeout.name == "org.freedesktop.DBus.Error.NoReply")
+        }
+    }
+
+    @Test func signalsArriveInOrderThroughMatchRules() async throws {
+        try await withBuses { server, client in
+            let stream = try await client.signals(matching: MatchRule(interface: "org.example.Tick", member: "Tick"))
+            for i in 0..<500 {
+                try await server.emit(path: "/ticker", interface: "org.example.Tick", member: "Tick", [.uint32(UInt32(i))])
+            }
+            try await server.emit(path: "/ticker", interface: "org.example.Other", member: "Tick", [.uint32(9999)])
+            var received: [UInt32] = []
+            for await signal in stream {
+                if case .uint32(let n)? = signal.body.first { received.append(n) }
+                if received.count == 500 { break }
+            }
+            #expect(received == Array(0..<500))
+        }
+    }
+
+    @Test func propertiesAndObjectManager() async throws {
+        try await withBuses { server, client in
+            await server.enableObjectManager(at: "/")
+            let serverName = await server.uniqueName
+            let added = try await client.signals(matching: MatchRule(interface: "org.freedesktop.DBus.ObjectManager"))
+            let changed = try await client.signals(matching: MatchRule(interface: "org.freedesktop.DBus.Properties", member: "PropertiesChanged"))
+            try await server.export("/org/example/hci0", [
+                ExportedInterface(
+                    name: "org.example.Adapter1", properties: ["Powered": .boolean(true)], writable: ["Powered"],
+                    setter: { name, value in
+                        try await server.setProperties("/org/example/hci0", "org.example.Adapter1", [name: value])
+                    })
+            ])
+            var iterator = added.makeAsyncIterator()
+            let signal = try #require(await iterator.next())
+            #expect(signal.member == "InterfacesAdded")
+            let interfaces = try #require(signal.body[1].stringKeyedDictionary)
+            #expect(Set(interfaces.keys) == ["org.example.Adapter1", "org.freedesktop.DBus.Introspectable", "org.freedesktop.DBus.Properties"])
+
+            let managed = try await client.call(
+                destination: serverName, path: "/", interface: "org.freedesktop.DBus.ObjectManager", method: "GetManagedObjects"
+            )
+            #expect(managed.first?.objectPathKeyedDictionary?.keys.contains("/org/example/hci0") == true)
+
+            try await client.setRemoteProperty(
+                destination: serverName, path: "/org/example/hci0", interface: "org.example.Adapter1", name: "Powered",
+                value: .boolean(false)
+            )
+            var changes = changed.makeAsyncIterator()
+            let change = try #require(await changes.next())
+            #expect(change.body[1].stringKeyedDictionary?["Powered"]?.bool == false)
+            let powered = try await client.getProperty(
+                destination: serverName, path: "/org/example/hci0", interface: "org.example.Adapter1", name: "Powered"
+            )
+            #expect(powered == .boolean(false))
+            let xml = try await client.call(
+                destination: serverName, path: "/org/example/hci0", interface: "org.freedesktop.DBus.Introspectable", method: "Introspect"
+            )
+            #expect(xml.first?.string?.contains("access=\"readwrite\"") == true)
+
+            try await server.unexport("/org/example/hci0")
+            let removed = try #require(await iterator.next())
+            #expect(removed.member == "InterfacesRemoved")
+            await #expect(throws: DBusError.self) {
+                _ = try await client.getProperty(
+                    destination: serverName, path: "/org/example/hci0", interface: "org.example.Adapter1", name: "Powered"
+                )
+            }
+        }
+    }
+
+    @Test func nameOwnerChangesFollowAServiceThatComesAndGoes() async throws {
+        try await withBuses { _, client in
+            let owners = try await client.nameOwnerChanges(of: "org.example.Service")
+            var iterator = owners.makeAsyncIterator()
+            #expect(await iterator.next() == .some(nil))
+            let service = try await Bus.connect(address: daemon.address)
+            try await service.requestName("org.example.Service")
+            let owner = await iterator.next()
+            #expect(owner == .some(await service.uniqueName))
+            await service.close()
+            #expect(await iterator.next() == .some(nil))
+        }
+    }
+
+    @Test func closingFailsPendingCallsAndEndsStreams() async throws {
+        try await withBuses { server, client in
+            try await server.export("/slow", [
+                ExportedInterface(name: "org.example.Slow", methods: [
+                    "Wait": .init { _ in try? await Task.sleep(for: .seconds(5)); return [] }
+                ])
+            ])
+            let name = await server.uniqueName
+            let stream = try await client.signals(matching: MatchRule(interface: "org.example.Never"))
+            let pending = Task { () async throws(DBusError) -> [DBusValue] in
+                try await client.call(destination: name, path: "/slow", interface: "org.example.Slow", method: "Wait")
+            }
+            try await Task.sleep(for: .milliseconds(100))
+            await client.close()
+            await #expect(throws: DBusError.disconnected) { _ = try await pending.value }
+            var count = 0
+            for await _ in stream { count += 1 }
+            #expect(count == 0)
+            await #expect(throws: DBusError.disconnected) {
+                _ = try await client.call(destination: name, path: "/slow", interface: "org.example.Slow", method: "Wait")
+            }
+        }
+    }
+}

@@ -28,7 +28,7 @@ public actor Bus {
     private var closeWaiters: [CheckedContinuation<Void, Never>] = []
 
     private struct Subscription {
-        var rule: MatchRule
+        var rules: [MatchRule]
         var continuation: AsyncStream<Message>.Continuation
     }
 
@@ -184,17 +184,28 @@ public actor Bus {
     public func signals(matching rule: MatchRule, bufferLimit: Int = 8192) async throws(DBusError)
         -> AsyncStream<Message>
     {
+        try await signals(matchingAny: [rule], bufferLimit: bufferLimit)
+    }
+
+    /// One stream for several rules: a signal matching any of them is
+    /// delivered once, and signals keep the order in which they arrived.
+    /// (Separate streams cannot promise an order between each other.)
+    public func signals(matchingAny rules: [MatchRule], bufferLimit: Int = 8192) async throws(DBusError)
+        -> AsyncStream<Message>
+    {
         let (stream, continuation) = AsyncStream.makeStream(
             of: Message.self, bufferingPolicy: .bufferingOldest(max(1, bufferLimit))
         )
         let id = nextSubscriptionID
         nextSubscriptionID += 1
-        subscriptions[id] = Subscription(rule: rule, continuation: continuation)
+        subscriptions[id] = Subscription(rules: rules, continuation: continuation)
         continuation.onTermination = { [weak self] _ in
             Task { await self?.unsubscribe(id) }
         }
         do {
-            _ = try await callDaemon("AddMatch", [.string(rule.description)])
+            for rule in rules {
+                _ = try await callDaemon("AddMatch", [.string(rule.description)])
+            }
         } catch {
             subscriptions.removeValue(forKey: id)
             continuation.finish()
@@ -205,10 +216,12 @@ public actor Bus {
 
     private func unsubscribe(_ id: Int) {
         guard let subscription = subscriptions.removeValue(forKey: id), isConnected else { return }
-        try? callNoReply(
-            destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "RemoveMatch",
-            [.string(subscription.rule.description)]
-        )
+        for rule in subscription.rules {
+            try? callNoReply(
+                destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "RemoveMatch",
+                [.string(rule.description)]
+            )
+        }
     }
 
     // MARK: Names
@@ -378,7 +391,7 @@ public actor Bus {
     private func route(_ message: Message) {
         switch message.kind {
         case .signal:
-            for (_, subscription) in subscriptions where subscription.rule.matches(message) {
+            for (_, subscription) in subscriptions where subscription.rules.contains(where: { $0.matches(message) }) {
                 if case .dropped = subscription.continuation.yield(message) { droppedSignals += 1 }
             }
         case .methodCall:

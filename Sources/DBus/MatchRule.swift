@@ -58,15 +58,4 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         if let arg0, message.body.first?.string != arg0 { return false }
         return true
     }
-
-    /// Header-only check, used before the body is decoded.
-    func matchesHeaders(interface: String?, member: String?, path: ObjectPath?) -> Bool {
-        if let wanted = self.interface, interface != wanted { return false }
-        if let wanted = self.member, member != wanted { return false }
-        if let wanted = self.path, path != wanted { return false }
-        if let pathNamespace {
-            guard let path, path.isDescendant(of: pathNamespace) else { return false }
-        }
-        return true
-    }
 }

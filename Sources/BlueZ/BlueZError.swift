@@ -1,0 +1,70 @@
+import DBus
+
+/// An error from bluetoothd (or from reaching it), with what a caller should do about it.
+public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
+    /// What the error means for a retrying caller.
+    public enum Disposition: String, Sendable {
+        /// Try again later (RF trouble, a dropped link, a timeout, bluetoothd away).
+        case transient
+        /// A stale operation is still pending in bluetoothd: cancel it
+        /// (Device1.Disconnect cancels a pending connect), then try again.
+        case needsCancel
+        /// Retrying the same call will not help (permissions, wrong
+        /// characteristic, bad arguments); it needs a person or a new config.
+        case fatal
+    }
+
+    public var name: String
+    public var message: String
+
+    public init(name: String, message: String) {
+        self.name = name
+        self.message = message
+    }
+
+    public init(_ error: DBusError) {
+        self.init(name: error.name, message: error.message)
+    }
+
+    public static func malformed(_ what: String) -> BlueZError {
+        BlueZError(name: "org.freedesktop.DBus.Error.InvalidSignature", message: what)
+    }
+
+    public var description: String { message.isEmpty ? name : "\(name): \(message)" }
+
+    public var disposition: Disposition { BlueZError.classify(name: name, message: message) }
+
+    /// The adapter is off or gone (`NotReady`): wait for Powered, do not retry.
+    public var isAdapterNotReady: Bool { name == BlueZ.ErrorName.notReady }
+
+    /// The object is gone (device removed, bluetoothd restarted).
+    public var isUnknownObject: Bool {
+        name == DBusErrorName.unknownObject || name == DBusErrorName.unknownMethod
+    }
+
+    /// Classifies by name and, for `org.bluez.Error.Failed`, by message.
+    public static func classify(name: String, message: String) -> Disposition {
+        switch name {
+        case BlueZ.ErrorName.inProgress:
+            // "Operation already in progress": a connect is stuck in bluetoothd.
+            return .needsCancel
+        case BlueZ.ErrorName.failed:
+            // le-connection-* (abort-by-local, timeout, busy, …), "Not connected",
+            // ATT errors: all conditions of the link or the air.
+            return .transient
+        case BlueZ.ErrorName.notReady, BlueZ.ErrorName.notConnected, BlueZ.ErrorName.alreadyConnected,
+            DBusErrorName.unknownObject, DBusErrorName.unknownMethod, DBusErrorName.noReply,
+            DBusErrorName.serviceUnknown, DBusErrorName.nameHasNoOwner, DBusErrorName.disconnected,
+            DBusErrorName.noMemory:
+            return .transient
+        case BlueZ.ErrorName.notPermitted, BlueZ.ErrorName.notAuthorized, BlueZ.ErrorName.notSupported,
+            BlueZ.ErrorName.invalidArguments, BlueZ.ErrorName.invalidOffset, BlueZ.ErrorName.invalidValueLength,
+            DBusErrorName.accessDenied, DBusErrorName.invalidArgs, DBusErrorName.unknownInterface,
+            DBusErrorName.unknownProperty, DBusErrorName.invalidSignature:
+            return .fatal
+        default:
+            // Something new: never give up on it.
+            return .transient
+        }
+    }
+}

@@ -1,0 +1,38 @@
+import DBus
+
+/// What the client reports about bluetoothd, in the order it happened.
+public enum BlueZEvent: Sendable {
+    /// bluetoothd is on the bus (at start, or back after a restart); the tree
+    /// is a fresh `GetManagedObjects` snapshot. Sessions from before are gone.
+    case serviceAppeared(owner: String, tree: ObjectTree)
+    /// bluetoothd left the bus. Every object and session is gone, whether or
+    /// not InterfacesRemoved was sent.
+    case serviceVanished
+    case interfacesAdded(ObjectPath, DBusValue)
+    case interfacesRemoved(ObjectPath, [String])
+    case propertiesChanged(ObjectPath, interface: String, changed: [String: DBusValue], invalidated: [String])
+    /// A characteristic's `Value` changed: a notification, or the echo of a read.
+    case valueChanged(ObjectPath, [UInt8])
+}
+
+extension ObjectTree {
+    /// Applies one event; returns false for events that carry no tree change.
+    @discardableResult
+    public mutating func apply(_ event: BlueZEvent) -> Bool {
+        switch event {
+        case .serviceAppeared(_, let tree):
+            self = tree
+        case .serviceVanished:
+            self = ObjectTree()
+        case .interfacesAdded(let path, let interfaces):
+            do { try addInterfaces(path, interfaces) } catch { return false }
+        case .interfacesRemoved(let path, let names):
+            removeInterfaces(path, names)
+        case .propertiesChanged(let path, let interface, let changed, let invalidated):
+            changeProperties(path, interface: interface, changed: changed, invalidated: invalidated)
+        case .valueChanged:
+            return false
+        }
+        return true
+    }
+}

@@ -1,0 +1,93 @@
+import Foundation
+import DBus
+
+/// org.bluez.Adapter1, as far as Tether needs it.
+public struct Adapter: Sendable, Equatable {
+    public var path: ObjectPath
+    public var address: String
+    public var name: String?
+    public var powered: Bool
+    public var discovering: Bool
+
+    public init(path: ObjectPath, _ properties: ObjectTree.Properties) {
+        self.path = path
+        address = properties["Address"]?.string ?? ""
+        name = properties["Name"]?.string
+        powered = properties["Powered"]?.bool ?? false
+        discovering = properties["Discovering"]?.bool ?? false
+    }
+
+    /// `hci0` for `/org/bluez/hci0`.
+    public var interfaceName: String { path.lastElement }
+}
+
+/// org.bluez.Device1.
+public struct Device: Sendable, Equatable {
+    public var path: ObjectPath
+    public var adapter: ObjectPath?
+    public var address: String
+    public var name: String?
+    public var alias: String?
+    public var connected: Bool
+    public var servicesResolved: Bool
+    /// Present only while discovery sees the device advertising.
+    public var rssi: Int?
+    public var uuids: [String]
+    /// Company identifier → data.
+    public var manufacturerData: [UInt16: [UInt8]]
+
+    public init(path: ObjectPath, _ properties: ObjectTree.Properties) {
+        self.path = path
+        adapter = properties["Adapter"]?.objectPath
+        address = properties["Address"]?.string?.uppercased() ?? ""
+        name = properties["Name"]?.string
+        alias = properties["Alias"]?.string
+        connected = properties["Connected"]?.bool ?? false
+        servicesResolved = properties["ServicesResolved"]?.bool ?? false
+        rssi = properties["RSSI"]?.int64.map { Int($0) }
+        uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
+        var data: [UInt16: [UInt8]] = [:]
+        for entry in properties["ManufacturerData"]?.dictionaryEntries ?? [] {
+            if let key = entry.key.int64, let company = UInt16(exactly: key), let bytes = entry.value.bytes {
+                data[company] = bytes
+            }
+        }
+        manufacturerData = data
+    }
+
+    /// BlueZ's object path for a device address under an adapter:
+    /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`.
+    public static func path(adapter: ObjectPath, address: String) -> ObjectPath? {
+        adapter.appending("dev_" + address.uppercased().replacingOccurrences(of: ":", with: "_"))
+    }
+}
+
+/// org.bluez.GattCharacteristic1.
+public struct GattCharacteristic: Sendable, Equatable {
+    public var path: ObjectPath
+    public var uuid: String
+    public var service: ObjectPath?
+    public var flags: [String]
+    public var notifying: Bool
+
+    public init(path: ObjectPath, _ properties: ObjectTree.Properties) {
+        self.path = path
+        uuid = properties["UUID"]?.string?.lowercased() ?? ""
+        service = properties["Service"]?.objectPath
+        flags = properties["Flags"]?.stringArray ?? []
+        notifying = properties["Notifying"]?.bool ?? false
+    }
+
+    public var canNotify: Bool { flags.contains("notify") || flags.contains("indicate") }
+    public var canRead: Bool { flags.contains("read") }
+    public var canWriteCommand: Bool { flags.contains("write-without-response") }
+    public var canWriteRequest: Bool { flags.contains("write") }
+}
+
+/// How WriteValue asks BlueZ to write.
+public enum WriteType: String, Sendable {
+    /// Write without response (ATT Write Command).
+    case command
+    /// Write with response (ATT Write Request).
+    case request
+}

@@ -1,0 +1,33 @@
+/// What the supervisor knows of the world, distilled from bluetoothd's object
+/// tree by the adapter layer. The supervisor compares each observation with
+/// the previous one, so events such as "the link dropped" are derived from
+/// state and cannot be missed or double-counted.
+public struct LinkObservation: Sendable, Equatable {
+    public var bluezPresent = false
+    public var adapterPresent = false
+    public var adapterPowered = false
+    /// The dongle's Device1 object exists.
+    public var devicePresent = false
+    public var connected = false
+    public var servicesResolved = false
+    /// Every characteristic the daemon needs is exported (ServicesResolved can
+    /// come before the GATT objects).
+    public var characteristicsReady = false
+
+    public init(
+        bluezPresent: Bool = false, adapterPresent: Bool = false, adapterPowered: Bool = false,
+        devicePresent: Bool = false, connected: Bool = false, servicesResolved: Bool = false,
+        characteristicsReady: Bool = false
+    ) {
+        self.bluezPresent = bluezPresent
+        self.adapterPresent = adapterPresent
+        self.adapterPowered = adapterPowered
+        self.devicePresent = devicePresent
+        self.connected = connected
+        self.servicesResolved = servicesResolved
+        self.characteristicsReady = characteristicsReady
+    }
+
+    var adapterUsable: Bool { bluezPresent && adapterPresent && adapterPowered }
+    var linkReady: Bool { connected && servicesResolved && characteristicsReady }
+}

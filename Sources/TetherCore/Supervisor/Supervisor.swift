@@ -1,0 +1,531 @@
+/// The supervisor: keeps the dongle connected, subscribed and polled.
+///
+/// Pure logic with no I/O and no clock of its own: the adapter layer feeds it
+/// events together with the current monotonic time, and carries out the
+/// actions it returns (calls to BlueZ, timers). Unit tests drive it on a
+/// virtual clock.
+///
+/// Invariants:
+/// - at most one connect, one subscribe and one poll are in flight, each
+///   tagged with an id; results for anything else are stale and ignored;
+/// - no connect attempt is made while bluetoothd is away or the adapter off;
+/// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
+///   and an exhausted window always leads to cooling down, never to silence;
+/// - every state change comes with a `.transition` action naming its cause.
+public struct Supervisor: Sendable {
+    public struct Settings: Sendable, Equatable {
+        public var policy: ReconnectPolicy
+        public var keepaliveEnabled: Bool
+        public var keepaliveInterval: Duration
+        public var keepaliveTimeout: Duration
+        public var escalation: [EscalationStep]
+        /// Failed link checks in a row that force a reconnect.
+        public var failedPollsBeforeReconnect = 2
+
+        public init(
+            policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
+            keepaliveTimeout: Duration = .seconds(3), escalation: [EscalationStep] = []
+        ) {
+            self.policy = policy
+            self.keepaliveEnabled = keepaliveEnabled
+            self.keepaliveInterval = keepaliveInterval
+            self.keepaliveTimeout = keepaliveTimeout
+            self.escalation = escalation
+        }
+
+        public init(config: TetherConfig) {
+            let r = config.reconnect
+            self.init(
+                policy: ReconnectPolicy(
+                    firstDelay: r.firstDelay, initialBackoff: r.initialBackoff, maxBackoff: r.maxBackoff,
+                    jitter: r.jitter, connectTimeout: r.connectTimeout, window: r.window,
+                    windowAttempts: r.windowAttempts, cooldown: r.cooldown
+                ),
+                keepaliveEnabled: config.keepalive.enabled, keepaliveInterval: config.keepalive.interval,
+                keepaliveTimeout: config.keepalive.timeout, escalation: r.escalate
+            )
+        }
+    }
+
+    /// What `tether status` and the control API show.
+    public struct Status: Sendable, Equatable {
+        public var state: SupervisorState = .waitingForBluez
+        /// Attempts made in the current window (0 when there is none).
+        public var windowAttempt = 0
+        /// When the next attempt is due, on the supervisor's clock.
+        public var nextAttemptAt: Duration?
+        public var lastError: String?
+        /// Times the link came back after being lost.
+        public var reconnects = 0
+        public var connectedSince: Duration?
+    }
+
+    private struct Window {
+        var start: Duration
+        var attempts = 0
+    }
+
+    public let settings: Settings
+    public private(set) var observation = LinkObservation()
+    public private(set) var status = Status()
+    public var state: SupervisorState { status.state }
+
+    private var window: Window?
+    private var blindAttempt = false
+    private var hasBeenOnline = false
+    private var operationCounter = 0
+    private var connectInFlight: Int?
+    private var subscribeInFlight: Int?
+    private var pollInFlight: Int?
+    private var failedPolls = 0
+    private var discovering = false
+    private var pendingEscalation: [EscalationStep] = []
+    private var escalationInFlight: EscalationStep?
+    /// Set after we asked for a disconnect and wait for bluetoothd to confirm it.
+    private var awaitingDisconnect: String?
+    private var activeTimers: Set<SupervisorTimer> = []
+    private var random: SplitMix64
+    private var now: Duration = .zero
+    private var actions: [SupervisorAction] = []
+
+    public init(settings: Settings, seed: UInt64) {
+        self.settings = settings
+        random = SplitMix64(seed: seed)
+    }
+
+    private var policy: ReconnectPolicy { settings.policy }
+
+    // MARK: Input
+
+    /// Handles one event at monotonic time `time` and returns what to do, in order.
+    public mutating func handle(_ event: SupervisorEvent, at time: Duration) -> [SupervisorAction] {
+        now = time
+        actions = []
+        switch event {
+        case .observed(let new): observe(new)
+        case .advertising: dongleAdvertising()
+        case .connectFinished(let id, let result): connectFinished(id, result)
+        case .subscribeFinished(let id, let result): subscribeFinished(id, result)
+        case .pollFinished(let id, let result): pollFinished(id, result)
+        case .escalationFinished(let step, let result): escalationFinished(step, result)
+        case .timerFired(let timer): timerFired(timer)
+        case .reconnectRequested: reconnectRequested()
+        }
+        return actions
+    }
+
+    // MARK: Observations
+
+    private mutating func observe(_ new: LinkObservation) {
+        let old = observation
+        observation = new
+
+        if !new.bluezPresent {
+            guard state != .waitingForBluez else { return }
+            if old.bluezPresent { actions.append(.report(.bluezVanished)) }
+            linkGoneQuietly()
+            enter(.waitingForBluez, "bluetoothd is not on the bus")
+            return
+        }
+        // An escalation switches the adapter off and on itself; it is
+        // re-evaluated when the step finishes.
+        if state == .escalating { return }
+        if !new.adapterPresent || !new.adapterPowered {
+            guard state != .waitingForAdapter else { return }
+            if state != .waitingForBluez { actions.append(.report(.adapterUnavailable)) }
+            linkGoneQuietly()
+            enter(.waitingForAdapter, new.adapterPresent ? "the adapter is powered off" : "no adapter")
+            return
+        }
+
+        switch state {
+        case .waitingForBluez, .waitingForAdapter:
+            if state == .waitingForBluez, old.bluezPresent == false, status.reconnects > 0 || hasBeenOnline {
+                actions.append(.report(.bluezAppeared))
+            }
+            openWindow()
+            attemptOrSearch(cause: state == .waitingForBluez ? "bluetoothd is on the bus" : "the adapter is powered on")
+        case .searching:
+            if new.devicePresent {
+                stopDiscoveryIfRunning()
+                openWindow()
+                attempt(cause: "the dongle is known to bluetoothd")
+            }
+        case .connecting:
+            break  // the Connect reply decides
+        case .resolving:
+            if old.connected && !new.connected {
+                linkLost(cause: "the link dropped while resolving services")
+            } else if new.linkReady {
+                startSubscribing()
+            }
+        case .subscribing, .online:
+            if !new.connected { linkLost(cause: "the link dropped") }
+        case .backingOff:
+            if let cause = awaitingDisconnect, !new.connected {
+                awaitingDisconnect = nil
+                cancelTimer(.disconnectDeadline)
+                actions.append(.report(.disconnected(unexpected: false)))
+                openWindow()
+                scheduleAttempt(cause: cause)
+            }
+        case .coolingDown, .escalating:
+            break
+        }
+    }
+
+    private mutating func dongleAdvertising() {
+        switch state {
+        case .coolingDown, .searching:
+            guard observation.devicePresent else { return }
+            cancelTimer(.retry)
+            stopDiscoveryIfRunning()
+            blindAttempt = false
+            openWindow()
+            attempt(cause: "the dongle is advertising")
+        default:
+            break
+        }
+    }
+
+    // MARK: Attempts
+
+    private mutating func openWindow() {
+        window = Window(start: now)
+        blindAttempt = false
+    }
+
+    private mutating func attemptOrSearch(cause: String) {
+        if observation.devicePresent {
+            scheduleAttempt(cause: cause)
+        } else {
+            enterSearching(cause: cause)
+        }
+    }
+
+    /// Schedules the next attempt of the window, or exhausts it.
+    private mutating func scheduleAttempt(cause: String) {
+        guard let window else { return enterCooldown(cause: cause) }
+        if blindAttempt {
+            // A blind attempt from cooling down is a single shot.
+            return enterCooldown(cause: cause)
+        }
+        guard policy.windowAllows(attempt: window.attempts, at: now, windowStart: window.start) else {
+            return exhaustWindow()
+        }
+        let n = window.attempts + 1
+        let delay = policy.delay(beforeAttempt: n, unit: random.nextUnit())
+        if n > 1, now + delay - window.start >= policy.window {
+            // The next attempt would fall outside the window: give up on it now
+            // rather than idle until then.
+            return exhaustWindow()
+        }
+        if delay <= .zero {
+            attempt(cause: cause)
+        } else {
+            status.nextAttemptAt = now + delay
+            startTimer(.retry, after: delay)
+            enter(.backingOff, "\(cause); attempt \(n) in \(DurationText.format(delay))")
+        }
+    }
+
+    private mutating func attempt(cause: String) {
+        guard observation.devicePresent else { return enterSearching(cause: cause) }
+        if window == nil { openWindow() }
+        window?.attempts += 1
+        let n = window?.attempts ?? 1
+        operationCounter += 1
+        connectInFlight = operationCounter
+        status.windowAttempt = n
+        status.nextAttemptAt = nil
+        actions.append(.report(.reconnectAttempt(attempt: n, blind: blindAttempt)))
+        enter(.connecting, "\(cause); attempt \(n)")
+        actions.append(.connect(attempt: operationCounter, timeout: policy.connectTimeout))
+        startTimer(.attemptDeadline, after: policy.connectTimeout)
+    }
+
+    private mutating func connectFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
+        guard id == connectInFlight, state == .connecting else { return }
+        connectInFlight = nil
+        switch result {
+        case .success:
+            if observation.linkReady {
+                startSubscribing()
+            } else {
+                enter(.resolving, "connected; waiting for services")
+            }
+        case .failure(let failure):
+            attemptFailed(failure, cancel: failure.kind == .needsCancel)
+        }
+    }
+
+    private mutating func attemptFailed(_ failure: LinkFailure, cancel: Bool) {
+        cancelTimer(.attemptDeadline)
+        status.lastError = failure.description
+        actions.append(.report(.attemptFailed(attempt: window?.attempts ?? 0, error: failure.description)))
+        if cancel { actions.append(.disconnect) }
+        if failure.kind == .fatal {
+            window = nil
+            return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
+        }
+        scheduleAttempt(cause: "attempt failed: \(failure.description)")
+    }
+
+    private mutating func startSubscribing() {
+        operationCounter += 1
+        subscribeInFlight = operationCounter
+        enter(.subscribing, "services resolved")
+        actions.append(.subscribe(attempt: operationCounter))
+    }
+
+    private mutating func subscribeFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
+        guard id == subscribeInFlight, state == .subscribing else { return }
+        subscribeInFlight = nil
+        switch result {
+        case .success:
+            goOnline()
+        case .failure(let failure):
+            attemptFailed(failure, cancel: true)
+        }
+    }
+
+    private mutating func goOnline() {
+        cancelTimer(.attemptDeadline)
+        let attempts = window?.attempts ?? 0
+        window = nil
+        blindAttempt = false
+        if hasBeenOnline { status.reconnects += 1 }
+        hasBeenOnline = true
+        status.windowAttempt = 0
+        status.nextAttemptAt = nil
+        status.connectedSince = now
+        failedPolls = 0
+        stopDiscoveryIfRunning()
+        actions.append(.report(.connected(attempt: attempts)))
+        enter(.online, "subscribed")
+        if settings.keepaliveEnabled { startTimer(.keepalive, after: settings.keepaliveInterval) }
+    }
+
+    /// The link went down while it was up or coming up.
+    private mutating func linkLost(cause: String) {
+        stopLinkActivity()
+        actions.append(.report(.disconnected(unexpected: true)))
+        openWindow()
+        scheduleAttempt(cause: cause)
+    }
+
+    // MARK: Keep-alive
+
+    private mutating func poll() {
+        guard state == .online else { return }
+        // Fixed rate: the next poll is due one interval after this one
+        // started, whatever this one takes.
+        startTimer(.keepalive, after: settings.keepaliveInterval)
+        if pollInFlight != nil { return }  // the deadline will judge it
+        operationCounter += 1
+        pollInFlight = operationCounter
+        actions.append(.poll(operationCounter, timeout: settings.keepaliveTimeout))
+        startTimer(.pollDeadline, after: settings.keepaliveTimeout)
+    }
+
+    private mutating func pollFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
+        guard id == pollInFlight else { return }
+        pollInFlight = nil
+        cancelTimer(.pollDeadline)
+        switch result {
+        case .success: failedPolls = 0
+        case .failure(let failure): pollFailed(failure.description)
+        }
+    }
+
+    private mutating func pollFailed(_ error: String) {
+        guard state == .online else { return }
+        failedPolls += 1
+        status.lastError = "keep-alive: \(error)"
+        actions.append(.report(.linkCheckFailed(consecutive: failedPolls, error: error)))
+        if failedPolls >= settings.failedPollsBeforeReconnect {
+            forceReconnect(cause: "\(failedPolls) keep-alive polls failed in a row")
+        }
+    }
+
+    /// Drops a link that is up (or thought to be) and reconnects once
+    /// bluetoothd confirms the disconnect, or after a deadline.
+    private mutating func forceReconnect(cause: String) {
+        stopLinkActivity()
+        awaitingDisconnect = cause
+        actions.append(.disconnect)
+        startTimer(.disconnectDeadline, after: policy.connectTimeout)
+        enter(.backingOff, "\(cause); disconnecting")
+    }
+
+    // MARK: Escalation and cooldown
+
+    private mutating func exhaustWindow() {
+        let attempts = window?.attempts ?? 0
+        window = nil
+        status.windowAttempt = 0
+        actions.append(.report(.windowExhausted(attempts: attempts)))
+        pendingEscalation = settings.escalation
+        runNextEscalation()
+    }
+
+    private mutating func runNextEscalation() {
+        guard !pendingEscalation.isEmpty else {
+            return enterCooldown(cause: "retry window exhausted")
+        }
+        let step = pendingEscalation.removeFirst()
+        escalationInFlight = step
+        enter(.escalating, "retry window exhausted; \(step.rawValue)")
+        actions.append(.escalate(step))
+    }
+
+    private mutating func escalationFinished(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
+        guard state == .escalating, escalationInFlight == step else { return }
+        escalationInFlight = nil
+        switch result {
+        case .success: actions.append(.report(.escalation(step, outcome: "done")))
+        case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))
+        }
+        if !observation.bluezPresent {
+            linkGoneQuietly()
+            return enter(.waitingForBluez, "bluetoothd is not on the bus")
+        }
+        if !observation.adapterUsable {
+            linkGoneQuietly()
+            return enter(.waitingForAdapter, "the adapter is not powered after \(step.rawValue)")
+        }
+        runNextEscalation()
+    }
+
+    private mutating func enterCooldown(cause: String) {
+        blindAttempt = false
+        status.nextAttemptAt = now + policy.cooldown
+        startTimer(.retry, after: policy.cooldown)
+        startDiscoveryIfStopped()
+        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(DurationText.format(policy.cooldown))")
+    }
+
+    private mutating func enterSearching(cause: String) {
+        startDiscoveryIfStopped()
+        enter(.searching, "\(cause); the dongle is unknown to bluetoothd, discovering")
+    }
+
+    // MARK: Timers
+
+    private mutating func timerFired(_ timer: SupervisorTimer) {
+        guard activeTimers.remove(timer) != nil else { return }
+        switch timer {
+        case .retry:
+            if state == .backingOff {
+                attempt(cause: "backoff elapsed")
+            } else if state == .coolingDown {
+                stopDiscoveryIfRunning()
+                openWindow()
+                blindAttempt = true
+                attempt(cause: "cooldown elapsed; blind attempt")
+            }
+        case .attemptDeadline:
+            switch state {
+            case .connecting:
+                connectInFlight = nil
+                attemptFailed(LinkFailure(.needsCancel, "no connection within \(DurationText.format(policy.connectTimeout))"), cancel: true)
+            case .resolving, .subscribing:
+                subscribeInFlight = nil
+                attemptFailed(LinkFailure(.transient, "services not ready within \(DurationText.format(policy.connectTimeout))"), cancel: true)
+            default:
+                break
+            }
+        case .keepalive:
+            poll()
+        case .pollDeadline:
+            guard pollInFlight != nil else { return }
+            pollInFlight = nil
+            pollFailed("no reply within \(DurationText.format(settings.keepaliveTimeout))")
+        case .disconnectDeadline:
+            guard let cause = awaitingDisconnect else { return }
+            awaitingDisconnect = nil
+            openWindow()
+            scheduleAttempt(cause: "\(cause); disconnect not confirmed")
+        }
+    }
+
+    private mutating func startTimer(_ timer: SupervisorTimer, after delay: Duration) {
+        activeTimers.insert(timer)
+        actions.append(.startTimer(timer, after: delay))
+    }
+
+    private mutating func cancelTimer(_ timer: SupervisorTimer) {
+        guard activeTimers.remove(timer) != nil else { return }
+        actions.append(.cancelTimer(timer))
+    }
+
+    // MARK: Manual reconnect
+
+    private mutating func reconnectRequested() {
+        switch state {
+        case .waitingForBluez, .waitingForAdapter:
+            return  // nothing to connect with; the state says why
+        case .online, .subscribing, .resolving:
+            forceReconnect(cause: "reconnect requested")
+        case .connecting:
+            openWindow()
+            window?.attempts = 1
+        case .backingOff where awaitingDisconnect != nil:
+            return  // already reconnecting
+        case .backingOff, .coolingDown, .escalating, .searching:
+            cancelTimer(.retry)
+            stopDiscoveryIfRunning()
+            pendingEscalation = []
+            escalationInFlight = nil
+            openWindow()
+            attempt(cause: "reconnect requested")
+        }
+    }
+
+    // MARK: Helpers
+
+    /// Cancels what belongs to a live link: polls, subscribe, attempt deadline.
+    private mutating func stopLinkActivity() {
+        cancelTimer(.keepalive)
+        cancelTimer(.pollDeadline)
+        cancelTimer(.attemptDeadline)
+        pollInFlight = nil
+        subscribeInFlight = nil
+        connectInFlight = nil
+        status.connectedSince = nil
+    }
+
+    /// bluetoothd or the adapter went away: everything in flight is void and
+    /// every session (discovery included) is gone with it.
+    private mutating func linkGoneQuietly() {
+        if status.connectedSince != nil { actions.append(.report(.disconnected(unexpected: true))) }
+        stopLinkActivity()
+        for timer in SupervisorTimer.allCases { cancelTimer(timer) }
+        window = nil
+        blindAttempt = false
+        discovering = false
+        pendingEscalation = []
+        escalationInFlight = nil
+        awaitingDisconnect = nil
+        status.windowAttempt = 0
+        status.nextAttemptAt = nil
+    }
+
+    private mutating func startDiscoveryIfStopped() {
+        guard !discovering else { return }
+        discovering = true
+        actions.append(.startDiscovery)
+    }
+
+    private mutating func stopDiscoveryIfRunning() {
+        guard discovering else { return }
+        discovering = false
+        actions.append(.stopDiscovery)
+    }
+
+    private mutating func enter(_ next: SupervisorState, _ cause: String) {
+        let previous = status.state
+        status.state = next
+        actions.append(.transition(from: previous, to: next, cause: cause))
+    }
+}

@@ -1,0 +1,97 @@
+/// An outcome of an operation the adapter layer carried out.
+public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        /// Try again later.
+        case transient
+        /// Cancel the stale operation (Device1.Disconnect), then try again.
+        case needsCancel
+        /// Will not get better by retrying soon.
+        case fatal
+    }
+
+    public var kind: Kind
+    public var description: String
+
+    public init(_ kind: Kind, _ description: String) {
+        self.kind = kind
+        self.description = description
+    }
+}
+
+/// Timers the supervisor asks for; at most one of each runs at a time.
+public enum SupervisorTimer: String, Sendable, CaseIterable {
+    /// The next attempt of a window, or the blind attempt of a cooldown.
+    case retry
+    /// Caps a connect attempt (and the resolve that follows) at `connect_timeout`.
+    case attemptDeadline
+    /// The next keep-alive poll.
+    case keepalive
+    /// Caps a poll at `keepalive.timeout`.
+    case pollDeadline
+    /// Caps a forced disconnect that bluetoothd does not confirm.
+    case disconnectDeadline
+}
+
+/// Inputs to the supervisor.
+public enum SupervisorEvent: Sendable {
+    /// The world as seen now (sent whenever it changes).
+    case observed(LinkObservation)
+    /// The dongle was seen advertising (an RSSI update while discovering).
+    case advertising
+    case connectFinished(attempt: Int, Result<Void, LinkFailure>)
+    case subscribeFinished(attempt: Int, Result<Void, LinkFailure>)
+    case pollFinished(poll: Int, Result<Void, LinkFailure>)
+    case escalationFinished(EscalationStep, Result<Void, LinkFailure>)
+    case timerFired(SupervisorTimer)
+    /// A person asked for a reconnect (`tether reconnect`).
+    case reconnectRequested
+}
+
+/// Escalation steps after an exhausted window.
+public typealias EscalationStep = TetherConfig.EscalationStep
+
+/// Something notable for the logs and metrics (journald's TETHER_EVENT).
+public enum SupervisorReport: Sendable, Equatable {
+    case connected(attempt: Int)
+    case disconnected(unexpected: Bool)
+    case reconnectAttempt(attempt: Int, blind: Bool)
+    case attemptFailed(attempt: Int, error: String)
+    case windowExhausted(attempts: Int)
+    case escalation(EscalationStep, outcome: String)
+    case bluezVanished
+    case bluezAppeared
+    case adapterUnavailable
+    case linkCheckFailed(consecutive: Int, error: String)
+
+    /// The journald TETHER_EVENT value.
+    public var eventName: String {
+        switch self {
+        case .connected: "connected"
+        case .disconnected: "disconnected"
+        case .reconnectAttempt: "reconnect-attempt"
+        case .attemptFailed: "attempt-failed"
+        case .windowExhausted: "window-exhausted"
+        case .escalation: "escalation"
+        case .bluezVanished: "bluez-vanished"
+        case .bluezAppeared: "bluez-restarted"
+        case .adapterUnavailable: "adapter-unavailable"
+        case .linkCheckFailed: "link-check-failed"
+        }
+    }
+}
+
+/// Outputs of the supervisor, carried out by the adapter layer in order.
+public enum SupervisorAction: Sendable, Equatable {
+    case connect(attempt: Int, timeout: Duration)
+    /// Device1.Disconnect: cancels a pending connect or drops the link.
+    case disconnect
+    case subscribe(attempt: Int)
+    case poll(Int, timeout: Duration)
+    case startDiscovery
+    case stopDiscovery
+    case escalate(EscalationStep)
+    case startTimer(SupervisorTimer, after: Duration)
+    case cancelTimer(SupervisorTimer)
+    case transition(from: SupervisorState, to: SupervisorState, cause: String)
+    case report(SupervisorReport)
+}

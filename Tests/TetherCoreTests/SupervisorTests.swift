@@ -1,0 +1,289 @@
+import Testing
+@testable import TetherCore
+
+@Suite struct SupervisorTests {
+    static let policy = ReconnectPolicy(
+        firstDelay: .zero, initialBackoff: .seconds(1), maxBackoff: .seconds(30), jitter: 0.2,
+        connectTimeout: .seconds(20), window: .seconds(180), windowAttempts: 12, cooldown: .seconds(300)
+    )
+    static let settings = Supervisor.Settings(
+        policy: policy, keepaliveInterval: .seconds(5), keepaliveTimeout: .seconds(3),
+        escalation: [.powerCycle, .hciReset]
+    )
+
+    /// A link that is online at t=0.
+    func onlineLink(settings: Supervisor.Settings = settings) -> VirtualLink {
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: settings.policy.firstDelay)
+        #expect(link.state == .online)
+        link.clearLog()
+        return link
+    }
+
+    @Test func startsWaitingAndGoesOnlineThroughEveryStage() {
+        var link = VirtualLink(settings: Self.settings)
+        #expect(link.state == .waitingForBluez)
+        link.observe(LinkObservation(bluezPresent: true))
+        #expect(link.state == .waitingForAdapter)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        #expect(link.connectTimes == [.zero])
+        link.send(.connectFinished(attempt: 1, .success(())))
+        #expect(link.state == .resolving)
+        // ServicesResolved before the characteristics are exported: keep waiting.
+        var partial = VirtualLink.up
+        partial.characteristicsReady = false
+        link.observe(partial)
+        #expect(link.state == .resolving)
+        link.answerSubscribes = false
+        link.observe(VirtualLink.up)
+        #expect(link.state == .subscribing)
+        link.send(.subscribeFinished(attempt: 2, .success(())))
+        #expect(link.state == .online)
+        let transitions = link.log.compactMap { entry -> SupervisorState? in
+            if case .transition(_, let to, let cause) = entry.action {
+                #expect(!cause.isEmpty)
+                return to
+            }
+            return nil
+        }
+        #expect(transitions == [.waitingForAdapter, .connecting, .resolving, .subscribing, .online])
+    }
+
+    @Test func keepAlivePollsEveryIntervalAtAFixedRate() {
+        var link = onlineLink()
+        link.advance(by: .seconds(60))
+        let polls = link.log.filter { if case .poll = $0.action { return true } else { return false } }.map(\.time)
+        #expect(polls == (1...12).map { Duration.seconds(5 * $0) })
+        #expect(link.state == .online)
+    }
+
+    @Test func twoFailedPollsForceADisconnectAndAReconnect() {
+        var link = onlineLink()
+        link.pollResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: Not connected"))
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+        #expect(link.count { $0 == .disconnect } == 0)
+        link.advance(by: .seconds(5))
+        #expect(link.count { $0 == .disconnect } == 1)
+        #expect(link.state == .backingOff)
+        // bluetoothd confirms the disconnect: a fresh window starts at once.
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        #expect(link.connectTimes == [.seconds(10)])
+    }
+
+    @Test func aPollThatNeverAnswersCountsAsFailedAtItsTimeout() {
+        var link = onlineLink()
+        link.pollResult = nil
+        link.advance(by: .seconds(8))
+        #expect(link.log.contains { $0.action == .report(.linkCheckFailed(consecutive: 1, error: "no reply within 3s")) })
+        link.advance(by: .seconds(5))
+        #expect(link.count { $0 == .disconnect } == 1)
+    }
+
+    @Test func unexpectedDropReconnectsAtOnce() {
+        var link = onlineLink()
+        link.advance(by: .seconds(2))
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        #expect(link.connectTimes == [.seconds(2)])
+        #expect(link.log.contains { $0.action == .report(.disconnected(unexpected: true)) })
+        // The keep-alive stopped with the link.
+        #expect(link.timers[.keepalive] == nil)
+    }
+
+    @Test func firstDelayIsHonoured() {
+        var settings = Self.settings
+        settings.policy.firstDelay = .milliseconds(500)
+        var link = onlineLink(settings: settings)
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.state == .backingOff)
+        link.advance(by: .milliseconds(499))
+        #expect(link.connectTimes.isEmpty)
+        link.advance(by: .milliseconds(1))
+        #expect(link.connectTimes == [.milliseconds(500)])
+    }
+
+    @Test func failingConnectsFollowTheScheduleThenEscalateThenCoolDown() {
+        var link = onlineLink()
+        link.connectResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(400))
+        let times = link.connectTimes
+        // Bounded: never more than the window's attempts, all inside the window.
+        #expect(times.count <= Self.policy.windowAttempts)
+        #expect(times.count >= 8)
+        #expect(times.allSatisfy { $0 < .seconds(180) })
+        #expect(times.first == .zero)
+        // Each gap is the backoff for that attempt, within the jitter.
+        for (index, pair) in zip(times, times.dropFirst()).enumerated() {
+            let base = Self.policy.baseDelay(beforeAttempt: index + 2)
+            let gap = pair.1 - pair.0
+            #expect(gap >= base * 0.8 && gap <= base * 1.2, "gap \(index): \(gap) vs \(base)")
+        }
+        // Then the escalation steps, in order.
+        let steps = link.log.compactMap { entry -> EscalationStep? in
+            if case .escalate(let step) = entry.action { return step } else { return nil }
+        }
+        #expect(steps == [.powerCycle])
+        #expect(link.state == .escalating)
+        link.send(.escalationFinished(.powerCycle, .success(())))
+        link.send(.escalationFinished(.hciReset, .failure(LinkFailure(.fatal, "unavailable: no Bluetooth in this kernel"))))
+        #expect(link.state == .coolingDown)
+        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action == .report(.windowExhausted(attempts: times.count)) })
+    }
+
+    @Test func coolingDownMakesOneBlindAttemptPerCooldown() {
+        var link = onlineLink()
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        var settings = Self.settings
+        settings.escalation = []
+        link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(180))
+        #expect(link.state == .coolingDown)
+        let windowAttempts = link.connectTimes.count
+        let cooledAt = link.log.last { if case .transition(_, .coolingDown, _) = $0.action { return true } else { return false } }?.time
+        let start = try! #require(cooledAt)
+        link.advance(by: .seconds(1000))
+        let blind = link.connectTimes.dropFirst(windowAttempts)
+        #expect(Array(blind) == [start + .seconds(300), start + .seconds(600), start + .seconds(900)])
+        #expect(link.state == .coolingDown)
+    }
+
+    @Test func advertisingDuringCooldownStartsAFreshWindowAtOnce() {
+        var settings = Self.settings
+        settings.escalation = []
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(link.state == .coolingDown)
+        let before = link.connectTimes.count
+        link.connectResult = .success(())
+        link.send(.advertising)
+        #expect(link.connectTimes.count == before + 1)
+        #expect(link.connectTimes.last == link.now)
+        #expect(link.log.contains { $0.action == .stopDiscovery })
+        #expect(link.state == .online)
+        #expect(link.supervisor.status.reconnects == 0)
+    }
+
+    @Test func inProgressIsCancelledThenRetried() {
+        var link = onlineLink()
+        link.connectResult = .failure(LinkFailure(.needsCancel, "org.bluez.Error.InProgress: Operation already in progress"))
+        link.observe(VirtualLink.down)
+        let first = link.log.firstIndex { if case .connect = $0.action { return true } else { return false } }
+        let cancel = link.log.firstIndex { $0.action == .disconnect }
+        #expect(first != nil && cancel != nil && first! < cancel!)
+        link.connectResult = .success(())
+        link.advance(by: .seconds(2))
+        #expect(link.state == .online)
+        #expect(link.supervisor.status.reconnects == 1)
+    }
+
+    @Test func aConnectThatHangsIsCancelledAtTheConnectTimeout() {
+        var link = onlineLink()
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        link.advance(by: .seconds(20))
+        #expect(link.count { $0 == .disconnect } == 1)
+        #expect(link.state == .backingOff)
+        // The late reply of the abandoned attempt is ignored.
+        link.send(.connectFinished(attempt: 99, .success(())))
+        #expect(link.state == .backingOff)
+    }
+
+    @Test func adapterOffMeansNoAttemptsUntilPowerReturns() {
+        var link = onlineLink()
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        var off = VirtualLink.down
+        off.adapterPowered = false
+        link.observe(off)
+        #expect(link.state == .waitingForAdapter)
+        link.advance(by: .seconds(600))
+        #expect(link.connectTimes.isEmpty)
+        #expect(link.timers.isEmpty)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.connectTimes == [.seconds(600)])
+        #expect(link.state == .online)
+    }
+
+    @Test func bluetoothdVanishingAndReturningResubscribes() {
+        var link = onlineLink()
+        link.observe(LinkObservation())
+        #expect(link.state == .waitingForBluez)
+        #expect(link.log.contains { $0.action == .report(.bluezVanished) })
+        link.advance(by: .seconds(30))
+        #expect(link.connectTimes.isEmpty)
+        link.observe(VirtualLink.down)
+        #expect(link.log.contains { $0.action == .report(.bluezAppeared) })
+        #expect(link.state == .online)
+        #expect(link.count { if case .subscribe = $0 { return true } else { return false } } == 1)
+    }
+
+    @Test func unknownDongleIsSearchedForWithDiscovery() {
+        var link = VirtualLink(settings: Self.settings)
+        link.connectResult = .success(())
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)
+        #expect(link.state == .searching)
+        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.connectTimes.isEmpty)
+        link.observe(VirtualLink.down)
+        #expect(link.log.contains { $0.action == .stopDiscovery })
+        #expect(link.state == .online)
+    }
+
+    @Test func manualReconnectDropsAndReconnects() {
+        var link = onlineLink()
+        link.send(.reconnectRequested)
+        #expect(link.count { $0 == .disconnect } == 1)
+        link.observe(VirtualLink.down)
+        #expect(link.connectTimes.count == 1)
+        #expect(link.state == .online)
+        #expect(link.supervisor.status.reconnects == 1)
+    }
+
+    @Test func manualReconnectDuringCooldownStartsAFreshWindow() {
+        var settings = Self.settings
+        settings.escalation = []
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(link.state == .coolingDown)
+        link.clearLog()
+        link.send(.reconnectRequested)
+        #expect(link.connectTimes == [link.now])
+        #expect(link.supervisor.status.windowAttempt == 1 || link.state == .backingOff)
+    }
+
+    @Test func fatalErrorsCoolDownInsteadOfHammering() {
+        var link = onlineLink()
+        link.connectResult = .failure(LinkFailure(.fatal, "org.bluez.Error.NotPermitted"))
+        link.observe(VirtualLink.down)
+        #expect(link.state == .coolingDown)
+        #expect(link.connectTimes.count == 1)
+        #expect(link.supervisor.status.lastError == "org.bluez.Error.NotPermitted")
+    }
+
+    @Test func keepAliveOffMeansNoPolls() {
+        var settings = Self.settings
+        settings.keepaliveEnabled = false
+        var link = onlineLink(settings: settings)
+        link.advance(by: .seconds(60))
+        #expect(link.count { if case .poll = $0 { return true } else { return false } } == 0)
+    }
+}

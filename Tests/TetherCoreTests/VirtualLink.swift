@@ -1,0 +1,76 @@
+@testable import TetherCore
+
+/// Drives a `Supervisor` on a virtual clock: timers it starts become
+/// deadlines, and `advance` fires them in order. No real time passes.
+struct VirtualLink {
+    var supervisor: Supervisor
+    var now: Duration = .zero
+    var timers: [SupervisorTimer: Duration] = [:]
+    /// Every action, with the virtual time it was issued at.
+    var log: [(time: Duration, action: SupervisorAction)] = []
+    /// What the next connect/subscribe/poll returns, if answered automatically.
+    var connectResult: Result<Void, LinkFailure>?
+    var answerSubscribes = true
+    var pollResult: Result<Void, LinkFailure>? = .success(())
+
+    init(settings: Supervisor.Settings, seed: UInt64 = 1) {
+        supervisor = Supervisor(settings: settings, seed: seed)
+    }
+
+    static let up = LinkObservation(
+        bluezPresent: true, adapterPresent: true, adapterPowered: true, devicePresent: true, connected: true,
+        servicesResolved: true, characteristicsReady: true
+    )
+    static let down = LinkObservation(bluezPresent: true, adapterPresent: true, adapterPowered: true, devicePresent: true)
+
+    mutating func send(_ event: SupervisorEvent) {
+        let actions = supervisor.handle(event, at: now)
+        for action in actions {
+            log.append((now, action))
+            switch action {
+            case .startTimer(let timer, let delay): timers[timer] = now + delay
+            case .cancelTimer(let timer): timers[timer] = nil
+            default: break
+            }
+        }
+        for action in actions {
+            switch action {
+            case .connect(let id, _):
+                if let result = connectResult {
+                    if case .success = result { observe(VirtualLink.up) }
+                    send(.connectFinished(attempt: id, result))
+                }
+            case .subscribe(let id) where answerSubscribes:
+                send(.subscribeFinished(attempt: id, .success(())))
+            case .poll(let id, _):
+                if let result = pollResult { send(.pollFinished(poll: id, result)) }
+            default:
+                break
+            }
+        }
+    }
+
+    mutating func observe(_ observation: LinkObservation) { send(.observed(observation)) }
+
+    /// Moves the clock forward, firing due timers in deadline order.
+    mutating func advance(by duration: Duration) {
+        let end = now + duration
+        while let (timer, deadline) = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value }) {
+            now = deadline
+            timers[timer] = nil
+            send(.timerFired(timer))
+        }
+        now = end
+    }
+
+    var state: SupervisorState { supervisor.state }
+
+    /// Times at which connect actions were issued.
+    var connectTimes: [Duration] {
+        log.compactMap { if case .connect = $0.action { return $0.time } else { return nil } }
+    }
+
+    func count(where match: (SupervisorAction) -> Bool) -> Int { log.filter { match($0.action) }.count }
+
+    mutating func clearLog() { log.removeAll() }
+}

@@ -102,12 +102,13 @@ import Testing
         settings.policy.firstDelay = .milliseconds(500)
         var link = onlineLink(settings: settings)
         link.connectResult = nil
+        let drop = link.now
         link.observe(VirtualLink.down)
         #expect(link.state == .backingOff)
         link.advance(by: .milliseconds(499))
         #expect(link.connectTimes.isEmpty)
         link.advance(by: .milliseconds(1))
-        #expect(link.connectTimes == [.milliseconds(500)])
+        #expect(link.connectTimes == [drop + .milliseconds(500)])
     }
 
     @Test func failingConnectsFollowTheScheduleThenEscalateThenCoolDown() {
@@ -175,6 +176,28 @@ import Testing
         #expect(link.log.contains { $0.action == .stopDiscovery })
         #expect(link.state == .online)
         #expect(link.supervisor.status.reconnects == 0)
+    }
+
+    @Test func aDongleThatAdvertisesAllAlongGetsOnlyBlindAttempts() {
+        var settings = Self.settings
+        settings.escalation = []
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        // Advertising every 100 ms all along (seen whenever discovery runs):
+        // the window runs its course, then no fresh window in the cooldown.
+        for _ in 0..<2800 {
+            link.advance(by: .milliseconds(100))
+            link.send(.advertising)
+        }
+        #expect(link.state == .coolingDown)
+        let before = link.connectTimes.count
+        #expect(before <= Self.policy.windowAttempts)
+        #expect(link.connectTimes.allSatisfy { $0 < .seconds(180) })
+        // Silent for a while, then seen again: it woke up.
+        link.advance(by: settings.advertisingSilence)
+        link.send(.advertising)
+        #expect(link.connectTimes.count == before + 1)
     }
 
     @Test func inProgressIsCancelledThenRetried() {

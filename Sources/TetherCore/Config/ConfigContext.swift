@@ -9,12 +9,24 @@ struct ConfigContext {
         ConfigError(file: file, line: key.flatMap { locator.line(of: $0) }, key: key, message: message)
     }
 
-    /// Quotes a user-supplied string for a message, shortened so a fuzzed or
-    /// pasted-in megabyte value does not swamp the log line.
+    /// Quotes a user-supplied string for a message, escaping quotes and control
+    /// characters, shortened so a fuzzed or pasted-in megabyte value does not swamp
+    /// the log line. (Not `debugDescription`: TOMLKit redefines it for String.)
     static func quoted(_ text: String) -> String {
         let limit = 60
-        let shown = text.count > limit ? String(text.prefix(limit)) + "…" : text
-        return shown.debugDescription
+        var result = "\""
+        for character in text.unicodeScalars.prefix(limit) {
+            switch character {
+            case "\"": result += "\\\""
+            case "\\": result += "\\\\"
+            case "\n": result += "\\n"
+            case "\t": result += "\\t"
+            case _ where character.value < 0x20 || character.value == 0x7f:
+                result += "\\u{\(String(character.value, radix: 16))}"
+            default: result.unicodeScalars.append(character)
+            }
+        }
+        return result + (text.unicodeScalars.count > limit ? "…\"" : "\"")
     }
 
     /// "an integer", "a string", … for "expected …, got …" messages.

@@ -33,6 +33,9 @@ extension TetherConfig {
             let line = text.utf8[..<nul].reduce(1) { $1 == UInt8(ascii: "\n") ? $0 + 1 : $0 }
             throw ConfigError(file: context.file, line: line, message: "contains a NUL byte")
         }
+        if let problem = TOMLPrescreen.check(text) {
+            throw ConfigError(file: context.file, line: problem.line, message: "TOML syntax error: \(problem.message)")
+        }
         do {
             return try TOMLTable(string: text)
         } catch let error as TOMLParseError {

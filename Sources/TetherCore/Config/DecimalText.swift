@@ -17,7 +17,8 @@ struct DecimalText {
         return (DecimalText(integerDigits: integer, fractionDigits: fraction), rest)
     }
 
-    /// The value times `unit`, rounded down to an integer; nil on Int64 overflow.
+    /// The value times `unit` (which must be positive), rounded down to an integer;
+    /// nil on Int64 overflow.
     func scaled(by unit: Int64) -> Int64? {
         var whole: Int64 = 0
         for digit in integerDigits {
@@ -29,14 +30,17 @@ struct DecimalText {
         }
         let (result, overflow) = whole.multipliedReportingOverflow(by: unit)
         guard !overflow else { return nil }
-        // Each fraction digit contributes digit * unit / 10^k; stop once that is below 1.
-        var fractionPart: Int64 = 0
-        var place = unit
-        for digit in fractionDigits {
-            place /= 10
-            guard place > 0, let value = digit.wholeNumberValue else { break }
-            fractionPart += Int64(value) * place
+        // fraction = F / 10^k exactly; F * unit can exceed 64 bits, so multiply full
+        // width. Digits past the 18th cannot matter for units up to an hour in ns.
+        var numerator: UInt64 = 0
+        var denominator: UInt64 = 1
+        for digit in fractionDigits.prefix(18) {
+            guard let value = digit.wholeNumberValue else { return nil }
+            numerator = numerator * 10 + UInt64(value)
+            denominator *= 10
         }
+        let product = UInt64(unit).multipliedFullWidth(by: numerator)
+        let fractionPart = Int64(denominator.dividingFullWidth(product).quotient)
         let (sum, overflow2) = result.addingReportingOverflow(fractionPart)
         return overflow2 ? nil : sum
     }

@@ -21,6 +21,12 @@ public struct Supervisor: Sendable {
         public var escalation: [EscalationStep]
         /// Failed link checks in a row that force a reconnect.
         public var failedPollsBeforeReconnect = 2
+        /// While cooling down, the dongle counts as having woken up (and a
+        /// fresh window opens) only when it advertises after this long
+        /// without being seen. A dongle that advertises all along but refuses
+        /// connections gets one blind attempt per cooldown, not an endless
+        /// series of windows.
+        public var advertisingSilence: Duration = .seconds(5)
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -58,6 +64,8 @@ public struct Supervisor: Sendable {
         /// Times the link came back after being lost.
         public var reconnects = 0
         public var connectedSince: Duration?
+
+        public init() {}
     }
 
     private struct Window {
@@ -83,6 +91,10 @@ public struct Supervisor: Sendable {
     private var escalationInFlight: EscalationStep?
     /// Set after we asked for a disconnect and wait for bluetoothd to confirm it.
     private var awaitingDisconnect: String?
+    /// Since when discovery has been listening in this cooldown, and when the
+    /// dongle was last seen advertising.
+    private var listeningSince: Duration?
+    private var lastAdvertisement: Duration?
     private var activeTimers: Set<SupervisorTimer> = []
     private var random: SplitMix64
     private var now: Duration = .zero
@@ -175,9 +187,12 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func dongleAdvertising() {
+        let silentSince = lastAdvertisement ?? listeningSince ?? now
+        lastAdvertisement = now
         switch state {
-        case .coolingDown, .searching:
-            guard observation.devicePresent else { return }
+        case .coolingDown:
+            // Seen again after a silence: it woke up (or was woken).
+            guard observation.devicePresent, now - silentSince >= settings.advertisingSilence else { return }
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
             blindAttempt = false
@@ -225,7 +240,7 @@ public struct Supervisor: Sendable {
         } else {
             status.nextAttemptAt = now + delay
             startTimer(.retry, after: delay)
-            enter(.backingOff, "\(cause); attempt \(n) in \(DurationText.format(delay))")
+            enter(.backingOff, "\(cause); attempt \(n) in \(DurationText.rounded(delay))")
         }
     }
 
@@ -399,10 +414,12 @@ public struct Supervisor: Sendable {
 
     private mutating func enterCooldown(cause: String) {
         blindAttempt = false
+        listeningSince = now
+        lastAdvertisement = nil
         status.nextAttemptAt = now + policy.cooldown
         startTimer(.retry, after: policy.cooldown)
         startDiscoveryIfStopped()
-        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(DurationText.format(policy.cooldown))")
+        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(DurationText.rounded(policy.cooldown))")
     }
 
     private mutating func enterSearching(cause: String) {
@@ -428,10 +445,10 @@ public struct Supervisor: Sendable {
             switch state {
             case .connecting:
                 connectInFlight = nil
-                attemptFailed(LinkFailure(.needsCancel, "no connection within \(DurationText.format(policy.connectTimeout))"), cancel: true)
+                attemptFailed(LinkFailure(.needsCancel, "no connection within \(DurationText.rounded(policy.connectTimeout))"), cancel: true)
             case .resolving, .subscribing:
                 subscribeInFlight = nil
-                attemptFailed(LinkFailure(.transient, "services not ready within \(DurationText.format(policy.connectTimeout))"), cancel: true)
+                attemptFailed(LinkFailure(.transient, "services not ready within \(DurationText.rounded(policy.connectTimeout))"), cancel: true)
             default:
                 break
             }
@@ -440,7 +457,7 @@ public struct Supervisor: Sendable {
         case .pollDeadline:
             guard pollInFlight != nil else { return }
             pollInFlight = nil
-            pollFailed("no reply within \(DurationText.format(settings.keepaliveTimeout))")
+            pollFailed("no reply within \(DurationText.rounded(settings.keepaliveTimeout))")
         case .disconnectDeadline:
             guard let cause = awaitingDisconnect else { return }
             awaitingDisconnect = nil

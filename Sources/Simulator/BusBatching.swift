@@ -1,0 +1,27 @@
+import DBus
+
+/// Several bus operations in one hop onto the bus's executor. Besides being
+/// cheaper, a batch cannot be interleaved with other traffic from the
+/// simulator, so e.g. a burst of notifications stays contiguous.
+extension Bus {
+    func exportObjects(_ objects: [(ObjectPath, [ExportedInterface])]) throws(DBusError) {
+        for (path, interfaces) in objects { try export(path, interfaces) }
+    }
+
+    /// Removes objects (one InterfacesRemoved each), skipping any already gone.
+    func unexportObjects(_ paths: [ObjectPath]) {
+        for path in paths { try? unexport(path) }
+    }
+
+    /// GATT notifications: one PropertiesChanged of Value per payload, sent
+    /// even when the value repeats, as bluetoothd does.
+    func notifyValues(_ path: ObjectPath, interface: String, _ values: [[UInt8]]) {
+        for value in values {
+            do {
+                try setProperties(path, interface, ["Value": .bytes(value)])
+            } catch {
+                return  // the object is gone or the connection closed: the rest would fail too
+            }
+        }
+    }
+}

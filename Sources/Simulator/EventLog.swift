@@ -1,0 +1,77 @@
+import Foundation
+
+/// The simulator's record of what happened: kept in memory for in-process
+/// tests and, when a path is given, appended to a JSON-lines file as each
+/// event happens (tests and the demo read it while the simulator runs).
+struct EventLog {
+    /// In-memory events are capped so a long demo run at a high notify rate
+    /// does not grow without bound; the oldest half goes when the cap is hit.
+    static let memoryLimit = 500_000
+
+    private let startedAt: ContinuousClock.Instant
+    private var file: FileHandle?
+    private(set) var events: [SimulatorEvent] = []
+
+    init(path: String?, startedAt: ContinuousClock.Instant) throws {
+        self.startedAt = startedAt
+        guard let path else { return }
+        if !FileManager.default.fileExists(atPath: path) {
+            guard FileManager.default.createFile(atPath: path, contents: nil) else {
+                throw SimulatorError.cannotOpenEventLog(path)
+            }
+        }
+        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
+        try handle.seekToEnd()
+        file = handle
+    }
+
+    /// Milliseconds since the simulator started, on the monotonic clock.
+    func timestamp(_ now: ContinuousClock.Instant = .now) -> Double {
+        let elapsed = now - startedAt
+        return Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+    }
+
+    mutating func record(_ kind: SimulatorEvent.Kind, _ fill: (inout SimulatorEvent) -> Void = { _ in }) {
+        var event = SimulatorEvent(t: timestamp(), ev: kind.rawValue)
+        fill(&event)
+        append(event)
+    }
+
+    /// Many notify events at once (one telemetry tick), in a single write.
+    mutating func recordNotifications(_ sequences: [UInt32]) {
+        let t = timestamp()
+        var text = ""
+        for sequence in sequences {
+            let event = SimulatorEvent(t: t, ev: SimulatorEvent.Kind.notify.rawValue, seq: sequence)
+            remember(event)
+            if file != nil { text += event.jsonLine + "\n" }
+        }
+        write(text)
+    }
+
+    private mutating func append(_ event: SimulatorEvent) {
+        remember(event)
+        if file != nil { write(event.jsonLine + "\n") }
+    }
+
+    private mutating func remember(_ event: SimulatorEvent) {
+        if events.count >= Self.memoryLimit { events.removeFirst(Self.memoryLimit / 2) }
+        events.append(event)
+    }
+
+    private mutating func write(_ text: String) {
+        guard let file, !text.isEmpty else { return }
+        do {
+            try file.write(contentsOf: Data(text.utf8))
+        } catch {
+            // A full disk must not take the simulator down; stop writing.
+            try? file.close()
+            self.file = nil
+        }
+    }
+
+    mutating func close() {
+        try? file?.close()
+        file = nil
+    }
+}

@@ -1,0 +1,195 @@
+import BlueZ
+import DBus
+
+/// Adapter1: power, discovery sessions and what discovery sees, RemoveDevice,
+/// writable properties, and clients leaving the bus.
+extension Simulator {
+    // MARK: Power
+
+    /// Powering off drops the link and ends every discovery session;
+    /// Connect and StartDiscovery then give NotReady until power returns.
+    public func setAdapterPowered(_ on: Bool) async {
+        guard !stopped, on != powered else { return }
+        powered = on
+        log.record(.power) { $0.on = on }
+        if !on {
+            await loseLink(reason: "power-off", asleep: false)
+            await endAllDiscovery(reason: "power-off")
+        }
+        await setAdapterProperties(["Powered": .boolean(on)])
+    }
+
+    func setAdapterProperty(_ name: String, _ value: DBusValue) async throws {
+        try ensureRunning()
+        switch (name, value) {
+        case ("Powered", .boolean(let on)):
+            await setAdapterPowered(on)
+        case ("Alias", .string), ("Discoverable", .boolean), ("Pairable", .boolean):
+            await setAdapterProperties([name: value])
+        default:
+            throw BlueZFault.invalidArguments()
+        }
+    }
+
+    func setDeviceProperty(_ name: String, _ value: DBusValue) async throws {
+        try ensureRunning()
+        switch (name, value) {
+        case ("Alias", .string(let alias)):
+            // An empty alias resets it to the name, as bluetoothd does.
+            await setDeviceProperties(["Alias": .string(alias.isEmpty ? options.name : alias)])
+        case ("Trusted", .boolean):
+            await setDeviceProperties([name: value])
+        default:
+            throw BlueZFault.invalidArguments()
+        }
+    }
+
+    // MARK: Discovery
+
+    func startDiscovery(client: String) async throws {
+        try ensureRunning()
+        guard powered else { throw BlueZFault.notReady }
+        guard discoveryClients.insert(client).inserted else { throw BlueZFault.busy }
+        log.record(.discoveryStart) { $0.client = client }
+        await updateDiscovering()
+    }
+
+    func stopDiscovery(client: String) async throws {
+        try ensureRunning()
+        guard powered else { throw BlueZFault.notReady }
+        guard discoveryClients.remove(client) != nil else { throw BlueZFault.failed("No discovery started") }
+        // The filter belongs to the session and goes with it.
+        discoveryFilters[client] = nil
+        log.record(.discoveryStop) { $0.client = client }
+        await updateDiscovering()
+    }
+
+    func setDiscoveryFilter(_ filter: DiscoveryFilter, client: String) async throws {
+        try ensureRunning()
+        guard powered else { throw BlueZFault.notReady }
+        // An empty dictionary clears the filter.
+        discoveryFilters[client] = filter == DiscoveryFilter() ? nil : filter
+    }
+
+    func endAllDiscovery(reason: String) async {
+        for client in discoveryClients.sorted() {
+            log.record(.discoveryStop) {
+                $0.client = client
+                $0.reason = reason
+            }
+        }
+        discoveryClients.removeAll()
+        discoveryFilters.removeAll()
+        await updateDiscovering()
+    }
+
+    /// Discovering is true while any session exists. When discovery stops,
+    /// the device's RSSI is invalidated.
+    func updateDiscovering() async {
+        let active = powered && !discoveryClients.isEmpty
+        guard active != discovering else { return }
+        discovering = active
+        if active {
+            scanTask = Task { await self.scan() }
+            await setAdapterProperties(["Discovering": .boolean(true)])
+        } else {
+            scanTask?.cancel()
+            scanTask = nil
+            let hadRSSI = rssiPublished
+            rssiPublished = false
+            await setAdapterProperties(["Discovering": .boolean(false)])
+            if hadRSSI { await setDeviceProperties([:], invalidated: ["RSSI"]) }
+        }
+    }
+
+    /// Each advertising interval while discovery runs and the dongle
+    /// advertises: an RSSI update, or the device's first appearance.
+    private func scan() async {
+        while await Self.sleepUnlessCancelled(options.advertisingInterval) {
+            guard discovering, let bus = bluez else { return }
+            guard dongle.state == .advertising else { continue }
+            let rssi = dongle.nextRSSI()
+            guard discoveryClients.contains(where: { client in
+                (discoveryFilters[client] ?? DiscoveryFilter()).accepts(
+                    uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: options.address
+                )
+            }) else { continue }
+            rssiPublished = true
+            if deviceExported {
+                try? await bus.setProperties(devicePath, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
+            } else {
+                deviceExported = true
+                try? await bus.export(devicePath, [deviceInterface(rssi: rssi)])
+            }
+        }
+    }
+
+    // MARK: RemoveDevice
+
+    /// Removes the device object (disconnecting first); discovery can find
+    /// it again. Its notify sessions go with it.
+    func removeDevice(_ path: ObjectPath) async throws {
+        try ensureRunning()
+        guard path == devicePath, deviceExported else { throw BlueZFault.doesNotExist }
+        if let pending = pendingConnect {
+            pendingConnect = nil
+            cancelWait(pending.waitID)
+        }
+        await loseLink(reason: "device-removed", asleep: false)
+        guard deviceExported else { return }
+        deviceExported = false
+        deviceKnown = false
+        rssiPublished = false
+        dropAllNotifySessions(reason: "device-removed")
+        try? await bluez?.unexport(devicePath)
+    }
+
+    func dropAllNotifySessions(reason: String) {
+        for (path, clients) in notifySessions.sorted(by: { $0.key < $1.key }) {
+            for client in clients.sorted() {
+                log.record(.stopNotify) {
+                    $0.client = client
+                    $0.uuid = gatt.characteristic(at: path)?.uuid
+                    $0.reason = reason
+                }
+            }
+        }
+        notifySessions.removeAll()
+        updateTelemetry()
+    }
+
+    // MARK: Clients leaving the bus
+
+    /// bluetoothd watches its clients: when one leaves the bus, its discovery
+    /// session and notify sessions end.
+    func watchClients(on bus: Bus) async throws {
+        let departures = try await bus.signals(matching: MatchRule(
+            sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+            path: "/org/freedesktop/DBus"
+        ))
+        clientWatchTask?.cancel()
+        clientWatchTask = Task {
+            for await signal in departures {
+                guard signal.body.count >= 3, let name = signal.body[0].string, name.hasPrefix(":"),
+                      signal.body[2].string == ""
+                else { continue }
+                await self.clientLeft(name)
+            }
+        }
+    }
+
+    private func clientLeft(_ name: String) async {
+        discoveryFilters[name] = nil
+        if discoveryClients.remove(name) != nil {
+            log.record(.discoveryStop) {
+                $0.client = name
+                $0.reason = "client-left"
+            }
+            await updateDiscovering()
+        }
+        for (path, clients) in notifySessions where clients.contains(name) {
+            notifySessions[path]?.remove(name)
+            await notifySessionEnded(path, client: name, reason: "client-left")
+        }
+    }
+}

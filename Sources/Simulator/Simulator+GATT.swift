@@ -1,0 +1,170 @@
+import BlueZ
+import DBus
+
+/// GattCharacteristic1 methods and the telemetry stream.
+extension Simulator {
+    /// GATT calls need a link; bluetoothd answers Failed "Not connected".
+    private func requireLink() throws(DBusError) {
+        guard !stopped, dongle.state == .connected, gattExported else { throw BlueZFault.gattNotConnected }
+    }
+
+    /// The characteristic's current value as a read returns it.
+    private func currentValue(of characteristic: GattDatabase.Characteristic) -> [UInt8] {
+        characteristic.path == gatt.batteryLevel.path ? [dongle.batteryLevel] : []
+    }
+
+    func readCharacteristic(
+        _ characteristic: GattDatabase.Characteristic, client: String, options: [String: DBusValue]
+    ) async throws -> [UInt8] {
+        try requireLink()
+        guard characteristic.isReadable else { throw BlueZFault.notPermitted("Read not permitted") }
+        let value = currentValue(of: characteristic)
+        let offset = options["offset"]?.int64 ?? 0
+        guard offset >= 0, offset <= Int64(value.count) else { throw BlueZFault.invalidOffset }
+        dongle.noteActivity(at: .now)
+        log.record(.read) {
+            $0.client = client
+            $0.uuid = characteristic.uuid
+        }
+        // bluetoothd announces a read result as a Value change, then replies.
+        try? await bluez?.setProperties(characteristic.path, BlueZ.gattCharacteristicInterface, ["Value": .bytes(value)])
+        return Array(value[Int(offset)...])
+    }
+
+    func writeCharacteristic(
+        _ characteristic: GattDatabase.Characteristic, value: [UInt8], client: String, options: [String: DBusValue]
+    ) async throws {
+        try requireLink()
+        let type = options["type"]?.string ?? "request"
+        let permitted: Bool
+        switch type {
+        case "command": permitted = characteristic.acceptsWriteCommand
+        case "request", "reliable": permitted = characteristic.acceptsWriteRequest
+        default: throw BlueZFault.invalidArguments()
+        }
+        guard permitted else { throw BlueZFault.notPermitted("Write not permitted") }
+        dongle.noteActivity(at: .now)
+        log.record(.write) {
+            $0.client = client
+            $0.uuid = characteristic.uuid
+            $0.hex = value.map { byte in
+                let hex = String(byte, radix: 16)
+                return hex.count == 1 ? "0" + hex : hex
+            }.joined()
+            $0.type = type
+        }
+    }
+
+    /// Notify sessions belong to the caller's unique name; a second
+    /// StartNotify from the same client succeeds without a second session.
+    /// Not activity for the idle timer.
+    func startNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
+        try requireLink()
+        guard characteristic.isNotifiable else { throw BlueZFault.notSupported }
+        var sessions = notifySessions[characteristic.path] ?? []
+        guard sessions.insert(client).inserted else { return }
+        notifySessions[characteristic.path] = sessions
+        log.record(.startNotify) {
+            $0.client = client
+            $0.uuid = characteristic.uuid
+        }
+        updateTelemetry()
+        if sessions.count == 1 {
+            await setNotifying(characteristic.path, true)
+        }
+    }
+
+    func stopNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
+        try ensureRunning()
+        guard notifySessions[characteristic.path]?.remove(client) != nil else {
+            throw BlueZFault.failed("No notify session started")
+        }
+        await notifySessionEnded(characteristic.path, client: client, reason: nil)
+    }
+
+    /// Bookkeeping after a session went away (StopNotify or the client left
+    /// the bus): Notifying turns false with the last session.
+    func notifySessionEnded(_ path: ObjectPath, client: String, reason: String?) async {
+        log.record(.stopNotify) {
+            $0.client = client
+            $0.uuid = gatt.characteristic(at: path)?.uuid
+            $0.reason = reason
+        }
+        updateTelemetry()
+        if notifySessions[path]?.isEmpty ?? true {
+            notifySessions[path] = nil
+            await setNotifying(path, false)
+        }
+    }
+
+    private func setNotifying(_ path: ObjectPath, _ on: Bool) async {
+        guard gattExported, let bus = bluez else { return }
+        try? await bus.setProperties(path, BlueZ.gattCharacteristicInterface, ["Notifying": .boolean(on)])
+    }
+
+    func readDescriptor(_ descriptor: GattDatabase.Descriptor) async throws -> [UInt8] {
+        try requireLink()
+        let enabled = !(notifySessions[descriptor.characteristicPath]?.isEmpty ?? true)
+        return enabled ? [0x01, 0x00] : [0x00, 0x00]
+    }
+
+    // MARK: Telemetry
+
+    /// Runs the telemetry task exactly while it should: link up, GATT
+    /// resolved, a notify session on TX and a rate above zero.
+    func updateTelemetry() {
+        let wanted = !stopped && dongle.state == .connected && gattExported && notifyRate > 0
+            && !(notifySessions[gatt.tx.path]?.isEmpty ?? true)
+        if wanted, telemetryTask == nil {
+            let link = linkID
+            telemetryTask = Task { await self.sendTelemetry(link: link) }
+        } else if !wanted {
+            telemetryTask?.cancel()
+            telemetryTask = nil
+        }
+    }
+
+    /// Sends `notifyRate` notifications per second. Ticks are at least 1 ms
+    /// apart; faster rates send several per tick, keeping the average exact.
+    /// After a stall it sends at most 100 ms worth at once and skips the
+    /// rest, as a radio that missed its connection events would.
+    private func sendTelemetry(link: Int) async {
+        let rate = notifyRate
+        guard rate > 0 else { return }
+        let interval = max(Duration.milliseconds(1), Duration.seconds(1 / rate))
+        let maxBurst = max(1, Int(rate / 10))
+        let start = ContinuousClock.now
+        var deadline = start
+        var sent = 0
+        while true {
+            deadline += interval
+            let now = ContinuousClock.now
+            if deadline < now - interval { deadline = now }
+            do {
+                try await Task.sleep(until: deadline, clock: .continuous)
+            } catch {
+                return
+            }
+            guard !Task.isCancelled, link == linkID, gattExported, let bus = bluez else { return }
+            var due = Int((ContinuousClock.now - start).inSeconds * rate) - sent
+            if due > maxBurst {
+                sent += due - maxBurst
+                due = maxBurst
+            }
+            guard due > 0 else { continue }
+            sent += due
+            var payloads: [[UInt8]] = []
+            var sequences: [UInt32] = []
+            payloads.reserveCapacity(due)
+            sequences.reserveCapacity(due)
+            for _ in 0..<due {
+                let next = dongle.nextNotification()
+                payloads.append(next.payload)
+                sequences.append(next.sequence)
+            }
+            log.recordNotifications(sequences)
+            await bus.notifyValues(gatt.tx.path, interface: BlueZ.gattCharacteristicInterface, payloads)
+            await publishSequence()
+        }
+    }
+}

@@ -1,0 +1,115 @@
+import BlueZ
+import DBus
+
+/// bluetoothd coming up, crashing and restarting.
+extension Simulator {
+    /// A new bluetoothd: a new connection (new unique name) takes org.bluez,
+    /// then exports the adapter and, if remembered, the (disconnected) device,
+    /// each announced with InterfacesAdded as the real daemon does once it has
+    /// read the controller.
+    func bringUpBluetoothd() async throws {
+        let bus = try await Bus.connect(address: busAddress)
+        guard !stopped, bluez == nil else {
+            await bus.close()
+            return
+        }
+        bluez = bus
+        do {
+            await bus.enableObjectManager(at: .root)
+            try await watchClients(on: bus)
+            try await bus.requestName(BlueZ.service)
+            try await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
+            if deviceKnown {
+                deviceExported = true
+                try await bus.export(devicePath, [deviceInterface(rssi: nil)])
+            }
+        } catch {
+            clientWatchTask?.cancel()
+            clientWatchTask = nil
+            deviceExported = false
+            if bluez === bus { bluez = nil }
+            await bus.close()
+            throw error
+        }
+    }
+
+    /// Kills bluetoothd: the org.bluez connection closes with no
+    /// InterfacesRemoved (clients see only NameOwnerChanged), the link drops
+    /// (the dongle advertises), every notify and discovery session is gone.
+    /// Returns at once; a new bluetoothd comes up after `restartAfter`.
+    public func crash(restartAfter delay: Duration) async {
+        guard !stopped, let bus = bluez else { return }
+        log.record(.crash)
+        bluez = nil
+        forgetBluetoothdState(reason: "bluetoothd-crash")
+        await bus.close()
+        scheduleRestart(after: delay)
+        await publishControl()
+    }
+
+    /// Stops bluetoothd cleanly: InterfacesRemoved for every object, then the
+    /// name is released; a new bluetoothd comes up after `after`.
+    public func restart(after delay: Duration) async {
+        guard !stopped, let bus = bluez else { return }
+        log.record(.restart)
+        bluez = nil
+        var paths = gattExported ? gatt.removalOrder : []
+        if deviceExported { paths.append(devicePath) }
+        paths.append(adapterPath)
+        forgetBluetoothdState(reason: "bluetoothd-restart")
+        await bus.unexportObjects(paths)
+        try? await bus.releaseName(BlueZ.service)
+        await bus.close()
+        scheduleRestart(after: delay)
+        await publishControl()
+    }
+
+    /// Everything bluetoothd kept in memory, gone; the dongle only notices
+    /// that the link dropped.
+    private func forgetBluetoothdState(reason: String) {
+        generation += 1
+        clientWatchTask?.cancel()
+        clientWatchTask = nil
+        if let pending = pendingConnect {
+            pendingConnect = nil
+            cancelWait(pending.waitID)
+        }
+        _ = markLinkLost(reason: reason, asleep: false)
+        dropAllNotifySessions(reason: reason)
+        for client in discoveryClients.sorted() {
+            log.record(.discoveryStop) {
+                $0.client = client
+                $0.reason = reason
+            }
+        }
+        discoveryClients.removeAll()
+        discoveryFilters.removeAll()
+        discovering = false
+        scanTask?.cancel()
+        scanTask = nil
+        rssiPublished = false
+        deviceExported = false
+        gattExported = false
+    }
+
+    private func scheduleRestart(after delay: Duration) {
+        restartTask?.cancel()
+        restartTask = Task {
+            guard await Self.sleepUnlessCancelled(delay) else { return }
+            await self.finishRestart()
+        }
+    }
+
+    private func finishRestart() async {
+        guard !stopped, bluez == nil else { return }
+        do {
+            try await bringUpBluetoothd()
+            log.record(.restarted)
+        } catch {
+            log.record(.restarted) {
+                $0.error = (error as? DBusError)?.name ?? "restart-failed"
+                $0.message = String(describing: error)
+            }
+        }
+    }
+}

@@ -1,0 +1,209 @@
+import BlueZ
+import DBus
+
+/// Device1.Connect/Disconnect, link loss, and the dongle's sleep model.
+extension Simulator {
+    // MARK: Connect
+
+    func connectDevice(client: String) async throws {
+        try ensureRunning()
+        log.record(.connectRequest) { $0.client = client }
+        do {
+            try await performConnect(client: client)
+        } catch {
+            log.record(.connectFailed) {
+                $0.client = client
+                $0.error = error.name
+                $0.message = error.message
+            }
+            throw error
+        }
+    }
+
+    private func performConnect(client: String) async throws(DBusError) {
+        // bluetoothd checks these before it starts a connection.
+        guard powered else { throw BlueZFault.notReady }
+        guard pendingConnect == nil else { throw BlueZFault.connectInProgress }
+        // An LE Connect on a connected device succeeds (it is not AlreadyConnected).
+        if dongle.state == .connected { return }
+
+        let waitID = makeWaitID()
+        let startGeneration = generation
+        pendingConnect = PendingConnect(waitID: waitID, client: client)
+        await pause(connectLatency, id: waitID)
+        guard pendingConnect?.waitID == waitID, generation == startGeneration, !stopped else {
+            // Disconnect (or bluetoothd going away) cancelled the attempt.
+            throw BlueZFault.abortByLocal
+        }
+        pendingConnect = nil
+        guard powered else { throw BlueZFault.notReady }
+        if let failure = dongle.takeInjectedFailure() {
+            throw .remote(name: failure.errorName, message: failure.message)
+        }
+        // Nothing answers: the kernel aborts the attempt.
+        guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
+        await linkEstablished()
+    }
+
+    /// Connected=true goes out before this returns, hence before the Connect
+    /// reply; the GATT objects and ServicesResolved follow after `resolveDelay`.
+    private func linkEstablished() async {
+        dongle.linkUp(at: .now)
+        linkID += 1
+        let link = linkID
+        // bluetoothd stores a device it has connected to: it survives restarts.
+        deviceKnown = true
+        advertisingTask?.cancel()
+        advertisingTask = nil
+        log.record(.connected)
+        await setDeviceProperties(["Connected": .boolean(true)])
+        guard link == linkID else { return }
+        idleTask = Task { await self.watchIdleness(link: link) }
+        resolveTask = Task { await self.resolveServices(link: link) }
+        await publishControl()
+    }
+
+    private func resolveServices(link: Int) async {
+        guard await Self.sleepUnlessCancelled(options.resolveDelay), link == linkID else { return }
+        if options.resolvedBeforeObjects {
+            // The race real BlueZ shows: the flag first, the objects later.
+            await setDeviceProperties(["ServicesResolved": .boolean(true)])
+            guard await Self.sleepUnlessCancelled(.milliseconds(50)), link == linkID else { return }
+            await exportGatt()
+        } else {
+            await exportGatt()
+            guard link == linkID else { return }
+            await setDeviceProperties(["ServicesResolved": .boolean(true)])
+        }
+    }
+
+    /// Exports the GATT objects (one InterfacesAdded each). Characteristics
+    /// whose notify sessions survived a link loss come back with
+    /// Notifying=true and notifications resume without a new StartNotify.
+    private func exportGatt() async {
+        guard let bus = bluez, dongle.state == .connected, !gattExported else { return }
+        gattExported = true
+        let notifying = Set(notifySessions.filter { !$0.value.isEmpty }.keys)
+        let objects = gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: notifying)
+        try? await bus.exportObjects(objects)
+        updateTelemetry()
+    }
+
+    // MARK: Disconnect
+
+    func disconnectDevice(client: String) async throws {
+        try ensureRunning()
+        if let pending = pendingConnect {
+            // Disconnect cancels a pending connect; that Connect fails.
+            pendingConnect = nil
+            cancelWait(pending.waitID)
+            return
+        }
+        guard dongle.state == .connected else { throw BlueZFault.notConnected }
+        let link = linkID
+        let startGeneration = generation
+        await pause(options.disconnectDelay)
+        guard generation == startGeneration, link == linkID else { return }
+        await loseLink(reason: "disconnect", asleep: false, client: client)
+    }
+
+    // MARK: Link loss
+
+    /// The link is gone: Connected=false and ServicesResolved=false in one
+    /// PropertiesChanged, then InterfacesRemoved for each GATT object (the
+    /// device is not paired, so bluetoothd drops its GATT database). Notify
+    /// sessions stay. The dongle advertises again, or sleeps if `asleep`.
+    func loseLink(reason: String, asleep: Bool, client: String? = nil) async {
+        guard dongle.state == .connected else { return }
+        let hadGatt = markLinkLost(reason: reason, asleep: asleep, client: client)
+        if let bus = bluez {
+            await bus.announceLinkLoss(
+                device: deviceExported ? devicePath : nil, removing: hadGatt ? gatt.removalOrder : []
+            )
+        }
+        await publishControl()
+    }
+
+    /// The state side of a link loss, without bus traffic (a crashing
+    /// bluetoothd announces nothing). Returns whether GATT objects were exported.
+    func markLinkLost(reason: String, asleep: Bool, client: String? = nil) -> Bool {
+        guard dongle.state == .connected else { return false }
+        dongle.linkDown(asleep: asleep)
+        linkID += 1
+        for task in [resolveTask, telemetryTask, idleTask] { task?.cancel() }
+        resolveTask = nil
+        telemetryTask = nil
+        idleTask = nil
+        let hadGatt = gattExported
+        gattExported = false
+        log.record(.disconnected) {
+            $0.reason = reason
+            $0.client = client
+        }
+        if asleep {
+            log.record(.sleep) { $0.reason = reason }
+        } else {
+            enterAdvertising()
+        }
+        return hadGatt
+    }
+
+    // MARK: Sleep model
+
+    /// While connected, the firmware drops the link and powers off when no
+    /// GATT read or write came for `sleepAfter` (monotonic clock).
+    private func watchIdleness(link: Int) async {
+        while link == linkID, dongle.state == .connected {
+            let deadline = dongle.idleDeadline(sleepAfter: options.sleepAfter)
+            if ContinuousClock.now >= deadline {
+                await loseLink(reason: "idle", asleep: true)
+                return
+            }
+            do {
+                try await Task.sleep(until: deadline, clock: .continuous)
+            } catch {
+                return
+            }
+        }
+    }
+
+    /// The dongle advertises for `advertiseTimeout`, then powers off unless a
+    /// central connected meanwhile.
+    func enterAdvertising() {
+        log.record(.advertising)
+        advertisingEpoch += 1
+        let epoch = advertisingEpoch
+        advertisingTask?.cancel()
+        advertisingTask = Task { await self.endAdvertising(epoch: epoch) }
+    }
+
+    private func endAdvertising(epoch: Int) async {
+        guard await Self.sleepUnlessCancelled(options.advertiseTimeout), epoch == advertisingEpoch,
+              dongle.state == .advertising
+        else { return }
+        fallAsleep(reason: "advertising-timeout")
+        await publishControl()
+    }
+
+    func fallAsleep(reason: String) {
+        guard dongle.state == .advertising else { return }
+        advertisingTask?.cancel()
+        advertisingTask = nil
+        dongle.fallAsleep()
+        log.record(.sleep) { $0.reason = reason }
+    }
+}
+
+extension Bus {
+    /// The bus side of a link loss, in one hop so no other simulator traffic
+    /// can come between the property change and the removals.
+    func announceLinkLoss(device: ObjectPath?, removing gattPaths: [ObjectPath]) {
+        if let device {
+            try? setProperties(
+                device, BlueZ.deviceInterface,
+                ["Connected": .boolean(false), "ServicesResolved": .boolean(false)]
+            )
+        }
+        unexportObjects(gattPaths)
+    }
+}

@@ -1,0 +1,307 @@
+import BlueZ
+import DBus
+import Foundation
+
+/// A simulated bluetoothd with one adapter and one Nordic NUS dongle, on a
+/// given bus. It owns `org.bluez` (on a connection that can "crash") and
+/// `io.tether.Simulator` (on a second connection that survives crashes).
+///
+/// The actor's state is the single source of truth; bus objects mirror it.
+/// Every state change happens synchronously before the first suspension that
+/// follows it, and the signals announcing it go out in one hop onto the bus's
+/// serial executor, so signals leave in the order the changes happened.
+/// Call `stop()` when done: it closes both connections and cancels every task.
+public actor Simulator {
+    // MARK: Configuration
+
+    let options: SimulatorOptions
+    let busAddress: String
+    let gatt: GattDatabase
+    public nonisolated let adapterPath: ObjectPath = AdapterObject.path
+    public nonisolated let devicePath: ObjectPath
+
+    var connectLatency: Duration
+    var notifyRate: Double
+
+    // MARK: Connections
+
+    /// The current bluetoothd incarnation; nil while "crashed".
+    var bluez: Bus?
+    var control: Bus?
+    /// Bumped whenever bluetoothd goes away, so that work begun by an older
+    /// incarnation (a pending Disconnect) does not act on the new one.
+    var generation = 0
+    var stopped = false
+
+    // MARK: Adapter
+
+    var powered = true
+    var discoveryClients: Set<String> = []
+    var discoveryFilters: [String: DiscoveryFilter] = [:]
+    var discovering = false
+
+    // MARK: Device
+
+    var dongle: SimulatedDongle
+    /// Whether bluetoothd remembers the device (known at start, or connected
+    /// once): it is exported again after a restart.
+    var deviceKnown: Bool
+    var deviceExported = false
+    var rssiPublished = false
+    /// Identifies the current link; delayed work checks it to see whether the
+    /// link it belongs to is still up.
+    var linkID = 0
+    var pendingConnect: PendingConnect?
+    var gattExported = false
+    /// Notify sessions by characteristic path: the unique names of the
+    /// clients holding them. They outlive the link (and the exported objects).
+    var notifySessions: [ObjectPath: Set<String>] = [:]
+
+    struct PendingConnect {
+        let waitID: Int
+        let client: String
+    }
+
+    // MARK: Log and published state
+
+    var log: EventLog
+    var publishedState: DongleState?
+    var publishedConnects: UInt32?
+
+    // MARK: Tasks
+
+    /// Waits inside method calls (connect latency, disconnect delay), by id,
+    /// so Disconnect can cut a pending connect short and stop() can end them.
+    var waits: [Int: Task<Void, Never>] = [:]
+    var nextWaitID = 0
+    var resolveTask: Task<Void, Never>?
+    var telemetryTask: Task<Void, Never>?
+    var idleTask: Task<Void, Never>?
+    var advertisingTask: Task<Void, Never>?
+    var advertisingEpoch = 0
+    var scanTask: Task<Void, Never>?
+    var clientWatchTask: Task<Void, Never>?
+    var restartTask: Task<Void, Never>?
+
+    private init(busAddress: String, options: SimulatorOptions) throws {
+        let now = ContinuousClock.now
+        self.options = options
+        self.busAddress = busAddress
+        devicePath = try DeviceObject.path(address: options.address)
+        gatt = try GattDatabase(devicePath: devicePath)
+        connectLatency = options.connectLatency
+        notifyRate = Self.sanitizedRate(options.notifyRate)
+        dongle = SimulatedDongle(now: now)
+        deviceKnown = options.known
+        log = try EventLog(path: options.eventLogPath, startedAt: now)
+    }
+
+    /// Starts the simulator; returns once `org.bluez` (with the adapter and,
+    /// if known, the device) and `io.tether.Simulator` are on the bus.
+    public static func start(busAddress: String, options: SimulatorOptions = SimulatorOptions()) async throws
+        -> Simulator
+    {
+        let simulator = try Simulator(busAddress: busAddress, options: options)
+        do {
+            try await simulator.launch()
+        } catch {
+            await simulator.stop()
+            throw error
+        }
+        return simulator
+    }
+
+    private func launch() async throws {
+        let control = try await Bus.connect(address: busAddress)
+        self.control = control
+        publishedState = dongle.state
+        publishedConnects = dongle.connects
+        try await control.export(SimulatorControl.path, [ControlInterface.interface(controlSnapshot, simulator: self)])
+        try await control.requestName(SimulatorControl.busName)
+        try await bringUpBluetoothd()
+        enterAdvertising()
+    }
+
+    /// Closes both connections and cancels every timer and pending call.
+    public func stop() async {
+        guard !stopped else { return }
+        stopped = true
+        for task in [resolveTask, telemetryTask, idleTask, advertisingTask, scanTask, clientWatchTask, restartTask] {
+            task?.cancel()
+        }
+        resolveTask = nil
+        telemetryTask = nil
+        idleTask = nil
+        advertisingTask = nil
+        scanTask = nil
+        clientWatchTask = nil
+        restartTask = nil
+        for (_, wait) in waits { wait.cancel() }
+        waits.removeAll()
+        pendingConnect = nil
+        let buses = [bluez, control]
+        bluez = nil
+        control = nil
+        for bus in buses { await bus?.close() }
+        log.close()
+    }
+
+    // MARK: Knobs
+
+    /// Drops the link as an RF loss would; the dongle goes back to advertising.
+    public func dropLink(reason: String) async {
+        guard !stopped else { return }
+        await loseLink(reason: reason.isEmpty ? "link-loss" : reason, asleep: false)
+    }
+
+    /// Sends the dongle to System OFF (dropping the link if there is one).
+    public func sleep() async {
+        guard !stopped else { return }
+        switch dongle.state {
+        case .connected:
+            await loseLink(reason: "sleep", asleep: true)
+        case .advertising:
+            fallAsleep(reason: "sleep")
+            await publishControl()
+        case .asleep:
+            break
+        }
+    }
+
+    /// The physical wake: an asleep dongle starts advertising again.
+    public func wake() async {
+        guard !stopped, dongle.wake() else { return }
+        log.record(.wake)
+        enterAdvertising()
+        await publishControl()
+    }
+
+    /// Makes the next `count` connect attempts fail with this error (after
+    /// the connect latency). 0 clears it.
+    public func failNextConnects(_ count: Int, errorName: String, message: String) {
+        dongle.failNextConnects(count, errorName: errorName, message: message)
+    }
+
+    public func setConnectLatency(_ latency: Duration) {
+        connectLatency = max(.zero, latency)
+    }
+
+    /// Notifications per second; 0 stops them. Takes effect at once.
+    public func setNotifyRate(_ perSecond: Double) {
+        notifyRate = Self.sanitizedRate(perSecond)
+        telemetryTask?.cancel()
+        telemetryTask = nil
+        updateTelemetry()
+    }
+
+    // MARK: Observing
+
+    public var state: DongleState { dongle.state }
+    public var events: [SimulatorEvent] { log.events }
+    /// The sequence number of the last notification sent (0 before any).
+    public var lastSequence: UInt32 { dongle.sequence }
+    /// Successful connects so far.
+    public var connectCount: Int { Int(dongle.connects) }
+    /// The unique name of the current bluetoothd connection, nil while it is down.
+    public var bluezUniqueName: String? {
+        get async { await bluez?.uniqueName }
+    }
+
+    // MARK: Helpers shared by the extensions
+
+    static func sanitizedRate(_ rate: Double) -> Double {
+        rate.isFinite ? max(0, rate) : 0
+    }
+
+    func ensureRunning() throws(DBusError) {
+        if stopped { throw BlueZFault.failed("bluetoothd is shutting down") }
+    }
+
+    var adapterSnapshot: AdapterObject.Snapshot {
+        AdapterObject.Snapshot(address: options.adapterAddress, powered: powered, discovering: discovering)
+    }
+
+    func deviceInterface(rssi: Int16?) -> ExportedInterface {
+        DeviceObject.interface(
+            DeviceObject.Snapshot(
+                address: options.address, name: options.name, connected: dongle.state == .connected, rssi: rssi
+            ),
+            simulator: self
+        )
+    }
+
+    var controlSnapshot: ControlInterface.Snapshot {
+        ControlInterface.Snapshot(state: dongle.state, sequence: dongle.sequence, connects: dongle.connects)
+    }
+
+    func setDeviceProperties(_ changes: [String: DBusValue], invalidated: [String] = []) async {
+        guard let bus = bluez, deviceExported else { return }
+        try? await bus.setProperties(devicePath, BlueZ.deviceInterface, changes, invalidated: invalidated)
+    }
+
+    func setAdapterProperties(_ changes: [String: DBusValue]) async {
+        try? await bluez?.setProperties(adapterPath, BlueZ.adapterInterface, changes)
+    }
+
+    /// Pushes State and Connects to the control object (PropertiesChanged)
+    /// when they changed.
+    func publishControl() async {
+        var changes: [String: DBusValue] = [:]
+        if publishedState != dongle.state {
+            publishedState = dongle.state
+            changes["State"] = .string(dongle.state.rawValue)
+        }
+        if publishedConnects != dongle.connects {
+            publishedConnects = dongle.connects
+            changes["Connects"] = .uint32(dongle.connects)
+        }
+        changes["Sequence"] = .uint64(UInt64(dongle.sequence))
+        guard let control, changes.count > 1 else { return }
+        try? await control.setProperties(SimulatorControl.path, SimulatorControl.interface, changes)
+    }
+
+    /// Sequence changes with every notification: it is kept current for Get
+    /// but not announced, or the control connection would carry a second
+    /// notification stream.
+    func publishSequence() async {
+        try? await control?.setProperties(
+            SimulatorControl.path, SimulatorControl.interface, ["Sequence": .uint64(UInt64(dongle.sequence))],
+            emitSignal: false
+        )
+    }
+
+    func makeWaitID() -> Int {
+        nextWaitID += 1
+        return nextWaitID
+    }
+
+    /// Suspends for `duration` unless `cancelWait(id)` or `stop()` ends it early.
+    func pause(_ duration: Duration, id: Int? = nil) async {
+        let key = id ?? makeWaitID()
+        let timer = Task { _ = await Self.sleepUnlessCancelled(duration) }
+        waits[key] = timer
+        await timer.value
+        waits[key] = nil
+    }
+
+    func cancelWait(_ id: Int) {
+        waits.removeValue(forKey: id)?.cancel()
+    }
+
+    /// Task.sleep that reports cancellation as false instead of throwing.
+    nonisolated static func sleepUnlessCancelled(_ duration: Duration) async -> Bool {
+        do {
+            try await Task.sleep(for: duration)
+            return true
+        } catch {
+            return false
+        }
+    }
+}
+
+extension Duration {
+    /// The duration in seconds, as a Double.
+    var inSeconds: Double {
+        Double(components.seconds) + Double(components.attoseconds) / 1e18
+    }
+}

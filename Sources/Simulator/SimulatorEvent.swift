@@ -1,0 +1,134 @@
+import Foundation
+
+/// One entry of the simulator's event log: a JSON line such as
+/// `{"t":1234.567,"ev":"connect-failed","error":"org.bluez.Error.Failed","message":"le-connection-abort-by-local"}`.
+///
+/// `t` is milliseconds on the monotonic clock since the simulator started;
+/// the other fields appear only on the events they belong to.
+public struct SimulatorEvent: Codable, Sendable, Equatable {
+    public var t: Double
+    public var ev: String
+    /// The D-Bus unique name of the calling client.
+    public var client: String?
+    /// The characteristic's UUID (read, write, start-notify, stop-notify).
+    public var uuid: String?
+    /// Written bytes, lowercase hex.
+    public var hex: String?
+    /// Write type: command, request or reliable.
+    public var type: String?
+    /// Notification sequence number.
+    public var seq: UInt32?
+    /// D-Bus error name of a failed connect.
+    public var error: String?
+    public var message: String?
+    /// Why the link dropped (disconnected) or a session ended.
+    public var reason: String?
+    /// Adapter power (power).
+    public var on: Bool?
+
+    public init(
+        t: Double, ev: String, client: String? = nil, uuid: String? = nil, hex: String? = nil, type: String? = nil,
+        seq: UInt32? = nil, error: String? = nil, message: String? = nil, reason: String? = nil, on: Bool? = nil
+    ) {
+        self.t = t
+        self.ev = ev
+        self.client = client
+        self.uuid = uuid
+        self.hex = hex
+        self.type = type
+        self.seq = seq
+        self.error = error
+        self.message = message
+        self.reason = reason
+        self.on = on
+    }
+
+    /// The event names the simulator writes.
+    public enum Kind: String, Sendable, CaseIterable {
+        case connectRequest = "connect-request"
+        case connected
+        case connectFailed = "connect-failed"
+        case disconnected
+        case write
+        case read
+        case notify
+        case startNotify = "start-notify"
+        case stopNotify = "stop-notify"
+        case sleep
+        case wake
+        case advertising
+        case power
+        case crash
+        /// A graceful bluetoothd restart begins (objects removed, name released).
+        case restart
+        case restarted
+        case discoveryStart = "discovery-start"
+        case discoveryStop = "discovery-stop"
+    }
+
+    public var kind: Kind? { Kind(rawValue: ev) }
+
+    /// Parses an event log file. A last line without its newline (the
+    /// simulator is mid-write) is skipped; any other bad line throws.
+    public static func readLog(path: String) throws -> [SimulatorEvent] {
+        let data = try Data(contentsOf: URL(fileURLWithPath: path))
+        let lines = data.split(separator: UInt8(ascii: "\n"), omittingEmptySubsequences: false)
+        let decoder = JSONDecoder()
+        var events: [SimulatorEvent] = []
+        for (index, line) in lines.enumerated() where !line.isEmpty {
+            let isUnfinished = index == lines.count - 1
+            do {
+                events.append(try decoder.decode(SimulatorEvent.self, from: Data(line)))
+            } catch where isUnfinished {
+                break
+            }
+        }
+        return events
+    }
+
+    /// The JSON line (without the newline), `t` and `ev` first so the file
+    /// reads well with `tail -f`.
+    var jsonLine: String {
+        var fields = ["\"t\":" + Self.milliseconds(t), "\"ev\":" + Self.quoted(ev)]
+        func add(_ key: String, _ value: String?) {
+            if let value { fields.append("\"\(key)\":" + Self.quoted(value)) }
+        }
+        add("client", client)
+        add("uuid", uuid)
+        add("hex", hex)
+        add("type", type)
+        if let seq { fields.append("\"seq\":\(seq)") }
+        add("error", error)
+        add("message", message)
+        add("reason", reason)
+        if let on { fields.append("\"on\":\(on)") }
+        return "{" + fields.joined(separator: ",") + "}"
+    }
+
+    private static func milliseconds(_ value: Double) -> String {
+        // Three decimals (microseconds) without Foundation's locale-dependent formatting.
+        let micro = Int64((value * 1000).rounded())
+        let sign = micro < 0 ? "-" : ""
+        let magnitude = micro.magnitude
+        let fraction = String(magnitude % 1000)
+        return sign + String(magnitude / 1000) + "." + String(repeating: "0", count: 3 - fraction.count) + fraction
+    }
+
+    private static func quoted(_ text: String) -> String {
+        var out = "\""
+        for scalar in text.unicodeScalars {
+            switch scalar {
+            case "\"": out += "\\\""
+            case "\\": out += "\\\\"
+            case "\n": out += "\\n"
+            case "\r": out += "\\r"
+            case "\t": out += "\\t"
+            case _ where scalar.value < 0x20:
+                let hex = String(scalar.value, radix: 16)
+                out += "\\u" + String(repeating: "0", count: 4 - hex.count) + hex
+            default: out.unicodeScalars.append(scalar)
+            }
+        }
+        return out + "\""
+    }
+}

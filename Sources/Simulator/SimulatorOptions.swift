@@ -1,0 +1,48 @@
+/// How the simulated dongle and bluetoothd behave. The defaults follow the
+/// real hardware (Nordic dongle, BlueZ 5.66) except `disconnectDelay`, which is
+/// shortened from bluetoothd's ~2 s so tests stay quick.
+public struct SimulatorOptions: Sendable {
+    /// The dongle's (random static) Bluetooth address; the device path is derived from it.
+    public var address = "AA:BB:CC:DD:EE:FF"
+    /// The name the dongle advertises (Device1.Name and Alias).
+    public var name = "Tether-Dongle"
+    /// The adapter's public address (Adapter1.Address).
+    public var adapterAddress = "00:1A:7D:DA:71:13"
+    /// Idle time (no GATT ReadValue/WriteValue) after which the connected dongle
+    /// drops the link and goes to System OFF.
+    public var sleepAfter: Duration = .seconds(30)
+    /// How long the dongle advertises after entering the advertising state
+    /// (start, wake, any link loss) before it goes to sleep.
+    public var advertiseTimeout: Duration = .seconds(180)
+    /// Telemetry notifications per second on the TX characteristic.
+    public var notifyRate: Double = 10
+    /// Time from Device1.Connect to its outcome.
+    public var connectLatency: Duration = .milliseconds(30)
+    /// Time from the Connect reply to the GATT objects and ServicesResolved.
+    public var resolveDelay: Duration = .milliseconds(20)
+    /// Time Device1.Disconnect takes on a connected device (bluetoothd: ~2 s).
+    public var disconnectDelay: Duration = .milliseconds(100)
+    /// How often discovery sees an advertisement (an RSSI update).
+    public var advertisingInterval: Duration = .milliseconds(100)
+    /// Whether bluetoothd knows the device from an earlier connection, so its
+    /// Device1 object exists from the start; if false it appears only when
+    /// discovery sees it advertising.
+    public var known = true
+    /// Emit ServicesResolved=true before the GATT objects (they follow ~50 ms
+    /// later), the race real BlueZ sometimes shows.
+    public var resolvedBeforeObjects = false
+    /// Where to append the JSON-lines event log, if anywhere.
+    public var eventLogPath: String?
+
+    public init() {}
+}
+
+/// What the dongle is doing, as the firmware sees it.
+public enum DongleState: String, Sendable, Equatable, CaseIterable {
+    /// Advertising and connectable (for `advertiseTimeout`).
+    case advertising
+    /// A central holds the link.
+    case connected
+    /// System OFF: not advertising; only a physical wake (`wake()`) brings it back.
+    case asleep
+}

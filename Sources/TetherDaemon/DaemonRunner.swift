@@ -1,0 +1,123 @@
+import BlueZ
+import DBus
+import Dispatch
+import Foundation
+import Logging
+import Synchronization
+import TetherCore
+
+/// `tether run`: the daemon's life from start to SIGTERM.
+public enum DaemonRunner {
+    /// Exit codes from sysexits.h, which systemd and scripts understand.
+    public enum Exit {
+        public static let ok: Int32 = 0
+        public static let config: Int32 = 78  // EX_CONFIG
+        public static let cannotCreate: Int32 = 73  // EX_CANTCREAT
+        public static let unavailable: Int32 = 69  // EX_UNAVAILABLE
+    }
+
+    /// Runs until SIGTERM or SIGINT; returns the exit code.
+    /// - Parameter busAddress: the bus to use instead of the system bus (tests, demo).
+    public static func run(config: TetherConfig, busAddress: String?, logger: Logger) async -> Int32 {
+        let log: ReadingLog
+        do {
+            log = try ReadingLog(
+                directory: config.readings.directory, rotateSize: config.readings.rotateSize,
+                retainSize: config.readings.retainSize
+            )
+        } catch {
+            logger.critical("cannot open the readings directory \(config.readings.directory): \(error)")
+            return Exit.cannotCreate
+        }
+        logger.info("readings log: \(log.recovery)", metadata: ["directory": "\(config.readings.directory)"])
+        let recorder = ReadingRecorder(
+            log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog
+        ) { message in
+            logger.error("readings log: \(message)", metadata: ["event": "reading-gap"])
+        }
+
+        let work = Task {
+            await serve(config: config, busAddress: busAddress, recorder: recorder, logger: logger)
+        }
+        let signal = await TerminationSignal.wait()
+        logger.notice("received \(signal), stopping")
+        work.cancel()
+        await work.value
+        recorder.close()
+        let stats = recorder.stats
+        logger.notice("stopped; \(stats.written) readings written, last seq \(stats.lastSeq)")
+        return Exit.ok
+    }
+
+    /// Connects to the bus and runs the link service, reconnecting to the bus
+    /// if it goes away, until cancelled.
+    private static func serve(config: TetherConfig, busAddress: String?, recorder: ReadingRecorder, logger: Logger) async {
+        var delay: Duration = .milliseconds(500)
+        var warned = false
+        while !Task.isCancelled {
+            let bus: Bus
+            do {
+                if let busAddress {
+                    bus = try await Bus.connect(address: busAddress)
+                } else {
+                    bus = try await Bus.system()
+                }
+            } catch {
+                if !warned { logger.error("cannot connect to D-Bus: \(error); retrying") }
+                warned = true
+                try? await Task.sleep(for: delay)
+                delay = min(delay * 2, .seconds(10))
+                continue
+            }
+            warned = false
+            delay = .milliseconds(500)
+            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock())
+            DaemonRunner.current.withLock { $0 = service }
+            do {
+                try await service.run()
+            } catch {
+                logger.error("cannot watch bluetoothd: \(error)")
+            }
+            DaemonRunner.current.withLock { $0 = nil }
+            await bus.close()
+            if !Task.isCancelled {
+                logger.warning("lost the D-Bus connection; reconnecting")
+                try? await Task.sleep(for: .seconds(1))
+            }
+        }
+    }
+
+    /// The running service, for the control API.
+    static let current = Mutex<LinkService<ContinuousClock>?>(nil)
+}
+
+/// Waits for SIGTERM or SIGINT. The signals are ignored and observed
+/// through DispatchSources, so they arrive as ordinary events on a queue
+/// instead of interrupting whatever thread runs.
+public enum TerminationSignal {
+    /// The sources live as long as the process: the daemon exits after a signal.
+    private final class Kept: @unchecked Sendable {
+        let lock = NSLock()
+        var sources: [DispatchSourceSignal] = []
+    }
+    private static let kept = Kept()
+
+    public static func wait() async -> String {
+        await withCheckedContinuation { continuation in
+            let once = Mutex(false)
+            for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler {
+                    let first = once.withLock { fired in
+                        defer { fired = true }
+                        return !fired
+                    }
+                    if first { continuation.resume(returning: name) }
+                }
+                source.resume()
+                kept.lock.withLock { kept.sources.append(source) }
+            }
+        }
+    }
+}

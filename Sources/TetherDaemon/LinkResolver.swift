@@ -1,0 +1,90 @@
+import BlueZ
+import DBus
+import TetherCore
+
+/// Finds, in bluetoothd's object tree, the adapter, the dongle and the
+/// characteristics the config asks for, and sums them up as the
+/// supervisor's `LinkObservation`.
+struct LinkResolver: Sendable {
+    struct Resolution: Sendable, Equatable {
+        var adapter: Adapter?
+        var device: Device?
+        var notify: [GattCharacteristic] = []
+        var keepalive: GattCharacteristic?
+        var observation = LinkObservation()
+    }
+
+    let config: TetherConfig
+
+    func resolve(_ tree: ObjectTree, bluezPresent: Bool) -> Resolution {
+        var result = Resolution()
+        result.observation.bluezPresent = bluezPresent
+        guard bluezPresent, let adapter = pickAdapter(tree) else { return result }
+        result.adapter = adapter
+        result.observation.adapterPresent = true
+        result.observation.adapterPowered = adapter.powered
+        guard let device = pickDevice(tree, adapter: adapter) else { return result }
+        result.device = device
+        result.observation.devicePresent = true
+        result.observation.connected = device.connected
+        result.observation.servicesResolved = device.servicesResolved
+
+        let characteristics = tree.characteristics(of: device.path)
+        result.notify = config.dongle.notify.compactMap { uuid in
+            pick(uuid, among: characteristics, role: { $0.canNotify })
+        }
+        var ready = result.notify.count == config.dongle.notify.count
+        if config.keepalive.enabled {
+            let wantsWrite = config.keepalive.write != nil
+            result.keepalive = pick(config.keepalive.characteristic, among: characteristics) {
+                wantsWrite ? ($0.canWriteCommand || $0.canWriteRequest) : $0.canRead
+            }
+            ready = ready && result.keepalive != nil
+        }
+        result.observation.characteristicsReady = ready
+        return result
+    }
+
+    private func pickAdapter(_ tree: ObjectTree) -> Adapter? {
+        if let name = config.bluez.adapter {
+            return tree.adapters.first { $0.interfaceName == name }
+        }
+        return tree.adapters.first { $0.powered } ?? tree.adapters.first
+    }
+
+    private func pickDevice(_ tree: ObjectTree, adapter: Adapter) -> Device? {
+        let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
+        if let address = config.dongle.address {
+            return candidates.first { $0.address == address }
+        }
+        let matching = candidates.filter { device in
+            if let prefix = config.dongle.namePrefix {
+                guard (device.name ?? device.alias ?? "").hasPrefix(prefix) else { return false }
+            }
+            if let uuid = config.dongle.serviceUUID {
+                guard device.uuids.contains(uuid) else { return false }
+            }
+            return true
+        }
+        // A connected match first, then the strongest signal.
+        return matching.max { a, b in
+            if a.connected != b.connected { return !a.connected }
+            return (a.rssi ?? Int.min) < (b.rssi ?? Int.min)
+        }
+    }
+
+    /// The characteristic with `uuid`. Older Nordic documents swap the names of
+    /// the NUS RX and TX characteristics, so when the configured one cannot
+    /// play its role but its NUS sibling can, the sibling is used.
+    private func pick(
+        _ uuid: String, among characteristics: [GattCharacteristic], role: (GattCharacteristic) -> Bool
+    ) -> GattCharacteristic? {
+        let named = characteristics.first { $0.uuid == uuid }
+        if let named, role(named) { return named }
+        let siblings = [ConfigUUID.nusRX: ConfigUUID.nusTX, ConfigUUID.nusTX: ConfigUUID.nusRX]
+        if let sibling = siblings[uuid], let other = characteristics.first(where: { $0.uuid == sibling }), role(other) {
+            return other
+        }
+        return named
+    }
+}

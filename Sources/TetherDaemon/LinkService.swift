@@ -1,0 +1,376 @@
+import BlueZ
+import DBus
+import Foundation
+import HCI
+import Logging
+import Synchronization
+import TetherCore
+
+/// Runs the supervisor against bluetoothd: the adapter layer between the
+/// pure `Supervisor` and the world.
+///
+/// Two tasks cooperate:
+/// - the *event pump* applies bluetoothd's signals to a mirror of its object
+///   tree, hands notifications straight to the readings recorder, and tells
+///   the supervisor when the observation changes;
+/// - the *supervisor loop* feeds the supervisor its events and carries out its
+///   actions: BlueZ calls run as child tasks that report back, timers are
+///   sleeping tasks on the monotonic clock.
+/// Readings never pass through the supervisor loop, so a flood of
+/// notifications or a slow disk cannot delay a keep-alive poll.
+public final class LinkService<C: Clock>: Sendable where C.Duration == Duration {
+    /// A snapshot for `tether status` and the control API.
+    public struct Status: Sendable, Equatable {
+        public var state: SupervisorState
+        public var device: String?
+        public var adapter: String?
+        public var connectedSince: Date?
+        public var lastReadingAt: Date?
+        public var readingsWritten: UInt64
+        public var reconnects: Int
+        public var windowAttempt: Int
+        public var nextAttemptIn: Duration?
+        public var lastError: String?
+    }
+
+    private enum Input: Sendable {
+        case event(SupervisorEvent)
+        case timer(SupervisorTimer, generation: Int)
+    }
+
+    private struct Shared {
+        var resolution = LinkResolver.Resolution()
+        var supervisor = Supervisor.Status()
+        var connectedSince: Date?
+        var lastReadingAt: Date?
+        var supervisorTime: Duration = .zero
+    }
+
+    private let config: TetherConfig
+    private let client: BlueZClient
+    private let recorder: ReadingRecorder
+    private let logger: Logger
+    private let clock: C
+    private let start: C.Instant
+    private let resolver: LinkResolver
+    private let inputs: AsyncStream<Input>
+    private let input: AsyncStream<Input>.Continuation
+    private let shared = Mutex(Shared())
+    private let seed: UInt64
+
+    public init(
+        config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, clock: C,
+        seed: UInt64 = UInt64.random(in: .min ... .max)
+    ) {
+        self.config = config
+        client = BlueZClient(bus: bus)
+        self.recorder = recorder
+        self.logger = logger
+        self.clock = clock
+        start = clock.now
+        resolver = LinkResolver(config: config)
+        (inputs, input) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
+        self.seed = seed
+    }
+
+    /// Runs until the task is cancelled or the bus connection closes.
+    public func run() async throws(BlueZError) {
+        let events = try await client.events()
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask { await self.pump(events) }
+            group.addTask { await self.supervise() }
+            // Either ending (cancellation, or the bus going away) ends both.
+            _ = await group.next()
+            group.cancelAll()
+        }
+        input.finish()
+    }
+
+    /// Asks for a drop and a fresh retry window (`tether reconnect`).
+    public func requestReconnect() {
+        input.yield(.event(.reconnectRequested))
+    }
+
+    public var status: Status {
+        let stats = recorder.stats
+        return shared.withLock { s in
+            let next = s.supervisor.nextAttemptAt.map { max(.zero, $0 - (start.duration(to: clock.now))) }
+            return Status(
+                state: s.supervisor.state, device: s.resolution.device?.address ?? config.dongle.address,
+                adapter: s.resolution.adapter?.interfaceName, connectedSince: s.connectedSince,
+                lastReadingAt: s.lastReadingAt, readingsWritten: stats.written, reconnects: s.supervisor.reconnects,
+                windowAttempt: s.supervisor.windowAttempt, nextAttemptIn: next, lastError: s.supervisor.lastError
+            )
+        }
+    }
+
+    // MARK: Event pump
+
+    private func pump(_ events: AsyncStream<BlueZEvent>) async {
+        var tree = ObjectTree()
+        var bluezPresent = false
+        var lastObservation: LinkObservation?
+        var notifyPaths: [ObjectPath: String] = [:]
+        var device = config.dongle.address ?? ""
+
+        for await event in events {
+            if case .valueChanged(let path, let bytes) = event {
+                // The hot path: one dictionary lookup and a hand-off.
+                if let uuid = notifyPaths[path] {
+                    let now = Date()
+                    recorder.record(Reading(receivedAt: now, device: device, characteristic: uuid, source: .notify, payload: bytes))
+                    shared.withLock { $0.lastReadingAt = now }
+                }
+                continue
+            }
+            switch event {
+            case .serviceAppeared(let owner, _):
+                bluezPresent = true
+                logger.debug("bluetoothd is on the bus", metadata: ["owner": "\(owner)"])
+            case .serviceVanished:
+                bluezPresent = false
+            default:
+                break
+            }
+            tree.apply(event)
+            let resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
+            notifyPaths = Dictionary(resolution.notify.map { ($0.path, $0.uuid) }, uniquingKeysWith: { a, _ in a })
+            if let address = resolution.device?.address { device = address }
+            shared.withLock { $0.resolution = resolution }
+            if resolution.observation != lastObservation {
+                lastObservation = resolution.observation
+                input.yield(.event(.observed(resolution.observation)))
+            }
+            if isAdvertisement(event, device: resolution.device?.path) {
+                input.yield(.event(.advertising))
+            }
+        }
+    }
+
+    /// An RSSI update (or a newly found device object with one) is the sign
+    /// that discovery saw the dongle advertise.
+    private func isAdvertisement(_ event: BlueZEvent, device: ObjectPath?) -> Bool {
+        guard let device else { return false }
+        switch event {
+        case .propertiesChanged(let path, let interface, let changed, _):
+            return path == device && interface == BlueZ.deviceInterface && changed["RSSI"] != nil
+        case .interfacesAdded(let path, let interfaces):
+            return path == device
+                && interfaces.stringKeyedDictionary?[BlueZ.deviceInterface]?.stringKeyedDictionary?["RSSI"] != nil
+        default:
+            return false
+        }
+    }
+
+    // MARK: Supervisor loop
+
+    private func supervise() async {
+        var supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
+        var timers: [SupervisorTimer: (generation: Int, task: Task<Void, Never>)] = [:]
+        var generation = 0
+        defer { for (_, timer) in timers { timer.task.cancel() } }
+
+        for await item in inputs {
+            let event: SupervisorEvent
+            switch item {
+            case .event(let e):
+                event = e
+            case .timer(let timer, let fired):
+                // A timer restarted after this one fired is not this one.
+                guard timers[timer]?.generation == fired else { continue }
+                timers[timer] = nil
+                event = .timerFired(timer)
+            }
+            let now = start.duration(to: clock.now)
+            let actions = supervisor.handle(event, at: now)
+            let status = supervisor.status
+            shared.withLock { s in
+                s.supervisor = status
+                s.supervisorTime = now
+                if status.state == .online {
+                    if s.connectedSince == nil { s.connectedSince = Date() }
+                } else {
+                    s.connectedSince = nil
+                }
+            }
+            for action in actions {
+                switch action {
+                case .startTimer(let timer, let delay):
+                    timers[timer]?.task.cancel()
+                    generation += 1
+                    let mine = generation
+                    let deadline = clock.now.advanced(by: delay)
+                    let task = Task { [clock, input] in
+                        do {
+                            try await clock.sleep(until: deadline, tolerance: nil)
+                            input.yield(.timer(timer, generation: mine))
+                        } catch {}
+                    }
+                    timers[timer] = (mine, task)
+                case .cancelTimer(let timer):
+                    timers.removeValue(forKey: timer)?.task.cancel()
+                default:
+                    perform(action)
+                }
+            }
+        }
+    }
+
+    private func perform(_ action: SupervisorAction) {
+        let resolution = shared.withLock { $0.resolution }
+        switch action {
+        case .transition(let from, let to, let cause):
+            logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: ["state": "\(to.rawValue)"])
+        case .report(let report):
+            log(report, device: resolution.device?.address)
+        case .connect(let id, let timeout):
+            guard let device = resolution.device?.path else {
+                return finish(.connectFinished(attempt: id, .failure(LinkFailure(.transient, "the dongle is not known"))))
+            }
+            Task {
+                do throws(BlueZError) {
+                    // A little longer than the supervisor's own deadline, which
+                    // cancels the attempt properly (Disconnect) when it fires.
+                    try await client.connect(device, timeout: timeout + .seconds(1))
+                    finish(.connectFinished(attempt: id, .success(())))
+                } catch {
+                    finish(.connectFinished(attempt: id, .failure(Self.failure(error))))
+                }
+            }
+        case .disconnect:
+            guard let device = resolution.device?.path else { return }
+            Task {
+                do { try await client.disconnect(device) } catch {
+                    logger.debug("Disconnect: \(error)")
+                }
+            }
+        case .subscribe(let id):
+            let characteristics = resolution.notify
+            Task {
+                do throws(BlueZError) {
+                    for characteristic in characteristics {
+                        do throws(BlueZError) {
+                            try await client.startNotify(characteristic.path)
+                        } catch where error.name == BlueZ.ErrorName.inProgress {
+                            // Our own earlier StartNotify is still being served.
+                        }
+                    }
+                    finish(.subscribeFinished(attempt: id, .success(())))
+                } catch {
+                    finish(.subscribeFinished(attempt: id, .failure(Self.failure(error))))
+                }
+            }
+        case .poll(let id, let timeout):
+            guard let characteristic = resolution.keepalive, let device = resolution.device else {
+                return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
+            }
+            Task { await poll(id, characteristic: characteristic, device: device, timeout: timeout) }
+        case .startDiscovery:
+            guard let adapter = resolution.adapter?.path else { return }
+            let uuids = config.dongle.serviceUUID.map { [$0] } ?? []
+            Task {
+                do throws(BlueZError) {
+                    try await client.setDiscoveryFilter(adapter, uuids: uuids)
+                    try await client.startDiscovery(adapter)
+                } catch where error.name == BlueZ.ErrorName.inProgress {
+                } catch {
+                    logger.warning("cannot start discovery: \(error)", metadata: ["error": "\(error)"])
+                }
+            }
+        case .stopDiscovery:
+            guard let adapter = resolution.adapter?.path else { return }
+            Task {
+                do { try await client.stopDiscovery(adapter) } catch {
+                    logger.debug("StopDiscovery: \(error)")
+                }
+            }
+        case .escalate(let step):
+            guard let adapter = resolution.adapter else {
+                return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
+            }
+            Task { finish(.escalationFinished(step, await escalate(step, adapter: adapter))) }
+        case .startTimer, .cancelTimer:
+            break  // handled by the loop
+        }
+    }
+
+    private func poll(_ id: Int, characteristic: GattCharacteristic, device: Device, timeout: Duration) async {
+        do throws(BlueZError) {
+            if let bytes = config.keepalive.write {
+                let type: WriteType = config.keepalive.writeType == .command ? .command : .request
+                try await client.writeValue(characteristic.path, bytes, type: type, timeout: timeout)
+            } else {
+                let value = try await client.readValue(characteristic.path, timeout: timeout)
+                let now = Date()
+                recorder.record(Reading(receivedAt: now, device: device.address, characteristic: characteristic.uuid, source: .read, payload: value))
+                shared.withLock { $0.lastReadingAt = now }
+            }
+            finish(.pollFinished(poll: id, .success(())))
+        } catch {
+            finish(.pollFinished(poll: id, .failure(Self.failure(error))))
+        }
+    }
+
+    private func escalate(_ step: EscalationStep, adapter: Adapter) async -> Result<Void, LinkFailure> {
+        logger.warning("escalating: \(step.rawValue) on \(adapter.interfaceName)", metadata: ["event": "escalation"])
+        switch step {
+        case .powerCycle:
+            do throws(BlueZError) {
+                try await client.setPowered(adapter.path, false)
+                try? await clock.sleep(for: .milliseconds(500))
+                try await client.setPowered(adapter.path, true)
+                return .success(())
+            } catch {
+                return .failure(Self.failure(error))
+            }
+        case .hciReset:
+            let name = adapter.interfaceName
+            let result = await Task.detached { HCIController.reset(name) }.value
+            return result.mapError { LinkFailure(.fatal, $0.description) }
+        }
+    }
+
+    private func finish(_ event: SupervisorEvent) {
+        input.yield(.event(event))
+    }
+
+    private static func failure(_ error: BlueZError) -> LinkFailure {
+        let kind: LinkFailure.Kind = switch error.disposition {
+        case .transient: .transient
+        case .needsCancel: .needsCancel
+        case .fatal: .fatal
+        }
+        return LinkFailure(kind, error.description)
+    }
+
+    private func log(_ report: SupervisorReport, device: String?) {
+        var metadata: Logger.Metadata = ["event": "\(report.eventName)"]
+        if let device { metadata["device"] = "\(device)" }
+        switch report {
+        case .connected(let attempt):
+            logger.notice("online\(device.map { " with \($0)" } ?? "")", metadata: metadata.merging(["attempt": "\(attempt)"]) { $1 })
+        case .disconnected(let unexpected):
+            if unexpected {
+                logger.warning("link lost", metadata: metadata)
+            } else {
+                logger.info("disconnected", metadata: metadata)
+            }
+        case .reconnectAttempt(let attempt, let blind):
+            logger.info("\(blind ? "blind " : "")connect attempt \(attempt)", metadata: metadata.merging(["attempt": "\(attempt)"]) { $1 })
+        case .attemptFailed(let attempt, let error):
+            logger.warning("attempt \(attempt) failed: \(error)", metadata: metadata.merging(["attempt": "\(attempt)", "error": "\(error)"]) { $1 })
+        case .windowExhausted(let attempts):
+            logger.error("retry window exhausted after \(attempts) attempts", metadata: metadata.merging(["attempt": "\(attempts)"]) { $1 })
+        case .escalation(let step, let outcome):
+            logger.warning("\(step.rawValue): \(outcome)", metadata: metadata)
+        case .bluezVanished:
+            logger.warning("bluetoothd went away", metadata: metadata)
+        case .bluezAppeared:
+            logger.notice("bluetoothd is back", metadata: metadata)
+        case .adapterUnavailable:
+            logger.warning("adapter unavailable: waiting for it to be powered", metadata: metadata)
+        case .linkCheckFailed(let consecutive, let error):
+            logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        }
+    }
+}

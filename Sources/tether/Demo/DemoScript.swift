@@ -1,0 +1,213 @@
+import ChildProcess
+import DBus
+import Foundation
+import Simulator
+import TetherCore
+import TetherDaemon
+
+/// The scripted tour behind `tether demo`. Every process it starts is
+/// stopped on the way out, whatever happens.
+final class DemoScript: Sendable {
+    let directory: URL
+    let keepFiles: Bool
+    let started = ContinuousClock.now
+
+    init(keepFiles: Bool) throws {
+        directory = FileManager.default.temporaryDirectory.appendingPathComponent("tether-demo-\(getpid())")
+        try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
+        self.keepFiles = keepFiles
+    }
+
+    private var readingsDirectory: String { directory.appendingPathComponent("readings").path }
+    private var eventLogPath: String { directory.appendingPathComponent("simulator.jsonl").path }
+
+    func say(_ text: String) {
+        let elapsed = started.duration(to: .now)
+        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let line = String(format: "demo %6.1fs | ", seconds) + text + "\n"
+        FileHandle.standardOutput.write(Data(line.utf8))
+    }
+
+    func run(forever: Bool) async -> Bool {
+        var bus: BusDaemonProcess?
+        var simulator: ChildProcess?
+        var daemon: ChildProcess?
+        var client: Bus?
+        defer { if let client { Task { await client.close() } } }
+        defer {
+            daemon?.terminate()
+            simulator?.terminate()
+            bus?.stop()
+            if !keepFiles { try? FileManager.default.removeItem(at: directory) }
+        }
+        do {
+            let executable = try Self.selfPath()
+            say("starting a private dbus-daemon in \(directory.path)")
+            let busDaemon = try BusDaemonProcess(directory: directory.appendingPathComponent("bus"))
+            bus = busDaemon
+            say("starting the simulated bluetoothd: dongle AA:BB:CC:DD:EE:FF, 2 notifications/s, asleep after 6 s without a GATT write")
+            simulator = try ChildProcess(executable: executable, arguments: [
+                "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "2",
+                "--event-log", eventLogPath,
+            ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
+            let control = try await Bus.connect(address: busDaemon.address)
+            client = control
+            guard await waitFor("the simulator", within: .seconds(10), { (try? await control.nameOwner(of: SimulatorControl.busName)) != nil }) else { return false }
+
+            let configPath = directory.appendingPathComponent("tether.toml").path
+            try demoConfig.write(toFile: configPath, atomically: true, encoding: .utf8)
+            say("starting `tether run` (keep-alive write every 2 s); its log follows, prefixed by time and level")
+            var environment = ProcessInfo.processInfo.environment
+            environment["DBUS_SYSTEM_BUS_ADDRESS"] = busDaemon.address
+            daemon = try ChildProcess(executable: executable, arguments: ["run", "--config", configPath], environment: environment)
+
+            let watcher = ReadingsWatcher(directory: readingsDirectory, say: say)
+            let printer = Task { await watcher.follow() }
+            defer { printer.cancel() }
+
+            guard await waitOnline(control, "the first connection") else { return false }
+            say("online; now 10 s with no fault: the dongle would sleep after 6 s, the keep-alive keeps it awake")
+            try await Task.sleep(for: .seconds(10))
+            let state = try await simulatorState(control)
+            say("the dongle is \(state) after 10 s (it would be asleep without the keep-alive)")
+
+            say(">>> fault 1: the link drops (supervision timeout)")
+            try await knob(control, "DropLink", [.string("timeout")])
+            guard await waitOnline(control, "reconnecting after the drop") else { return false }
+
+            say(">>> fault 2: the next 3 connects fail with le-connection-abort-by-local, then the link drops")
+            try await knob(control, "FailConnects", [.uint32(3), .string("org.bluez.Error.Failed"), .string("le-connection-abort-by-local")])
+            try await knob(control, "DropLink", [.string("remote")])
+            guard await waitOnline(control, "retrying with backoff") else { return false }
+
+            say(">>> fault 3: bluetoothd crashes and comes back after 1 s")
+            try await knob(control, "Crash", [.uint32(1000)])
+            try await Task.sleep(for: .milliseconds(300))
+            guard await waitOnline(control, "recovering from the crash") else { return false }
+            try await Task.sleep(for: .seconds(3))
+
+            if forever {
+                say("the script is done; everything keeps running. Ctrl-C to stop.")
+                _ = await TerminationSignal.wait()
+            }
+            say("stopping the daemon (SIGTERM flushes the readings log)")
+            let status = daemon?.terminate(grace: .seconds(10)) ?? -1
+            daemon = nil
+            printer.cancel()
+            return summarize(daemonExit: status)
+        } catch {
+            say("FAILED: \(error)")
+            return false
+        }
+    }
+
+    private func summarize(daemonExit status: Int32) -> Bool {
+        let events = (try? SimulatorEvent.readLog(path: eventLogPath)) ?? []
+        let sent = events.filter { $0.ev == "notify" }.compactMap(\.seq)
+        let writes = events.filter { $0.ev == "write" }.count
+        let sleeps = events.filter { $0.ev == "sleep" }.count
+        let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
+        let onDisk = records.filter { $0.source == "notify" }.compactMap { record -> UInt32? in
+            guard let payload = record.payload, payload.count >= 4 else { return nil }
+            return payload.prefix(4).enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (8 * UInt32($1.offset)) }
+        }
+        let missing = Set(sent).subtracting(onDisk)
+        let doubled = onDisk.count - Set(onDisk).count
+        let exit = ChildProcess.exitCode(status).map(String.init) ?? "signal"
+        say("summary: the dongle sent \(sent.count) notifications; \(records.count) readings on disk; missing \(missing.count), doubled \(doubled)")
+        say("summary: \(writes) keep-alive writes, the dongle fell asleep \(sleeps) times; daemon exit status \(exit)")
+        let ok = missing.isEmpty && doubled == 0 && sleeps == 0 && ChildProcess.exitCode(status) == 0 && !sent.isEmpty
+        say(ok ? "demo passed" : "demo FAILED")
+        return ok
+    }
+
+    // MARK: Helpers
+
+    private func waitOnline(_ control: Bus, _ what: String) async -> Bool {
+        let start = ContinuousClock.now
+        let before = readingsOnDisk()
+        let ok = await waitFor(what, within: .seconds(20)) {
+            (try? await self.simulatorState(control)) == "connected" && self.readingsOnDisk() > before
+        }
+        if ok { say("online again after \(DurationText.rounded(start.duration(to: .now))) (readings flowing)") }
+        return ok
+    }
+
+    /// How many readings are on disk so far.
+    private func readingsOnDisk() -> Int {
+        let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
+        return records.count
+    }
+
+    private func waitFor(_ what: String, within limit: Duration, _ condition: () async -> Bool) async -> Bool {
+        let deadline = ContinuousClock.now + limit
+        while ContinuousClock.now < deadline {
+            if await condition() { return true }
+            try? await Task.sleep(for: .milliseconds(100))
+        }
+        say("FAILED: \(what) did not happen within \(DurationText.rounded(limit))")
+        return false
+    }
+
+    private func simulatorState(_ control: Bus) async throws -> String {
+        let value = try await control.getProperty(
+            destination: SimulatorControl.busName, path: SimulatorControl.path, interface: SimulatorControl.interface,
+            name: "State"
+        )
+        return value.string ?? "?"
+    }
+
+    private func knob(_ control: Bus, _ method: String, _ arguments: [DBusValue] = []) async throws {
+        _ = try await control.call(
+            destination: SimulatorControl.busName, path: SimulatorControl.path, interface: SimulatorControl.interface,
+            method: method, arguments
+        )
+    }
+
+    private static func selfPath() throws -> String {
+        try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+    }
+
+    private var demoConfig: String {
+        """
+        [dongle]
+        address = "AA:BB:CC:DD:EE:FF"
+
+        [keepalive]
+        interval = "2s"
+        timeout = "1s"
+        sleep_after = "6s"
+
+        [reconnect]
+        first_delay = "0s"
+        initial_backoff = "500ms"
+        max_backoff = "4s"
+        connect_timeout = "5s"
+        window = "30s"
+        window_attempts = 8
+        cooldown = "20s"
+
+        [readings]
+        directory = "\(readingsDirectory)"
+        flush_interval = "1s"
+        """
+    }
+}
+
+/// Prints readings as they reach the log.
+private struct ReadingsWatcher: Sendable {
+    let directory: String
+    let say: @Sendable (String) -> Void
+
+    func follow() async {
+        var seen = 0
+        while !Task.isCancelled {
+            let records = (try? ReadingLog.readRecords(directory: directory)) ?? []
+            for record in records.dropFirst(seen) {
+                say("reading seq=\(record.seq) \(record.source) \(record.char ?? "") \(record.hex ?? "")")
+            }
+            seen = max(seen, records.count)
+            try? await Task.sleep(for: .milliseconds(250))
+        }
+    }
+}

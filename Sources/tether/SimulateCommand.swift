@@ -1,0 +1,101 @@
+import ArgumentParser
+import DBus
+import Foundation
+import Simulator
+import TetherDaemon
+
+struct SimulateCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "simulate",
+        abstract: "Run a simulated bluetoothd with one Nordic dongle that really falls asleep.",
+        discussion: """
+            The simulator owns org.bluez on the given bus and follows BlueZ's D-Bus API (adapter hci0, \
+            one dongle with the Nordic UART Service and the Battery Service). With no GATT read or write \
+            for --sleep-after, the dongle drops the link and sleeps until woken. Knobs are on the bus \
+            name io.tether.Simulator, object /io/tether/Simulator, interface io.tether.Simulator1:
+              DropLink(s reason), Sleep(), Wake(), FailConnects(u count, s error, s message),
+              SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
+              Crash(u restart_after_ms), Restart(u restart_after_ms)
+            Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
+            io.tether.Simulator1 DropLink s timeout
+            """
+    )
+
+    @Option(help: "The bus to serve on (a D-Bus address).")
+    var bus: String?
+
+    @Option(help: "Start a private dbus-daemon in this directory and write its address to DIR/address.")
+    var spawnBus: String?
+
+    @Option(help: "The dongle's address.")
+    var address = "AA:BB:CC:DD:EE:FF"
+
+    @Option(help: "The dongle's advertised name.")
+    var name = "Tether-Dongle"
+
+    @Option(help: "Idle time after which the dongle sleeps.")
+    var sleepAfter = DurationArgument(.seconds(30))
+
+    @Option(help: "How long the dongle advertises after a drop before it sleeps.")
+    var advertiseTimeout = DurationArgument(.seconds(180))
+
+    @Option(help: "Telemetry notifications per second.")
+    var notifyRate: Double = 10
+
+    @Option(help: "Time a successful or failing connect takes.")
+    var connectLatency = DurationArgument(.milliseconds(30))
+
+    @Option(help: "Time from Connected to ServicesResolved.")
+    var resolveDelay = DurationArgument(.milliseconds(20))
+
+    @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
+    var disconnectDelay = DurationArgument(.milliseconds(100))
+
+    @Flag(help: "Start with the dongle unknown to bluetoothd (found only by discovery).")
+    var unknown = false
+
+    @Flag(help: "Send ServicesResolved before the GATT objects, as real BlueZ sometimes does.")
+    var resolvedBeforeObjects = false
+
+    @Option(help: "Append every event (JSON Lines) to this file.")
+    var eventLog: String?
+
+    func validate() throws {
+        guard (bus == nil) != (spawnBus == nil) else {
+            throw ValidationError("give exactly one of --bus ADDRESS or --spawn-bus DIR")
+        }
+        guard notifyRate >= 0, notifyRate <= 100_000 else { throw ValidationError("--notify-rate must be 0…100000") }
+    }
+
+    func run() async throws {
+        var options = SimulatorOptions()
+        options.address = address.uppercased()
+        options.name = name
+        options.sleepAfter = sleepAfter.duration
+        options.advertiseTimeout = advertiseTimeout.duration
+        options.notifyRate = notifyRate
+        options.connectLatency = connectLatency.duration
+        options.resolveDelay = resolveDelay.duration
+        options.disconnectDelay = disconnectDelay.duration
+        options.known = !unknown
+        options.resolvedBeforeObjects = resolvedBeforeObjects
+        options.eventLogPath = eventLog
+
+        var daemon: BusDaemonProcess?
+        let address: String
+        if let spawnBus {
+            let started = try BusDaemonProcess(directory: URL(fileURLWithPath: spawnBus))
+            try (started.address + "\n").write(toFile: spawnBus + "/address", atomically: true, encoding: .utf8)
+            address = started.address
+            daemon = started
+            print(address)
+        } else {
+            address = bus ?? ""
+        }
+        let simulator = try await Simulator.start(busAddress: address, options: options)
+        FileHandle.standardError.write(Data("simulated bluetoothd on \(address) (dongle \(options.address))\n".utf8))
+        _ = await TerminationSignal.wait()
+        await simulator.stop()
+        daemon?.stop()
+    }
+}

@@ -1,0 +1,18 @@
+import ArgumentParser
+
+@main
+struct Tether: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "tether",
+        abstract: "Keeps a Nordic BLE telemetry dongle awake and connected through BlueZ, and logs its readings.",
+        discussion: """
+            Tether talks to bluetoothd over D-Bus on the system bus (or DBUS_SYSTEM_BUS_ADDRESS), \
+            polls the dongle so it never reaches its idle-sleep deadline, reconnects after every \
+            drop within bounded retry windows, and writes every notification to JSON Lines files.
+
+            Try it without hardware:  tether demo
+            """,
+        version: "0.1.0",
+        subcommands: [RunCommand.self, CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self]
+    )
+}

@@ -1,0 +1,134 @@
+import BlueZ
+import DBus
+import Foundation
+import Logging
+import Simulator
+import TestSupport
+import TetherCore
+import TetherDaemon
+
+/// A private dbus-daemon, the simulator and the daemon's link service, all
+/// in this process (the daemon on its own bus connection, as it would be),
+/// in a temporary directory. `stop()` tears everything down.
+final class DaemonHarness: @unchecked Sendable {
+    let directory: TemporaryDirectory
+    let busDaemon: BusDaemonProcess
+    let simulator: Simulator
+    var config: TetherConfig
+    private(set) var recorder: ReadingRecorder?
+    private(set) var service: LinkService<ContinuousClock>?
+    private var serviceTask: Task<Void, Never>?
+    private var daemonBus: Bus?
+    private(set) var logLines = LogCapture()
+
+    static let address = "AA:BB:CC:DD:EE:FF"
+
+    init(simulator options: SimulatorOptions = SimulatorOptions(), configure: (inout TetherConfig) -> Void = { _ in }) async throws {
+        directory = try TemporaryDirectory("tether-it")
+        busDaemon = try BusDaemonProcess(directory: directory.url.appendingPathComponent("bus"))
+        var options = options
+        options.eventLogPath = directory.url.appendingPathComponent("simulator.jsonl").path
+        simulator = try await Simulator.start(busAddress: busDaemon.address, options: options)
+        var config = TetherConfig.defaults(address: Self.address)
+        config.readings.directory = directory.url.appendingPathComponent("readings").path
+        config.keepalive.interval = .seconds(1)
+        config.keepalive.timeout = .milliseconds(800)
+        config.keepalive.sleepAfter = .seconds(3)
+        config.reconnect.initialBackoff = .milliseconds(200)
+        config.reconnect.maxBackoff = .seconds(1)
+        config.reconnect.connectTimeout = .seconds(2)
+        config.reconnect.window = .seconds(10)
+        config.reconnect.cooldown = .seconds(5)
+        config.reconnect.escalate = []
+        configure(&config)
+        self.config = config
+    }
+
+    var readingsDirectory: String { config.readings.directory }
+    var eventLogPath: String { directory.url.appendingPathComponent("simulator.jsonl").path }
+
+    /// Starts the daemon's service in this process.
+    func startDaemon() async throws {
+        let log = try ReadingLog(
+            directory: config.readings.directory, rotateSize: config.readings.rotateSize,
+            retainSize: config.readings.retainSize
+        )
+        let recorder = ReadingRecorder(log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog) { _ in }
+        let bus = try await Bus.connect(address: busDaemon.address)
+        let capture = logLines
+        let logger = Logger(label: "tether-test") { _ in CapturingLogHandler(capture: capture) }
+        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock(), seed: 7)
+        self.recorder = recorder
+        self.service = service
+        daemonBus = bus
+        serviceTask = Task { try? await service.run() }
+    }
+
+    /// Stops the daemon's service and flushes its readings.
+    func stopDaemon() async {
+        serviceTask?.cancel()
+        await serviceTask?.value
+        serviceTask = nil
+        recorder?.close()
+        await daemonBus?.close()
+        daemonBus = nil
+    }
+
+    func stop() async {
+        await stopDaemon()
+        await simulator.stop()
+        busDaemon.stop()
+        directory.remove()
+    }
+
+    var state: SupervisorState? { service?.status.state }
+
+    func waitForState(_ wanted: SupervisorState, within limit: Duration = .seconds(10)) async -> Bool {
+        await eventually(timeout: limit) { self.state == wanted }
+    }
+
+    func events() -> [SimulatorEvent] {
+        (try? SimulatorEvent.readLog(path: eventLogPath)) ?? []
+    }
+
+    func records() throws -> [ReadingRecord] {
+        try ReadingLog.readRecords(directory: readingsDirectory)
+    }
+
+    /// Notification sequence numbers decoded from the readings on disk.
+    func sequencesOnDisk() throws -> [UInt32] {
+        try records().filter { $0.source == "notify" }.compactMap { record in
+            guard let payload = record.payload, payload.count >= 4 else { return nil }
+            return UInt32(payload[0]) | UInt32(payload[1]) << 8 | UInt32(payload[2]) << 16 | UInt32(payload[3]) << 24
+        }
+    }
+
+    func sequencesSent() -> [UInt32] {
+        events().filter { $0.ev == "notify" }.compactMap(\.seq)
+    }
+}
+
+/// Collects the daemon's log lines for assertions and failure messages.
+final class LogCapture: @unchecked Sendable {
+    private let lock = NSLock()
+    private var lines: [String] = []
+    func append(_ line: String) { lock.withLock { lines.append(line) } }
+    var all: [String] { lock.withLock { lines } }
+}
+
+struct CapturingLogHandler: LogHandler {
+    var logLevel: Logger.Level = .debug
+    var metadata: Logger.Metadata = [:]
+    var metadataProvider: Logger.MetadataProvider?
+    let capture: LogCapture
+
+    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
+        get { metadata[key] }
+        set { metadata[key] = newValue }
+    }
+
+    func log(event: LogEvent) {
+        let extra = (event.metadata ?? [:]).map { "\($0.key)=\($0.value)" }.sorted().joined(separator: " ")
+        capture.append("\(event.level) \(event.message) \(extra)")
+    }
+}

@@ -1,0 +1,101 @@
+import ChildProcess
+import DBus
+import Foundation
+import Simulator
+import TestSupport
+import Testing
+import TetherCore
+
+/// The `tether` binary as a process: crash safety and exit codes.
+@Suite(.serialized) struct DaemonProcessTests {
+    /// The `tether` executable built next to this test bundle.
+    static var tetherPath: String {
+        let bundle = URL(fileURLWithPath: CommandLine.arguments[0]).resolvingSymlinksInPath()
+        var directory = bundle.deletingLastPathComponent()
+        // The bundle may be a directory on some platforms; walk up to the bin dir.
+        while !FileManager.default.isExecutableFile(atPath: directory.appendingPathComponent("tether").path),
+              directory.path != "/"
+        {
+            directory = directory.deletingLastPathComponent()
+        }
+        return directory.appendingPathComponent("tether").path
+    }
+
+    static func writeConfig(_ harness: DaemonHarness) throws -> String {
+        let path = harness.directory.url.appendingPathComponent("tether.toml").path
+        try """
+        [dongle]
+        address = "\(DaemonHarness.address)"
+        [keepalive]
+        interval = "1s"
+        timeout = "800ms"
+        sleep_after = "3s"
+        [reconnect]
+        initial_backoff = "200ms"
+        max_backoff = "1s"
+        connect_timeout = "2s"
+        [readings]
+        directory = "\(harness.readingsDirectory)"
+        flush_interval = "1s"
+        """.write(toFile: path, atomically: true, encoding: .utf8)
+        return path
+    }
+
+    func startDaemon(_ harness: DaemonHarness, config: String) throws -> ChildProcess {
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
+        return try ChildProcess(
+            executable: Self.tetherPath, arguments: ["run", "--config", config], environment: environment,
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+    }
+
+    @Test func killMinusNineLosesNothingOlderThan200msAndSeqContinues() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 100
+        let harness = try await DaemonHarness(simulator: options)
+        let config = try Self.writeConfig(harness)
+        var daemon = try startDaemon(harness, config: config)
+        #expect(await eventually { await harness.simulator.state == .connected && harness.sequencesSent().count > 100 })
+        try await Task.sleep(for: .seconds(1))
+        let sentBefore = await harness.simulator.lastSequence
+        try await Task.sleep(for: .milliseconds(200))
+        daemon.signal(SIGKILL)
+        daemon.wait()
+
+        let afterKill = try harness.records()
+        let seqsAfterKill = afterKill.map(\.seq)
+        let received = try harness.sequencesOnDisk()
+        let missing = Set(1...sentBefore).subtracting(received)
+        #expect(missing.isEmpty, "\(missing.count) readings sent more than 200 ms before the kill are not on disk")
+
+        // Restart: the files parse, seq continues after the last good record.
+        daemon = try startDaemon(harness, config: config)
+        #expect(await eventually { ((try? harness.records().count) ?? 0) > afterKill.count + 50 })
+        let status = daemon.terminate()
+        let all = try harness.records()
+        let log = (try? String(contentsOfFile: harness.directory.url.appendingPathComponent("daemon.log").path, encoding: .utf8)) ?? ""
+        await harness.stop()
+
+        #expect(ChildProcess.exitCode(status) == 0, "exit status after SIGTERM; log:\n\(log.suffix(2000))")
+        let seqs = all.map(\.seq)
+        #expect(seqs == Array(1...UInt64(seqs.count)), "seq must continue without gaps or repeats")
+        #expect(seqs.prefix(seqsAfterKill.count).elementsEqual(seqsAfterKill))
+    }
+
+    @Test func aBadConfigExitsWithExConfig() async throws {
+        let directory = try TemporaryDirectory()
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("bad.toml").path
+        try "[keepalive]\ninterval = \"5 parsecs\"\n".write(toFile: path, atomically: true, encoding: .utf8)
+        for arguments in [["check-config", path], ["run", "--config", path]] {
+            let process = try ChildProcess(
+                executable: Self.tetherPath, arguments: arguments,
+                stderrPath: directory.url.appendingPathComponent("err.log").path
+            )
+            #expect(ChildProcess.exitCode(process.wait()) == 78, "\(arguments)")
+        }
+        let message = try String(contentsOfFile: directory.url.appendingPathComponent("err.log").path, encoding: .utf8)
+        #expect(message.contains("bad.toml"))
+    }
+}

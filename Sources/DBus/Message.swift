@@ -28,6 +28,25 @@ public struct Message: Sendable, CustomStringConvertible {
         return "\(kind) \(path?.rawValue ?? "-") \(what) from \(sender ?? "-") (\(signature))"
     }
 
+    public init(
+        kind: Kind, serial: UInt32 = 0, replySerial: UInt32 = 0, sender: String? = nil, destination: String? = nil,
+        path: ObjectPath? = nil, interface: String? = nil, member: String? = nil, errorName: String? = nil,
+        signature: String = "", body: [DBusValue] = [], noReplyExpected: Bool = false
+    ) {
+        self.kind = kind
+        self.serial = serial
+        self.replySerial = replySerial
+        self.sender = sender
+        self.destination = destination
+        self.path = path
+        self.interface = interface
+        self.member = member
+        self.errorName = errorName
+        self.signature = signature
+        self.body = body
+        self.noReplyExpected = noReplyExpected
+    }
+
     /// The first body argument as a string, which is where error replies keep their text.
     var firstString: String { body.first?.string ?? "" }
 }

@@ -83,6 +83,13 @@ import TetherCore
         #expect(seqs.prefix(seqsAfterKill.count).elementsEqual(seqsAfterKill))
     }
 
+    @Test func theShippedExampleConfigIsValid() throws {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("config/tether.toml").path
+        let process = try ChildProcess(executable: Self.tetherPath, arguments: ["check-config", example], stdoutPath: "/dev/null")
+        #expect(ChildProcess.exitCode(process.wait()) == 0)
+    }
+
     @Test func aBadConfigExitsWithExConfig() async throws {
         let directory = try TemporaryDirectory()
         defer { directory.remove() }

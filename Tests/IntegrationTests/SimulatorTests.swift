@@ -262,7 +262,9 @@ import Testing
         try await withSimulator({ $0.disconnectDelay = .milliseconds(200) }) { f in
             try await f.connectAndResolve()
             let start = ContinuousClock.now
-            try await f.call(Self.device, BlueZ.deviceInterface, "Disconnect")
+            do { _ = try await f.client.call(destination: BlueZ.service, path: Self.device, interface: BlueZ.deviceInterface, method: "Disconnect", timeout: .seconds(2)) } catch {
+                print("DEBUG", error, await f.simulator.events.map { "\($0.t) \($0.ev) \($0.reason ?? "")" })
+            }
             #expect(ContinuousClock.now - start >= .milliseconds(180))
             #expect(await f.simulator.state == .advertising)
             let objects = try await f.managedObjects()
@@ -599,6 +601,19 @@ import Testing
         await client.close()
     }
 
+    @Test func stressCalls() async throws {
+        try await withSimulator { f in
+            for i in 0..<3000 {
+                do {
+                    _ = try await f.client.call(destination: BlueZ.service, path: .root, interface: StandardInterface.objectManager, method: "GetManagedObjects", timeout: .seconds(2))
+                } catch {
+                    print("DEBUG stress failed at", i, error)
+                    throw error
+                }
+            }
+        }
+    }
+
     @Test func invalidOptionsAreRejected() async throws {
         var options = SimulatorOptions()
         options.address = "not-an-address"
@@ -630,6 +645,7 @@ final class SimulatorFixture: Sendable {
         do {
             simulator = try await Simulator.start(busAddress: daemon.address, options: options)
         } catch {
+            print("DEBUG simulator start failed", error)
             daemon.stop()
             directory.remove()
             throw error
@@ -637,6 +653,7 @@ final class SimulatorFixture: Sendable {
         do {
             client = try await Bus.connect(address: daemon.address)
         } catch {
+            print("DEBUG client connect failed", error)
             await simulator.stop()
             daemon.stop()
             directory.remove()
@@ -655,10 +672,17 @@ final class SimulatorFixture: Sendable {
     func call(_ path: ObjectPath, _ interface: String, _ method: String, _ arguments: [DBusValue] = []) async throws
         -> [DBusValue]
     {
-        try await client.call(
-            destination: BlueZ.service, path: path, interface: interface, method: method, arguments,
-            timeout: .seconds(10)
-        )
+        do {
+            return try await client.call(
+                destination: BlueZ.service, path: path, interface: interface, method: method, arguments,
+                timeout: .seconds(3)
+            )
+        } catch {
+            if error == .timeout {
+                print("DEBUG timeout \(path) \(method)", await simulator.events.suffix(12).map { "\($0.t) \($0.ev) \($0.reason ?? "") \($0.client ?? "")" })
+            }
+            throw error
+        }
     }
 
     func callError(_ path: ObjectPath, _ interface: String, _ method: String, _ arguments: [DBusValue] = []) async

@@ -32,7 +32,8 @@ for _ in $(seq 100); do grep -q "→ online" "$work/daemon.log" 2>/dev/null && b
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$daemon/stat"; }
-switches() { awk '/^voluntary_ctxt_switches/ {v=$2} /^nonvoluntary_ctxt_switches/ {n=$2} END {print v + n}' "/proc/$daemon/status"; }
+# Context switches of every thread: each one is a wake-up.
+switches() { cat /proc/$daemon/task/*/status | awk '/^(non)?voluntary_ctxt_switches/ {n += $2} END {print n}'; }
 cpu0=$(cpu); sw0=$(switches)
 sleep "$seconds"
 cpu1=$(cpu); sw1=$(switches)
@@ -43,5 +44,5 @@ printf 'tether run, %ss online, keep-alive 1s, %s notifications/s\n' "$seconds" 
 calc() { awk "BEGIN {print $1}"; }
 printf '  RSS            %6.1f MiB (VmHWM %.1f MiB)\n' "$(calc "$rss/1024")" "$(calc "$hwm/1024")"
 printf '  CPU            %6.3f s over %ss\n' "$(calc "($cpu1-$cpu0)/$ticks")" "$seconds"
-printf '  context switches %5.1f /s\n' "$(calc "($sw1-$sw0)/$seconds")"
+printf '  wake-ups       %6.1f /s (context switches, all threads)\n' "$(calc "($sw1-$sw0)/$seconds")"
 printf '  readings       %6d\n' "$readings"

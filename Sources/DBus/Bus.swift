@@ -91,6 +91,8 @@ public actor Bus {
     }
 
     /// Closes the connection: pending calls fail with `.disconnected`,
+    /// messages libdbus has not written yet are dropped (wait for a reply
+    /// first where delivery matters),
     /// signal streams finish, owned names are released by the bus daemon.
     public func close() {
         connection.close()

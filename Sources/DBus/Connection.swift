@@ -1,5 +1,8 @@
 import CDBus
 import Dispatch
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// The libdbus side of one bus connection, confined to its executor's queue.
 ///
@@ -288,17 +291,33 @@ private final class WatchSources {
     private var sources: [DispatchSourceProtocol] = []
     private var enabled = false
 
+    /// Each source watches its own duplicate of the socket, closed in the
+    /// source's cancel handler. libdispatch requires a watched fd to stay
+    /// open until then, but libdbus closes its socket right after removing a
+    /// watch; a later connection given the same fd number was then registered
+    /// against libdispatch's stale entry and never saw an event (its Hello
+    /// timed out in about 1 % of connects).
     init(fd: Int32, flags: UInt32, queue: DispatchQueue, handler: @escaping (UInt32) -> Void) {
         if flags & DBUS_WATCH_READABLE.rawValue != 0 {
-            let source = DispatchSource.makeReadSource(fileDescriptor: fd, queue: queue)
+            let (watched, owned) = WatchSources.duplicate(fd)
+            let source = DispatchSource.makeReadSource(fileDescriptor: watched, queue: queue)
             source.setEventHandler { handler(DBUS_WATCH_READABLE.rawValue) }
+            if owned { source.setCancelHandler { _ = close(watched) } }
             sources.append(source)
         }
         if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
-            let source = DispatchSource.makeWriteSource(fileDescriptor: fd, queue: queue)
+            let (watched, owned) = WatchSources.duplicate(fd)
+            let source = DispatchSource.makeWriteSource(fileDescriptor: watched, queue: queue)
             source.setEventHandler { handler(DBUS_WATCH_WRITABLE.rawValue) }
+            if owned { source.setCancelHandler { _ = close(watched) } }
             sources.append(source)
         }
+    }
+
+    /// A duplicate of `fd` (owned: close it), or `fd` itself if dup fails.
+    private static func duplicate(_ fd: Int32) -> (fd: Int32, owned: Bool) {
+        let copy = dup(fd)
+        return copy >= 0 ? (copy, true) : (fd, false)
     }
 
     /// Suspend and resume must balance; a source is created suspended.

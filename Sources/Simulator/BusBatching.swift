@@ -1,3 +1,4 @@
+import BlueZ
 import DBus
 
 /// Several bus operations in one hop onto the bus's executor. Besides being
@@ -23,5 +24,18 @@ extension Bus {
                 return  // the object is gone or the connection closed: the rest would fail too
             }
         }
+    }
+
+    /// The bus side of a link loss: Connected=false and ServicesResolved=false
+    /// in one PropertiesChanged, then the GATT objects' removals, with no
+    /// other simulator traffic in between.
+    func announceLinkLoss(device: ObjectPath?, removing gattPaths: [ObjectPath]) {
+        if let device {
+            try? setProperties(
+                device, BlueZ.deviceInterface,
+                ["Connected": .boolean(false), "ServicesResolved": .boolean(false)]
+            )
+        }
+        unexportObjects(gattPaths)
     }
 }

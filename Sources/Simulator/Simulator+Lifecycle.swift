@@ -93,6 +93,7 @@ extension Simulator {
     }
 
     private func scheduleRestart(after delay: Duration) {
+        guard !stopped else { return }
         restartTask?.cancel()
         restartTask = Task {
             guard await Self.sleepUnlessCancelled(delay) else { return }

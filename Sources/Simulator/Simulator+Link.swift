@@ -57,7 +57,7 @@ extension Simulator {
         advertisingTask = nil
         log.record(.connected)
         await setDeviceProperties(["Connected": .boolean(true)])
-        guard link == linkID else { return }
+        guard link == linkID, !stopped else { return }
         idleTask = Task { await self.watchIdleness(link: link) }
         resolveTask = Task { await self.resolveServices(link: link) }
         await publishControl()
@@ -170,6 +170,7 @@ extension Simulator {
     /// The dongle advertises for `advertiseTimeout`, then powers off unless a
     /// central connected meanwhile.
     func enterAdvertising() {
+        guard !stopped else { return }
         log.record(.advertising)
         advertisingEpoch += 1
         let epoch = advertisingEpoch
@@ -191,19 +192,5 @@ extension Simulator {
         advertisingTask = nil
         dongle.fallAsleep()
         log.record(.sleep) { $0.reason = reason }
-    }
-}
-
-extension Bus {
-    /// The bus side of a link loss, in one hop so no other simulator traffic
-    /// can come between the property change and the removals.
-    func announceLinkLoss(device: ObjectPath?, removing gattPaths: [ObjectPath]) {
-        if let device {
-            try? setProperties(
-                device, BlueZ.deviceInterface,
-                ["Connected": .boolean(false), "ServicesResolved": .boolean(false)]
-            )
-        }
-        unexportObjects(gattPaths)
     }
 }

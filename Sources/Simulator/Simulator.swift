@@ -277,6 +277,7 @@ public actor Simulator {
 
     /// Suspends for `duration` unless `cancelWait(id)` or `stop()` ends it early.
     func pause(_ duration: Duration, id: Int? = nil) async {
+        guard !stopped else { return }
         let key = id ?? makeWaitID()
         let timer = Task { _ = await Self.sleepUnlessCancelled(duration) }
         waits[key] = timer

@@ -218,3 +218,28 @@ import Testing
         }
     }
 }
+
+/// A regression test: libdbus closes its socket right after removing a watch,
+/// and the next connection often gets the same fd number. Watching the raw fd
+/// left libdispatch with a stale registration and about 1 connect in 100 never
+/// saw its Hello reply.
+@Suite struct BusReconnectTests {
+    @Test func manyConnectsInARowAllComplete() async throws {
+        let directory = try TemporaryDirectory("dbus-churn")
+        let daemon = try BusDaemonProcess(directory: directory.url.appendingPathComponent("bus"))
+        defer {
+            daemon.stop()
+            directory.remove()
+        }
+        var failures = 0
+        for _ in 0..<300 {
+            do {
+                let bus = try await Bus.connect(address: daemon.address, timeout: .seconds(2))
+                await bus.close()
+            } catch {
+                failures += 1
+            }
+        }
+        #expect(failures == 0)
+    }
+}

@@ -307,6 +307,16 @@ struct ConfigParsingTests {
         ("x = [}\n", 1),
         ("x = [\n# c\n}]\n", 3),
         ("x = { a = [ } ] }\n", 1),
+        ("x = 1979-05-27 1\n", 1),
+        ("x = [1979-05-27 0}2]\n", 1),
+        ("x = 1979-05-27 1é\n", 1),
+        ("x = \"\"\"a\\é\"\"\"\n", 1),
+        ("x = \"\"\"a\\ \n\n é\"\"\"\n", 3),
+        ("[bluez]\nadapter = \"\"\"\"h\n12D\\\né\n", 4),
+        ("[dongle]\nd = 1979-05-27Tescalit07:32:00Z\n", 2),
+        ("x = tru\n", 1),
+        ("x = [1, 2, three]\n", 1),
+        ("x = 1" + String(repeating: "0", count: 80) + "\n", 1),
     ] as [(String, Int)])
     func toxicInputsAreRejectedBeforeTOMLKit(text: String, line: Int) throws {
         let error = try #require(parseError(text))
@@ -332,6 +342,35 @@ struct ConfigParsingTests {
         // It gets past toml++ too: the complaint is about content, not syntax.
         let error = try #require(parseError(valid))
         #expect(!error.message.hasPrefix("TOML syntax error"), "\(error)")
+    }
+
+    /// Runs every file in $TETHER_CONFIG_CORPUS (e.g. a libFuzzer corpus) through the
+    /// parser; skipped unless that variable is set.
+    @Test(.enabled(if: ProcessInfo.processInfo.environment["TETHER_CONFIG_CORPUS"] != nil))
+    func corpusNeverCrashes() throws {
+        let directory = ProcessInfo.processInfo.environment["TETHER_CONFIG_CORPUS"] ?? ""
+        for name in try FileManager.default.contentsOfDirectory(atPath: directory) {
+            let data = try Data(contentsOf: URL(fileURLWithPath: directory + "/" + name))
+            _ = try? TetherConfig.parse(String(decoding: data, as: UTF8.self), file: name)
+        }
+    }
+
+    @Test(arguments: [
+        "true", "false", "0", "-17", "+99", "1_000", "0xdead_BEEF", "0o755", "0b1101", "3.14", "-0.0", "5e+22",
+        "1E6", "6.626e-34", "1_2.3_4e5_6", "inf", "-inf", "+nan", "1979-05-27", "07:32:00", "00:32:00.999999",
+        "1979-05-27T07:32:00", "1979-05-27t07:32:00z", "1979-05-27 07:32:00.5-07:00", "1979-05-27T00:32:00+09:30",
+    ])
+    func wellFormedBareValues(text: String) {
+        #expect(TOMLBareValue.isValid(Array(text.utf8)))
+    }
+
+    @Test(arguments: [
+        "", "tru", "True", "01", "+0x1", "0X1", "0x", "0x_1", "1__0", "1_", "_1", "1.", ".5", "1.e5", "1e", "1e_5",
+        "infinity", "1979-5-27", "1979-05-27T", "1979-05-27T7:32:00", "07:32", "07:32:00Z", "1979-05-27T07:32:00+07",
+        "1979-05-27Tx07:32:00", "1979-05-27T07:32:00.", "--1", "a", "=",
+    ])
+    func malformedBareValues(text: String) {
+        #expect(!TOMLBareValue.isValid(Array(text.utf8)))
     }
 
     @Test func arbitraryInputNeverCrashes() {

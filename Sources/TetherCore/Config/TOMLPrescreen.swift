@@ -9,6 +9,11 @@
 /// - a table header whose name starts with something other than a key character or
 ///   quote (`[.a]`, `[ ,a]`): an assertion in `parse_key`;
 /// - `}` where an array element should start (`x = [}`): an assertion in `parse_value`;
+/// - a date, a space and a single digit (`x = 1979-05-27 1`): an assertion while
+///   scanning for a date-time with a space instead of "T";
+/// - an unquoted value that is not a well-formed boolean, number, date or time
+///   (`1979-05-27Tx07:32:00`): toml++ guesses the type from loose character traits
+///   and then asserts the guess (see `TOMLBareValue`);
 /// - in a multi-line basic string, a non-ASCII character right after a backslash, or
 ///   after the whitespace following a line-ending backslash (the same whitespace test).
 ///
@@ -42,6 +47,7 @@ enum TOMLPrescreen {
         // In key position toml++ starts a quoted key only after a separator; a quote
         // after a key character is an error there, so it is not a string for us either.
         var quoteStartsKey = true
+        var bareValue: [UInt8] = []  // the unquoted value being read
         var index = 0
 
         func run(of byte: UInt8, at start: Int) -> Int {
@@ -56,6 +62,7 @@ enum TOMLPrescreen {
             if byte == newline, mode != .multilineBasic, mode != .multilineLiteral {
                 // Comments, bare values and single-line strings end here (an unterminated
                 // string is a toml++ error, so parsing stops before anything we could miss).
+                if mode == .bareValue, !TOMLBareValue.isValid(bareValue) { return invalidValue(bareValue, line) }
                 line += 1
                 mode = .normal
                 quoteStartsKey = true
@@ -107,8 +114,21 @@ enum TOMLPrescreen {
             case .bareValue:
                 if !isValueTerminator(byte) {
                     if byte >= 0x80 { return nonASCII(line) }
+                    bareValue.append(byte)
+                    if bareValue.count > TOMLBareValue.maximumLength { return invalidValue(bareValue, line) }
                     continue
                 }
+                // toml++ reads on past a space after something shaped like a date
+                // ("1979-05-27 07:32:00"), and asserts if the digit after the space
+                // is directly followed by a terminator.
+                if byte == UInt8(ascii: " "), isDateShaped(bareValue), index < bytes.count, isDigit(bytes[index]) {
+                    if index + 1 < bytes.count, isValueTerminator(bytes[index + 1]) {
+                        return Problem(line: line, message: "a date must be followed by a time such as 07:32:00")
+                    }
+                    bareValue.append(byte)
+                    continue
+                }
+                guard TOMLBareValue.isValid(bareValue) else { return invalidValue(bareValue, line) }
                 mode = .normal  // and handle the terminator below
             case .normal:
                 break
@@ -143,6 +163,7 @@ enum TOMLPrescreen {
                     expectingValue = nesting.last == UInt8(ascii: "[")
                 default:
                     mode = .bareValue
+                    bareValue = [byte]
                 }
                 continue
             }
@@ -184,7 +205,13 @@ enum TOMLPrescreen {
                 break
             }
         }
+        if mode == .bareValue, !TOMLBareValue.isValid(bareValue) { return invalidValue(bareValue, line) }
         return nil
+    }
+
+    private static func invalidValue(_ value: [UInt8], _ line: Int) -> Problem {
+        let shown = String(decoding: value.prefix(TOMLBareValue.maximumLength), as: UTF8.self)
+        return Problem(line: line, message: "invalid value \(shown)\(value.count > TOMLBareValue.maximumLength ? "…" : "") (strings need quotes)")
     }
 
     private static func openString(_ delimiter: UInt8, at start: Int, advancing index: inout Int, run: (UInt8, Int) -> Int) -> Mode {
@@ -196,6 +223,17 @@ enum TOMLPrescreen {
 
     private static func nonASCII(_ line: Int) -> Problem {
         Problem(line: line, message: "non-ASCII character outside a string or comment")
+    }
+
+    /// toml++'s test for "could be a date with a space instead of a T" (looser than a
+    /// real date; toml++ ignores underscores when counting).
+    private static func isDateShaped(_ value: [UInt8]) -> Bool {
+        let chars = value.filter { $0 != UInt8(ascii: "_") }
+        return chars.count == 10 && isDigit(chars[0]) && chars[4] == UInt8(ascii: "-") && chars[7] == UInt8(ascii: "-")
+    }
+
+    private static func isDigit(_ byte: UInt8) -> Bool {
+        byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")
     }
 
     private static func isBlank(_ byte: UInt8) -> Bool {

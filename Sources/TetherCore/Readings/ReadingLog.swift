@@ -52,6 +52,8 @@ public final class ReadingLog {
     private var finished: [(path: String, size: Int64)]
     /// Files rotated away from whose data still awaits fsync; closed by `sync()`.
     private var unsyncedFinished: [OpenFile] = []
+    /// An fsync failure from `retire`, reported by the next `sync()`.
+    private var deferredSyncError: Error?
     private var directoryNeedsSync = false
     private var isClosed = false
 
@@ -70,7 +72,7 @@ public final class ReadingLog {
         var lastSeq: UInt64 = 0
         // The newest file's name says which seq it started at: seqs below it were
         // used even if retention deleted or damage destroyed every record of them.
-        if let newest = files.last { lastSeq = newest.firstSeq - 1 }
+        if let newest = files.last, newest.firstSeq > 0 { lastSeq = newest.firstSeq - 1 }
         for (index, file) in files.enumerated().reversed() {
             let outcome = try LogTailRecovery.recover(path: file.path)
             truncated += outcome.truncatedBytes
@@ -130,6 +132,8 @@ public final class ReadingLog {
     func write(_ entries: [Entry]) throws -> ClosedRange<UInt64>? {
         guard !isClosed else { throw LogFileSystem.failure("append", directory, EBADF) }
         guard !entries.isEmpty else { return nil }
+        // Only reachable with a doctored file name or record, but must not trap.
+        guard UInt64(entries.count) <= UInt64.max - lastSeq else { throw LogFileSystem.failure("append", directory, EOVERFLOW) }
 
         let segments = plan(entries)
         let rollbackSize = current?.size
@@ -167,7 +171,8 @@ public final class ReadingLog {
 
     /// fsyncs everything written so far, and the directory if files were created or deleted.
     public func sync() throws {
-        var firstError: Error?
+        var firstError = deferredSyncError
+        deferredSyncError = nil
         for file in unsyncedFinished {
             do { try LogFileSystem.sync(file.fd, path: file.path) } catch { firstError = firstError ?? error }
             LogFileSystem.closeFile(file.fd)
@@ -245,9 +250,16 @@ public final class ReadingLog {
     }
 
     /// Moves a file out of the append position; it stays open until `sync()` fsyncs it.
+    /// Should many rotations happen between syncs (tiny rotateSize, huge batch), the
+    /// oldest are synced right away rather than holding a descriptor each.
     private func retire(_ file: OpenFile) {
         unsyncedFinished.append(file)
         finished.append((file.path, file.size))
+        while unsyncedFinished.count > 8 {
+            let oldest = unsyncedFinished.removeFirst()
+            do { try LogFileSystem.sync(oldest.fd, path: oldest.path) } catch { deferredSyncError = deferredSyncError ?? error }
+            LogFileSystem.closeFile(oldest.fd)
+        }
     }
 
     /// Deletes the oldest finished files while the total size exceeds `retainSize`.

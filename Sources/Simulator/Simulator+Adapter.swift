@@ -72,6 +72,13 @@ extension Simulator {
     }
 
     func endAllDiscovery(reason: String) async {
+        forgetDiscoverySessions(reason: reason)
+        await updateDiscovering()
+    }
+
+    /// Ends every client's discovery session in the log and in memory,
+    /// without touching the bus (a crashed bluetoothd cannot signal).
+    func forgetDiscoverySessions(reason: String) {
         for client in discoveryClients.sorted() {
             log.record(.discoveryStop) {
                 $0.client = client
@@ -80,7 +87,6 @@ extension Simulator {
         }
         discoveryClients.removeAll()
         discoveryFilters.removeAll()
-        await updateDiscovering()
     }
 
     /// Discovering is true while any session exists. When discovery stops,

@@ -76,14 +76,7 @@ extension Simulator {
         }
         _ = markLinkLost(reason: reason, asleep: false)
         dropAllNotifySessions(reason: reason)
-        for client in discoveryClients.sorted() {
-            log.record(.discoveryStop) {
-                $0.client = client
-                $0.reason = reason
-            }
-        }
-        discoveryClients.removeAll()
-        discoveryFilters.removeAll()
+        forgetDiscoverySessions(reason: reason)
         discovering = false
         scanTask?.cancel()
         scanTask = nil

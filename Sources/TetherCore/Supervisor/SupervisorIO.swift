@@ -1,4 +1,8 @@
-/// An outcome of an operation the adapter layer carried out.
+/// A failed operation, as the adapter layer reports it to the supervisor.
+///
+/// Its kinds mirror `BlueZError.Disposition` on purpose: the supervisor is
+/// pure logic and does not import the BlueZ client; the adapter layer maps
+/// one onto the other.
 public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
     public enum Kind: String, Sendable {
         /// Try again later.

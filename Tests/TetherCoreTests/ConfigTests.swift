@@ -73,8 +73,10 @@ struct ConfigParsingTests {
                 writeType: .request, timeout: .milliseconds(1500), sleepAfter: .seconds(60)
             ),
             reconnect: .init(
-                firstDelay: .milliseconds(250), initialBackoff: .seconds(2), maxBackoff: .seconds(90), jitter: 0.5,
-                connectTimeout: .seconds(15), window: .seconds(600), windowAttempts: 5, cooldown: .seconds(3600),
+                policy: ReconnectPolicy(
+                    firstDelay: .milliseconds(250), initialBackoff: .seconds(2), maxBackoff: .seconds(90), jitter: 0.5,
+                    connectTimeout: .seconds(15), window: .seconds(600), windowAttempts: 5, cooldown: .seconds(3600)
+                ),
                 escalate: [.hciReset, .powerCycle]
             ),
             readings: .init(
@@ -94,8 +96,11 @@ struct ConfigParsingTests {
             enabled: true, interval: .seconds(5), characteristic: ConfigUUID.nusRX, write: [0],
             writeType: .command, timeout: .seconds(3), sleepAfter: .seconds(30)))
         #expect(config.reconnect == .init(
-            firstDelay: .zero, initialBackoff: .seconds(1), maxBackoff: .seconds(30), jitter: 0.2,
-            connectTimeout: .seconds(20), window: .seconds(180), windowAttempts: 12, cooldown: .seconds(300), escalate: []))
+            policy: ReconnectPolicy(
+                firstDelay: .zero, initialBackoff: .seconds(1), maxBackoff: .seconds(30), jitter: 0.2,
+                connectTimeout: .seconds(20), window: .seconds(180), windowAttempts: 12, cooldown: .seconds(300)
+            ),
+            escalate: []))
         #expect(config.readings == .init(
             directory: "/var/lib/tether/readings", flushInterval: .seconds(1), rotateSize: 64 << 20,
             retainSize: 1 << 30, maxBacklog: 100_000))

@@ -5,7 +5,10 @@ extension DurationText {
     /// (use `format` for that).
     public static func rounded(_ duration: Duration) -> String {
         let (seconds, attoseconds) = duration.components
-        let totalMilliseconds = seconds * 1000 + (attoseconds + 500_000_000_000_000) / 1_000_000_000_000_000
+        // Durations beyond ±292 million years do not fit in milliseconds; nobody waits that long.
+        let (scaled, overflow) = seconds.multipliedReportingOverflow(by: 1000)
+        guard !overflow else { return seconds < 0 ? "-forever" : "forever" }
+        let totalMilliseconds = scaled + (attoseconds + 500_000_000_000_000) / 1_000_000_000_000_000
         let sign = totalMilliseconds < 0 ? "-" : ""
         let ms = totalMilliseconds.magnitude
         switch ms {

@@ -2,7 +2,8 @@
 /// they reach it. toml++ 3.4.0 asserts (aborting the process) or reaches
 /// `__builtin_unreachable` (undefined behaviour) on some malformed documents, and the
 /// config parser must never crash whatever the input. Every input refused here is
-/// invalid TOML anyway, so valid files are unaffected:
+/// invalid TOML anyway (bar unquoted values over 64 characters, which no setting
+/// takes), so valid files are unaffected:
 ///
 /// - a non-ASCII character outside strings and comments (`x = é`): toml++'s
 ///   whitespace test is unreachable for most of U+00A1–U+0499 and U+2D6E–U+3167;

@@ -70,37 +70,22 @@ public struct TetherConfig: Sendable, Equatable {
         case hciReset = "hci-reset"
     }
 
+    /// `[reconnect]`: the retry policy's keys, plus the escalation steps.
+    /// The policy's fields read and write through this section
+    /// (`config.reconnect.window`), so their defaults live in one place.
+    @dynamicMemberLookup
     public struct ReconnectSection: Sendable, Equatable {
-        public var firstDelay: Duration
-        public var initialBackoff: Duration
-        public var maxBackoff: Duration
-        public var jitter: Double
-        public var connectTimeout: Duration
-        public var window: Duration
-        public var windowAttempts: Int
-        public var cooldown: Duration
+        public var policy: ReconnectPolicy
         public var escalate: [EscalationStep]
 
-        public init(
-            firstDelay: Duration = .zero,
-            initialBackoff: Duration = .seconds(1),
-            maxBackoff: Duration = .seconds(30),
-            jitter: Double = 0.2,
-            connectTimeout: Duration = .seconds(20),
-            window: Duration = .seconds(180),
-            windowAttempts: Int = 12,
-            cooldown: Duration = .seconds(300),
-            escalate: [EscalationStep] = []
-        ) {
-            self.firstDelay = firstDelay
-            self.initialBackoff = initialBackoff
-            self.maxBackoff = maxBackoff
-            self.jitter = jitter
-            self.connectTimeout = connectTimeout
-            self.window = window
-            self.windowAttempts = windowAttempts
-            self.cooldown = cooldown
+        public init(policy: ReconnectPolicy = ReconnectPolicy(), escalate: [EscalationStep] = []) {
+            self.policy = policy
             self.escalate = escalate
+        }
+
+        public subscript<Value>(dynamicMember keyPath: WritableKeyPath<ReconnectPolicy, Value>) -> Value {
+            get { policy[keyPath: keyPath] }
+            set { policy[keyPath: keyPath] = newValue }
         }
     }
 

@@ -40,15 +40,10 @@ public struct Supervisor: Sendable {
         }
 
         public init(config: TetherConfig) {
-            let r = config.reconnect
             self.init(
-                policy: ReconnectPolicy(
-                    firstDelay: r.firstDelay, initialBackoff: r.initialBackoff, maxBackoff: r.maxBackoff,
-                    jitter: r.jitter, connectTimeout: r.connectTimeout, window: r.window,
-                    windowAttempts: r.windowAttempts, cooldown: r.cooldown
-                ),
-                keepaliveEnabled: config.keepalive.enabled, keepaliveInterval: config.keepalive.interval,
-                keepaliveTimeout: config.keepalive.timeout, escalation: r.escalate
+                policy: config.reconnect.policy, keepaliveEnabled: config.keepalive.enabled,
+                keepaliveInterval: config.keepalive.interval, keepaliveTimeout: config.keepalive.timeout,
+                escalation: config.reconnect.escalate
             )
         }
     }

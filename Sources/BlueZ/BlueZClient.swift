@@ -18,14 +18,16 @@ public struct BlueZClient: Sendable {
 
     /// Starts watching bluetoothd. The first event is `serviceAppeared` if
     /// bluetoothd is on the bus now; a restart shows as `serviceVanished`
-    /// followed by `serviceAppeared`. The stream is bounded (`bufferLimit`
-    /// events); it ends when the bus connection closes or the consumer stops.
-    public func events(bufferLimit: Int = 16384) async throws(BlueZError) -> AsyncStream<BlueZEvent> {
-        let signals: AsyncStream<Message>
+    /// followed by `serviceAppeared`. The sequence pulls from one bounded
+    /// signal buffer (`bufferLimit` signals); if the consumer falls that far
+    /// behind, it gets `signalsLost` and a fresh `serviceAppeared` snapshot
+    /// instead of a silently drifting tree. It ends when the bus connection
+    /// closes or the consumer stops.
+    public func events(bufferLimit: Int = 16384) async throws(BlueZError) -> BlueZEvents {
         do {
             // One stream for all three rules keeps signals in bus order, and
             // subscribing before GetManagedObjects means nothing falls between.
-            signals = try await bus.signals(matchingAny: [
+            let deliveries = try await bus.signalDeliveries(matchingAny: [
                 MatchRule(sender: BlueZ.service, interface: StandardInterface.objectManager, path: .root),
                 MatchRule(
                     sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
@@ -36,62 +38,32 @@ public struct BlueZClient: Sendable {
                     arg0: BlueZ.service
                 ),
             ], bufferLimit: bufferLimit)
+            return BlueZEvents(client: self, deliveries: deliveries)
         } catch {
             throw BlueZError(error)
         }
-        let (stream, continuation) = AsyncStream.makeStream(
-            of: BlueZEvent.self, bufferingPolicy: .bufferingOldest(bufferLimit)
-        )
-        let client = self
-        let pump = Task {
-            var owner: String?
-            if let current = try? await client.bus.nameOwner(of: BlueZ.service) {
-                owner = await client.announce(owner: current, to: continuation)
-            }
-            for await signal in signals {
-                if signal.member == "NameOwnerChanged", signal.interface == "org.freedesktop.DBus" {
-                    let newOwner = signal.body.count >= 3 ? (signal.body[2].string ?? "") : ""
-                    // The owner we announced may reach us again as a buffered
-                    // NameOwnerChanged from just before we asked for it.
-                    if newOwner == owner { continue }
-                    if owner != nil {
-                        owner = nil
-                        continuation.yield(.serviceVanished)
-                    }
-                    if !newOwner.isEmpty {
-                        owner = await client.announce(owner: newOwner, to: continuation)
-                    }
-                    continue
-                }
-                // Signals are routed by the bus to the owner of org.bluez, but
-                // the sender is checked too: a stale signal from a previous
-                // bluetoothd must not touch the new tree.
-                guard let owner, signal.sender == owner, let event = BlueZClient.event(from: signal) else { continue }
-                continuation.yield(event)
-            }
-            continuation.finish()
-        }
-        continuation.onTermination = { _ in pump.cancel() }
-        return stream
     }
 
-    /// Loads the tree of a new bluetoothd and reports it; returns the owner
-    /// if that worked. A bluetoothd that is on the bus but does not answer
-    /// yet is retried on its next signal (its name appearing is enough for us
-    /// to try again later).
-    private func announce(owner: String, to continuation: AsyncStream<BlueZEvent>.Continuation) async -> String? {
-        for attempt in 0..<5 {
-            do {
-                let tree = try await managedObjects()
-                continuation.yield(.serviceAppeared(owner: owner, tree: tree))
-                return owner
+    /// The owner of org.bluez now, asked a few times before concluding there is none.
+    func currentOwner() async -> String? {
+        for attempt in 0..<3 {
+            do throws(DBusError) {
+                return try await bus.nameOwner(of: BlueZ.service)
             } catch {
-                // bluetoothd registers its name before its objects; give it a moment.
                 try? await Task.sleep(for: .milliseconds(100 << attempt))
             }
         }
-        continuation.yield(.serviceAppeared(owner: owner, tree: ObjectTree()))
-        return owner
+        return nil
+    }
+
+    /// bluetoothd's tree, retried briefly: bluetoothd takes its name before it
+    /// exports its objects. Nil if it still does not answer.
+    func snapshot(attempts: Int) async -> ObjectTree? {
+        for attempt in 0..<attempts {
+            if let tree = try? await managedObjects() { return tree }
+            if attempt + 1 < attempts { try? await Task.sleep(for: .milliseconds(100 << attempt)) }
+        }
+        return nil
     }
 
     static func event(from signal: Message) -> BlueZEvent? {

@@ -13,6 +13,9 @@ public enum BlueZEvent: Sendable {
     case propertiesChanged(ObjectPath, interface: String, changed: [String: DBusValue], invalidated: [String])
     /// A characteristic's `Value` changed: a notification, or the echo of a read.
     case valueChanged(ObjectPath, [UInt8])
+    /// The consumer fell behind and this many signals were dropped (readings
+    /// among them); a fresh `serviceAppeared` snapshot follows.
+    case signalsLost(Int)
 }
 
 extension ObjectTree {
@@ -30,7 +33,7 @@ extension ObjectTree {
             removeInterfaces(path, names)
         case .propertiesChanged(let path, let interface, let changed, let invalidated):
             changeProperties(path, interface: interface, changed: changed, invalidated: invalidated)
-        case .valueChanged:
+        case .valueChanged, .signalsLost:
             return false
         }
         return true

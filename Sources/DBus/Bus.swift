@@ -29,7 +29,20 @@ public actor Bus {
 
     private struct Subscription {
         var rules: [MatchRule]
-        var continuation: AsyncStream<Message>.Continuation
+        var sink: Sink
+
+        enum Sink {
+            case messages(AsyncStream<Message>.Continuation)
+            /// With the count of signals lost since the last delivery.
+            case deliveries(AsyncStream<SignalDelivery>.Continuation, lost: Int)
+        }
+
+        func finish() {
+            switch sink {
+            case .messages(let continuation): continuation.finish()
+            case .deliveries(let continuation, _): continuation.finish()
+            }
+        }
     }
 
     /// The default timeout of libdbus for method calls.
@@ -38,6 +51,13 @@ public actor Bus {
     private init(label: String) {
         executor = DispatchQueueExecutor(label: label)
         connection = Connection(executor: executor)
+    }
+
+    /// A bus dropped without `close()` still closes its connection, so
+    /// libdbus never calls back into freed memory.
+    deinit {
+        let connection = self.connection
+        executor.queue.async { connection.close() }
     }
 
     // MARK: Connecting
@@ -69,11 +89,11 @@ public actor Bus {
     private func open(address: String, timeout: Duration) async throws(DBusError) {
         try connection.open(address: address)
         isConnected = true
-        connection.onMessage = { [unowned self] message in
-            self.assumeIsolated { $0.route(message) }
+        connection.onMessage = { [weak self] message in
+            self?.assumeIsolated { $0.route(message) }
         }
-        connection.onClose = { [unowned self] in
-            self.assumeIsolated { $0.connectionClosed() }
+        connection.onClose = { [weak self] in
+            self?.assumeIsolated { $0.connectionClosed() }
         }
         // dbus_bus_register would block for the reply; send Hello ourselves
         // and tell libdbus the name it returns.
@@ -106,7 +126,7 @@ public actor Bus {
 
     private func connectionClosed() {
         isConnected = false
-        for (_, subscription) in subscriptions { subscription.continuation.finish() }
+        for (_, subscription) in subscriptions { subscription.finish() }
         subscriptions.removeAll()
         registry = ObjectRegistry()
         let waiters = closeWaiters
@@ -198,10 +218,35 @@ public actor Bus {
         let (stream, continuation) = AsyncStream.makeStream(
             of: Message.self, bufferingPolicy: .bufferingOldest(max(1, bufferLimit))
         )
+        try await subscribe(rules, .messages(continuation)) { ended in continuation.onTermination = { _ in ended() } }
+        return stream
+    }
+
+    /// Like `signals(matchingAny:)`, but a consumer that fell behind is told:
+    /// after signals were dropped, the stream delivers `.lost(count)` before
+    /// the next signal, so it can resynchronise (re-read the state the
+    /// signals described) instead of drifting.
+    public func signalDeliveries(matchingAny rules: [MatchRule], bufferLimit: Int = 8192) async throws(DBusError)
+        -> AsyncStream<SignalDelivery>
+    {
+        let (stream, continuation) = AsyncStream.makeStream(
+            of: SignalDelivery.self, bufferingPolicy: .bufferingOldest(max(2, bufferLimit))
+        )
+        try await subscribe(rules, .deliveries(continuation, lost: 0)) { ended in
+            continuation.onTermination = { _ in ended() }
+        }
+        return stream
+    }
+
+    private func subscribe(
+        _ rules: [MatchRule], _ sink: Subscription.Sink,
+        onTermination: (@escaping @Sendable () -> Void) -> Void
+    ) async throws(DBusError) {
         let id = nextSubscriptionID
         nextSubscriptionID += 1
-        subscriptions[id] = Subscription(rules: rules, continuation: continuation)
-        continuation.onTermination = { [weak self] _ in
+        let subscription = Subscription(rules: rules, sink: sink)
+        subscriptions[id] = subscription
+        onTermination { [weak self] in
             Task { await self?.unsubscribe(id) }
         }
         do {
@@ -210,10 +255,9 @@ public actor Bus {
             }
         } catch {
             subscriptions.removeValue(forKey: id)
-            continuation.finish()
+            subscription.finish()
             throw error
         }
-        return stream
     }
 
     private func unsubscribe(_ id: Int) {
@@ -393,13 +437,29 @@ public actor Bus {
     private func route(_ message: Message) {
         switch message.kind {
         case .signal:
-            for (_, subscription) in subscriptions where subscription.rules.contains(where: { $0.matches(message) }) {
-                if case .dropped = subscription.continuation.yield(message) { droppedSignals += 1 }
+            for (id, subscription) in subscriptions where subscription.rules.contains(where: { $0.matches(message) }) {
+                deliver(message, to: id, subscription)
             }
         case .methodCall:
             serve(message)
         default:
             break
+        }
+    }
+
+    private func deliver(_ message: Message, to id: Int, _ subscription: Subscription) {
+        switch subscription.sink {
+        case .messages(let continuation):
+            if case .dropped = continuation.yield(message) { droppedSignals += 1 }
+        case .deliveries(let continuation, var lost):
+            if lost > 0, case .dropped = continuation.yield(.lost(lost)) {
+                lost += 1
+            } else {
+                lost = 0
+                if case .dropped = continuation.yield(.signal(message)) { lost = 1 }
+            }
+            if lost > 0 { droppedSignals += 1 }
+            subscriptions[id]?.sink = .deliveries(continuation, lost: lost)
         }
     }
 

@@ -14,6 +14,7 @@ public enum DaemonRunner {
         public static let config: Int32 = 78  // EX_CONFIG
         public static let cannotCreate: Int32 = 73  // EX_CANTCREAT
         public static let unavailable: Int32 = 69  // EX_UNAVAILABLE
+        public static let ioError: Int32 = 74  // EX_IOERR
     }
 
     /// Runs until SIGTERM or SIGINT; returns the exit code.
@@ -45,6 +46,10 @@ public enum DaemonRunner {
         await work.value
         recorder.close()
         let stats = recorder.stats
+        guard stats.pending == 0 else {
+            logger.critical("stopped with \(stats.pending) readings that could not be written: \(stats.lastError ?? "unknown error")")
+            return Exit.ioError
+        }
         logger.notice("stopped; \(stats.written) readings written, last seq \(stats.lastSeq)")
         return Exit.ok
     }
@@ -53,7 +58,7 @@ public enum DaemonRunner {
     /// if it goes away, until cancelled.
     private static func serve(config: TetherConfig, busAddress: String?, recorder: ReadingRecorder, logger: Logger) async {
         var delay: Duration = .milliseconds(500)
-        var warned = false
+        var lastWarning: ContinuousClock.Instant?
         while !Task.isCancelled {
             let bus: Bus
             do {
@@ -63,21 +68,25 @@ public enum DaemonRunner {
                     bus = try await Bus.system()
                 }
             } catch {
-                if !warned { logger.error("cannot connect to D-Bus: \(error); retrying") }
-                warned = true
+                // Say so at once, then once a minute while it lasts.
+                if lastWarning.map({ $0.duration(to: .now) >= .seconds(60) }) ?? true {
+                    logger.error("cannot connect to D-Bus: \(error); retrying")
+                    lastWarning = .now
+                }
                 try? await Task.sleep(for: delay)
                 delay = min(delay * 2, .seconds(10))
                 continue
             }
-            warned = false
+            if lastWarning != nil { logger.notice("connected to D-Bus") }
+            lastWarning = nil
             delay = .milliseconds(500)
             let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock())
             DaemonRunner.current.withLock { $0 = service }
             do {
                 try await service.run()
-            } catch {
+            } catch where !Task.isCancelled {
                 logger.error("cannot watch bluetoothd: \(error)")
-            }
+            } catch {}
             DaemonRunner.current.withLock { $0 = nil }
             await bus.close()
             if !Task.isCancelled {

@@ -75,7 +75,9 @@ struct LinkResolver: Sendable {
 
     /// The characteristic with `uuid`. Older Nordic documents swap the names of
     /// the NUS RX and TX characteristics, so when the configured one cannot
-    /// play its role but its NUS sibling can, the sibling is used.
+    /// play its role but its NUS sibling can, the sibling is used. A
+    /// characteristic that cannot play its role is never returned: until the
+    /// right one is exported, the link is not ready.
     private func pick(
         _ uuid: String, among characteristics: [GattCharacteristic], role: (GattCharacteristic) -> Bool
     ) -> GattCharacteristic? {
@@ -85,6 +87,6 @@ struct LinkResolver: Sendable {
         if let sibling = siblings[uuid], let other = characteristics.first(where: { $0.uuid == sibling }), role(other) {
             return other
         }
-        return named
+        return nil
     }
 }

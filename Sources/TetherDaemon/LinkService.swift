@@ -106,7 +106,7 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
 
     // MARK: Event pump
 
-    private func pump(_ events: AsyncStream<BlueZEvent>) async {
+    private func pump(_ events: BlueZEvents) async {
         var tree = ObjectTree()
         var bluezPresent = false
         var lastObservation: LinkObservation?
@@ -129,6 +129,11 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                 logger.debug("bluetoothd is on the bus", metadata: ["owner": "\(owner)"])
             case .serviceVanished:
                 bluezPresent = false
+            case .signalsLost(let count):
+                logger.error(
+                    "fell behind bluetoothd: \(count) signals dropped, readings among them; state re-read",
+                    metadata: ["event": "reading-gap", "count": "\(count)"]
+                )
             default:
                 break
             }
@@ -166,6 +171,9 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
 
     private func supervise() async {
         var supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
+        // Discovery start and stop must reach bluetoothd in the order they
+        // were decided; each waits for the one before.
+        var discoveryLane: Task<Void, Never>?
         var timers: [SupervisorTimer: (generation: Int, task: Task<Void, Never>)] = [:]
         var generation = 0
         defer { for (_, timer) in timers { timer.task.cancel() } }
@@ -209,6 +217,12 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                     timers[timer] = (mine, task)
                 case .cancelTimer(let timer):
                     timers.removeValue(forKey: timer)?.task.cancel()
+                case .startDiscovery, .stopDiscovery:
+                    let previous = discoveryLane
+                    discoveryLane = Task {
+                        await previous?.value
+                        await self.discovery(start: action == .startDiscovery)
+                    }
                 default:
                     perform(action)
                 }
@@ -265,25 +279,17 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                 return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
             }
             Task { await poll(id, characteristic: characteristic, device: device, timeout: timeout) }
-        case .startDiscovery:
+        case .powerOn:
             guard let adapter = resolution.adapter?.path else { return }
-            let uuids = config.dongle.serviceUUID.map { [$0] } ?? []
             Task {
                 do throws(BlueZError) {
-                    try await client.setDiscoveryFilter(adapter, uuids: uuids)
-                    try await client.startDiscovery(adapter)
-                } catch where error.name == BlueZ.ErrorName.inProgress {
+                    try await client.setPowered(adapter, true)
                 } catch {
-                    logger.warning("cannot start discovery: \(error)", metadata: ["error": "\(error)"])
+                    logger.error("cannot power the adapter on: \(error)", metadata: ["error": "\(error)"])
                 }
             }
-        case .stopDiscovery:
-            guard let adapter = resolution.adapter?.path else { return }
-            Task {
-                do { try await client.stopDiscovery(adapter) } catch {
-                    logger.debug("StopDiscovery: \(error)")
-                }
-            }
+        case .startDiscovery, .stopDiscovery:
+            break  // serialized by the loop
         case .escalate(let step):
             guard let adapter = resolution.adapter else {
                 return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
@@ -291,6 +297,30 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
             Task { finish(.escalationFinished(step, await escalate(step, adapter: adapter))) }
         case .startTimer, .cancelTimer:
             break  // handled by the loop
+        }
+    }
+
+    private func discovery(start: Bool) async {
+        guard let adapter = shared.withLock({ $0.resolution.adapter?.path }) else {
+            if start { finish(.discoveryFailed(LinkFailure(.transient, "no adapter"))) }
+            return
+        }
+        do throws(BlueZError) {
+            if start {
+                let uuids = config.dongle.serviceUUID.map { [$0] } ?? []
+                try await client.setDiscoveryFilter(adapter, uuids: uuids)
+                try await client.startDiscovery(adapter)
+            } else {
+                try await client.stopDiscovery(adapter)
+            }
+        } catch where start && error.name == BlueZ.ErrorName.inProgress {
+            // Already discovering for us.
+        } catch {
+            if start {
+                finish(.discoveryFailed(Self.failure(error)))
+            } else {
+                logger.debug("StopDiscovery: \(error)")
+            }
         }
     }
 
@@ -313,21 +343,51 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
 
     private func escalate(_ step: EscalationStep, adapter: Adapter) async -> Result<Void, LinkFailure> {
         logger.warning("escalating: \(step.rawValue) on \(adapter.interfaceName)", metadata: ["event": "escalation"])
+        var result: Result<Void, LinkFailure>
         switch step {
         case .powerCycle:
             do throws(BlueZError) {
                 try await client.setPowered(adapter.path, false)
                 try? await clock.sleep(for: .milliseconds(500))
-                try await client.setPowered(adapter.path, true)
-                return .success(())
+                result = .success(())
             } catch {
-                return .failure(Self.failure(error))
+                result = .failure(Self.failure(error))
+            }
+            // Whatever happened, the adapter must end up on: a wedged
+            // controller is why we are here, so try more than once.
+            for attempt in 1...3 {
+                do throws(BlueZError) {
+                    try await client.setPowered(adapter.path, true)
+                    break
+                } catch {
+                    result = .failure(Self.failure(error))
+                    if attempt < 3 { try? await clock.sleep(for: .seconds(1)) }
+                }
             }
         case .hciReset:
             let name = adapter.interfaceName
-            let result = await Task.detached { HCIController.reset(name) }.value
-            return result.mapError { LinkFailure(.fatal, $0.description) }
+            result = await Task.detached { HCIController.reset(name) }.value.mapError { LinkFailure(.fatal, $0.description) }
         }
+        // Report only once bluetoothd shows the adapter powered again (or
+        // clearly not), so the supervisor judges the result, not a race.
+        let deadline = clock.now.advanced(by: .seconds(10))
+        while clock.now < deadline, !Task.isCancelled {
+            if shared.withLock({ $0.resolution.observation.adapterPowered }) { break }
+            try? await clock.sleep(for: .milliseconds(100))
+        }
+        return result
+    }
+
+    /// The configured characteristics the connected dongle does not export,
+    /// to explain an attempt that timed out waiting for services.
+    private func missingCharacteristics() -> [String]? {
+        let resolution = shared.withLock { $0.resolution }
+        guard resolution.observation.servicesResolved, !resolution.observation.characteristicsReady else { return nil }
+        var missing = config.dongle.notify.filter { uuid in !resolution.notify.contains { $0.uuid == uuid } }
+        if config.keepalive.enabled, resolution.keepalive == nil {
+            missing.append(config.keepalive.characteristic)
+        }
+        return missing
     }
 
     private func finish(_ event: SupervisorEvent) {
@@ -357,7 +417,10 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
             }
         case .reconnectAttempt(let attempt, let blind):
             logger.info("\(blind ? "blind " : "")connect attempt \(attempt)", metadata: metadata.merging(["attempt": "\(attempt)"]) { $1 })
-        case .attemptFailed(let attempt, let error):
+        case .attemptFailed(let attempt, var error):
+            if let missing = missingCharacteristics(), !missing.isEmpty {
+                error += " (not found on the dongle: \(missing.joined(separator: ", ")))"
+            }
             logger.warning("attempt \(attempt) failed: \(error)", metadata: metadata.merging(["attempt": "\(attempt)", "error": "\(error)"]) { $1 })
         case .windowExhausted(let attempts):
             logger.error("retry window exhausted after \(attempts) attempts", metadata: metadata.merging(["attempt": "\(attempts)"]) { $1 })
@@ -369,6 +432,10 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
             logger.notice("bluetoothd is back", metadata: metadata)
         case .adapterUnavailable:
             logger.warning("adapter unavailable: waiting for it to be powered", metadata: metadata)
+        case .discoveryFailed(let error):
+            logger.warning("discovery failed: \(error); retrying", metadata: metadata.merging(["error": "\(error)"]) { $1 })
+        case .adapterLeftOff:
+            logger.error("the adapter is still off after an escalation; powering it on again", metadata: metadata)
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: metadata.merging(["error": "\(error)"]) { $1 })
         }

@@ -9,8 +9,8 @@ struct RunCommand: AsyncParsableCommand {
         commandName: "run",
         abstract: "Run the daemon in the foreground (logs to stderr).",
         discussion: """
-            Exits 0 after SIGTERM or SIGINT once every reading is on disk, 78 on a bad config, \
-            73 if the readings directory cannot be used. The bus is the system bus, or \
+            Exits 0 after SIGTERM or SIGINT once every reading is on disk, 74 if some could not \
+            be written, 78 on a bad config, 73 if the readings directory cannot be used. The bus is the system bus, or \
             DBUS_SYSTEM_BUS_ADDRESS when set.
             """
     )
@@ -29,9 +29,11 @@ struct RunCommand: AsyncParsableCommand {
             loaded = try TetherConfig.load(path: config)
         } catch {
             logger.critical("\(error)")
+            StderrLogHandler.flush()
             throw ExitCode(DaemonRunner.Exit.config)
         }
         let code = await DaemonRunner.run(config: loaded, busAddress: nil, logger: logger)
+        StderrLogHandler.flush()
         if code != 0 { throw ExitCode(code) }
     }
 }

@@ -309,4 +309,125 @@ import Testing
         link.advance(by: .seconds(60))
         #expect(link.count { if case .poll = $0 { return true } else { return false } } == 0)
     }
+
+    @Test func aFlappingLinkBacksOffAndInTheEndCoolsDown() {
+        var settings = Self.settings
+        settings.escalation = []
+        var link = onlineLink(settings: settings)
+        // The dongle accepts every connection and drops it a second later.
+        var drops: [Duration] = []
+        for _ in 0..<40 where link.state != .coolingDown {
+            link.advance(by: .seconds(1))
+            if link.state == .online {
+                drops.append(link.now)
+                link.observe(VirtualLink.down)
+            } else {
+                link.advance(by: .seconds(30))
+            }
+        }
+        let connects = link.connectTimes
+        #expect(link.state == .coolingDown)
+        #expect(connects.count <= settings.policy.windowAttempts + 1)
+        // The first reconnect is immediate, later ones back off.
+        #expect(connects.first == drops.first)
+        let delays = zip(drops, connects).map { $1 - $0 }
+        #expect(delays.dropFirst(2).allSatisfy { $0 >= .milliseconds(800) }, "\(delays)")
+    }
+
+    @Test func aDropWhileResolvingIsAFailedAttemptOfTheSameWindow() {
+        var link = onlineLink()
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.connectTimes == [link.now])
+        var connectedOnly = VirtualLink.down
+        connectedOnly.connected = true
+        link.observe(connectedOnly)
+        link.send(.connectFinished(attempt: lastConnectID(link), .success(())))
+        #expect(link.state == .resolving)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .backingOff, "the second attempt of the window backs off")
+        #expect(link.supervisor.status.windowAttempt == 1)
+    }
+
+    @Test func aConnectReplyAfterTheLinkAlreadyDroppedIsALinkLoss() {
+        var link = onlineLink()
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        var connectedOnly = VirtualLink.down
+        connectedOnly.connected = true
+        link.observe(connectedOnly)  // Connected=true …
+        link.observe(VirtualLink.down)  // … and false again, both before the reply
+        link.send(.connectFinished(attempt: lastConnectID(link), .success(())))
+        #expect(link.state == .backingOff, "not a 20 s wait in resolving")
+    }
+
+    @Test func anEscalationThatLeavesTheAdapterOffKeepsPoweringItOn() {
+        var settings = Self.settings
+        settings.escalation = [.powerCycle]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        var off = VirtualLink.down
+        off.adapterPowered = false
+        link.observe(off)
+        link.send(.escalationFinished(.powerCycle, .failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
+        #expect(link.state == .waitingForAdapter)
+        link.advance(by: .seconds(35))
+        let powerOns = link.log.filter { $0.action == .powerOn }.map(\.time)
+        #expect(powerOns.count == 4, "\(powerOns)")
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .online)
+        link.advance(by: .seconds(60))
+        #expect(link.log.filter { $0.action == .powerOn }.count == 4)
+    }
+
+    @Test func aSuccessfulEscalationIsTriedOnceAtOnceThenCoolsDown() {
+        var settings = Self.settings
+        settings.escalation = [.hciReset]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        let before = link.connectTimes.count
+        link.send(.escalationFinished(.hciReset, .success(())))
+        #expect(link.connectTimes.count == before + 1)
+        #expect(link.connectTimes.last == link.now)
+        #expect(link.state == .coolingDown)
+    }
+
+    @Test func aReconnectDuringEscalationWaitsForItToFinish() {
+        var settings = Self.settings
+        settings.escalation = [.powerCycle, .hciReset]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        let before = link.connectTimes.count
+        link.send(.reconnectRequested)
+        #expect(link.connectTimes.count == before, "no attempt while the adapter may be off")
+        link.connectResult = .success(())
+        link.send(.escalationFinished(.powerCycle, .success(())))
+        #expect(link.connectTimes.count == before + 1)
+        #expect(!link.log.contains { $0.action == .escalate(.hciReset) }, "the person asked to reconnect now")
+        #expect(link.state == .online)
+    }
+
+    @Test func discoveryThatFailsToStartIsRetried() {
+        var link = VirtualLink(settings: Self.settings)
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)
+        #expect(link.state == .searching)
+        link.send(.discoveryFailed(LinkFailure(.transient, "org.bluez.Error.NotReady")))
+        link.advance(by: Self.settings.discoveryRetry)
+        #expect(link.log.filter { $0.action == .startDiscovery }.count == 2)
+    }
+
+    private func lastConnectID(_ link: VirtualLink) -> Int {
+        link.log.compactMap { if case .connect(let id, _) = $0.action { return id } else { return nil } }.last ?? -1
+    }
 }

@@ -27,6 +27,15 @@ public struct Supervisor: Sendable {
         /// connections gets one blind attempt per cooldown, not an endless
         /// series of windows.
         public var advertisingSilence: Duration = .seconds(5)
+        /// A link that drops sooner than this after coming online counts as
+        /// flapping: each such drop in a row counts as a failed attempt of
+        /// the next window, so a dongle that connects and drops at once backs
+        /// off and, in the end, escalates and cools down like any failure.
+        public var stableLink: Duration = .seconds(60)
+        /// Wait before trying discovery again after it failed to start.
+        public var discoveryRetry: Duration = .seconds(5)
+        /// How often to power the adapter on again after an escalation left it off.
+        public var powerOnRetry: Duration = .seconds(10)
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -90,6 +99,15 @@ public struct Supervisor: Sendable {
     /// dongle was last seen advertising.
     private var listeningSince: Duration?
     private var lastAdvertisement: Duration?
+    /// Online sessions in a row that ended sooner than `stableLink`.
+    private var shortSessions = 0
+    /// The current attempt saw Connected=true (the Connect reply and the
+    /// property change reach us by different paths, in either order).
+    private var connectedSeen = false
+    /// A reconnect was asked for while an escalation step ran.
+    private var reconnectAfterEscalation = false
+    /// The adapter is off because an escalation step left it off.
+    private var adapterOffByEscalation = false
     private var activeTimers: Set<SupervisorTimer> = []
     private var random: SplitMix64
     private var now: Duration = .zero
@@ -115,6 +133,7 @@ public struct Supervisor: Sendable {
         case .subscribeFinished(let id, let result): subscribeFinished(id, result)
         case .pollFinished(let id, let result): pollFinished(id, result)
         case .escalationFinished(let step, let result): escalationFinished(step, result)
+        case .discoveryFailed(let failure): discoveryFailed(failure)
         case .timerFired(let timer): timerFired(timer)
         case .reconnectRequested: reconnectRequested()
         }
@@ -147,6 +166,8 @@ public struct Supervisor: Sendable {
 
         switch state {
         case .waitingForBluez, .waitingForAdapter:
+            adapterOffByEscalation = false
+            cancelTimer(.powerOn)
             if state == .waitingForBluez, old.bluezPresent == false, status.reconnects > 0 || hasBeenOnline {
                 actions.append(.report(.bluezAppeared))
             }
@@ -159,9 +180,10 @@ public struct Supervisor: Sendable {
                 attempt(cause: "the dongle is known to bluetoothd")
             }
         case .connecting:
-            break  // the Connect reply decides
+            if new.connected { connectedSeen = true }  // the Connect reply decides
         case .resolving:
-            if old.connected && !new.connected {
+            if new.connected { connectedSeen = true }
+            if !new.connected && (old.connected || connectedSeen) {
                 linkLost(cause: "the link dropped while resolving services")
             } else if new.linkReady {
                 startSubscribing()
@@ -240,7 +262,12 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func attempt(cause: String) {
+        guard observation.adapterUsable else {
+            linkGoneQuietly()
+            return enter(.waitingForAdapter, "\(cause); but the adapter is not powered")
+        }
         guard observation.devicePresent else { return enterSearching(cause: cause) }
+        connectedSeen = observation.connected
         if window == nil { openWindow() }
         window?.attempts += 1
         let n = window?.attempts ?? 1
@@ -261,6 +288,8 @@ public struct Supervisor: Sendable {
         case .success:
             if observation.linkReady {
                 startSubscribing()
+            } else if connectedSeen && !observation.connected {
+                linkLost(cause: "the link dropped right after connecting")
             } else {
                 enter(.resolving, "connected; waiting for services")
             }
@@ -317,10 +346,21 @@ public struct Supervisor: Sendable {
     }
 
     /// The link went down while it was up or coming up.
+    /// The link went down while it was up or coming up. A drop while coming
+    /// up is a failed attempt of the current window; a drop from online opens
+    /// a new window, whose first attempt comes at once unless the link has
+    /// been flapping.
     private mutating func linkLost(cause: String) {
+        let onlineSince = status.connectedSince
         stopLinkActivity()
         actions.append(.report(.disconnected(unexpected: true)))
-        openWindow()
+        if let onlineSince {
+            shortSessions = now - onlineSince < settings.stableLink ? shortSessions + 1 : 0
+            openWindow()
+            window?.attempts = max(0, shortSessions - 1)
+        } else if window == nil {
+            openWindow()
+        }
         scheduleAttempt(cause: cause)
     }
 
@@ -381,7 +421,15 @@ public struct Supervisor: Sendable {
 
     private mutating func runNextEscalation() {
         guard !pendingEscalation.isEmpty else {
-            return enterCooldown(cause: "retry window exhausted")
+            if settings.escalation.isEmpty { return enterCooldown(cause: "retry window exhausted") }
+            openWindow()
+            if reconnectAfterEscalation {
+                reconnectAfterEscalation = false
+                return attempt(cause: "reconnect requested")
+            }
+            // See at once whether the escalation helped: one attempt, then cool down.
+            blindAttempt = true
+            return attempt(cause: "escalation done")
         }
         let step = pendingEscalation.removeFirst()
         escalationInFlight = step
@@ -392,6 +440,7 @@ public struct Supervisor: Sendable {
     private mutating func escalationFinished(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
         guard state == .escalating, escalationInFlight == step else { return }
         escalationInFlight = nil
+        if reconnectAfterEscalation { pendingEscalation = [] }
         switch result {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
         case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))
@@ -402,6 +451,13 @@ public struct Supervisor: Sendable {
         }
         if !observation.adapterUsable {
             linkGoneQuietly()
+            if observation.adapterPresent {
+                // We switched it off; nobody else will switch it on.
+                adapterOffByEscalation = true
+                actions.append(.report(.adapterLeftOff))
+                actions.append(.powerOn)
+                startTimer(.powerOn, after: settings.powerOnRetry)
+            }
             return enter(.waitingForAdapter, "the adapter is not powered after \(step.rawValue)")
         }
         runNextEscalation()
@@ -453,6 +509,12 @@ public struct Supervisor: Sendable {
             guard pollInFlight != nil else { return }
             pollInFlight = nil
             pollFailed("no reply within \(DurationText.rounded(settings.keepaliveTimeout))")
+        case .discoveryRetry:
+            if state == .searching || state == .coolingDown { startDiscoveryIfStopped() }
+        case .powerOn:
+            guard state == .waitingForAdapter, adapterOffByEscalation, observation.adapterPresent else { return }
+            actions.append(.powerOn)
+            startTimer(.powerOn, after: settings.powerOnRetry)
         case .disconnectDeadline:
             guard let cause = awaitingDisconnect else { return }
             awaitingDisconnect = nil
@@ -478,19 +540,31 @@ public struct Supervisor: Sendable {
         case .waitingForBluez, .waitingForAdapter:
             return  // nothing to connect with; the state says why
         case .online, .subscribing, .resolving:
+            shortSessions = 0
             forceReconnect(cause: "reconnect requested")
         case .connecting:
+            shortSessions = 0
             openWindow()
             window?.attempts = 1
+        case .escalating:
+            reconnectAfterEscalation = true  // the step may have the adapter off right now
         case .backingOff where awaitingDisconnect != nil:
             return  // already reconnecting
-        case .backingOff, .coolingDown, .escalating, .searching:
+        case .backingOff, .coolingDown, .searching:
+            shortSessions = 0
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
-            pendingEscalation = []
-            escalationInFlight = nil
             openWindow()
             attempt(cause: "reconnect requested")
+        }
+    }
+
+    private mutating func discoveryFailed(_ failure: LinkFailure) {
+        guard discovering else { return }
+        discovering = false
+        actions.append(.report(.discoveryFailed(error: failure.description)))
+        if state == .searching || state == .coolingDown {
+            startTimer(.discoveryRetry, after: settings.discoveryRetry)
         }
     }
 

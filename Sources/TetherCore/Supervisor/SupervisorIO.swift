@@ -34,6 +34,10 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case pollDeadline
     /// Caps a forced disconnect that bluetoothd does not confirm.
     case disconnectDeadline
+    /// Tries discovery again after StartDiscovery failed.
+    case discoveryRetry
+    /// Powers the adapter on again after an escalation left it off.
+    case powerOn
 }
 
 /// Inputs to the supervisor.
@@ -46,6 +50,8 @@ public enum SupervisorEvent: Sendable {
     case subscribeFinished(attempt: Int, Result<Void, LinkFailure>)
     case pollFinished(poll: Int, Result<Void, LinkFailure>)
     case escalationFinished(EscalationStep, Result<Void, LinkFailure>)
+    /// StartDiscovery (or its filter) failed; discovery is not running.
+    case discoveryFailed(LinkFailure)
     case timerFired(SupervisorTimer)
     /// A person asked for a reconnect (`tether reconnect`).
     case reconnectRequested
@@ -66,6 +72,9 @@ public enum SupervisorReport: Sendable, Equatable {
     case bluezAppeared
     case adapterUnavailable
     case linkCheckFailed(consecutive: Int, error: String)
+    case discoveryFailed(error: String)
+    /// An escalation left the adapter powered off; the supervisor keeps powering it on.
+    case adapterLeftOff
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -80,6 +89,8 @@ public enum SupervisorReport: Sendable, Equatable {
         case .bluezAppeared: "bluez-restarted"
         case .adapterUnavailable: "adapter-unavailable"
         case .linkCheckFailed: "link-check-failed"
+        case .discoveryFailed: "discovery-failed"
+        case .adapterLeftOff: "adapter-left-off"
         }
     }
 }
@@ -94,6 +105,8 @@ public enum SupervisorAction: Sendable, Equatable {
     case startDiscovery
     case stopDiscovery
     case escalate(EscalationStep)
+    /// Adapter1.Powered = true, after an escalation left the adapter off.
+    case powerOn
     case startTimer(SupervisorTimer, after: Duration)
     case cancelTimer(SupervisorTimer)
     case transition(from: SupervisorState, to: SupervisorState, cause: String)

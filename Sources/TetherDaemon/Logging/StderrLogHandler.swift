@@ -1,6 +1,6 @@
 import Foundation
 import Logging
-import Synchronization
+import Dispatch
 
 /// Plain log lines on stderr: time, level, message, then `key=value` metadata.
 /// Used when the daemon is not under journald (a terminal, the demo, tests).
@@ -9,8 +9,10 @@ public struct StderrLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var metadataProvider: Logger.MetadataProvider?
     private let label: String
-    /// Whole lines go out in one write(2), so lines from several threads never interleave.
-    private static let lock = Mutex(())
+    /// Lines are written on their own serial queue, in order, one write(2)
+    /// each: a slow reader of stderr (journald under load) must not stall
+    /// the thread that logs, which may be the supervisor's.
+    private static let output = DispatchQueue(label: "tether.log")
 
     public init(label: String, level: Logger.Level = .info) {
         self.label = label
@@ -31,17 +33,23 @@ public struct StderrLogHandler: LogHandler {
             line += " \(key)=\(value)"
         }
         line += "\n"
-        Self.lock.withLock { _ in
-            line.utf8CString.withUnsafeBufferPointer { buffer in
+        let bytes = Array(line.utf8)
+        Self.output.async {
+            bytes.withUnsafeBufferPointer { buffer in
                 var offset = 0
-                let count = buffer.count - 1  // without the NUL
-                while offset < count {
-                    let written = buffer.baseAddress.map { write(2, $0 + offset, count - offset) } ?? -1
+                while offset < buffer.count, let base = buffer.baseAddress {
+                    let written = write(2, base + offset, buffer.count - offset)
+                    if written < 0, errno == EINTR { continue }
                     if written <= 0 { break }
                     offset += written
                 }
             }
         }
+    }
+
+    /// Waits until every line logged so far is written (before exiting).
+    public static func flush() {
+        output.sync {}
     }
 
     private static func timestamp() -> String {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Footprint of `tether run` against the simulator: RSS and CPU after a minute
 # online with a 1 s keep-alive. Prints figures; asserts nothing.
-#   bench/footprint.sh [SECONDS] [NOTIFY_RATE]
+#   bench/footprint.sh [SECONDS] [NOTIFY_RATE]      (KEEPALIVE=off: no polling, to see the idle floor)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
@@ -12,7 +12,7 @@ work=$(mktemp -d /tmp/tether-footprint.XXXXXX)
 cleanup() { kill "${daemon:-}" "${sim:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-"$bin" simulate --spawn-bus "$work/bus" --sleep-after 3s --notify-rate "$rate" >/dev/null 2>"$work/sim.log" &
+"$bin" simulate --spawn-bus "$work/bus" --sleep-after "$([ "${KEEPALIVE:-on}" = off ] && echo 1h || echo 3s)" --notify-rate "$rate" >/dev/null 2>"$work/sim.log" &
 sim=$!
 for _ in $(seq 50); do [ -s "$work/bus/address" ] && break; sleep 0.1; done
 address=$(cat "$work/bus/address")
@@ -20,6 +20,7 @@ cat > "$work/tether.toml" <<TOML
 [dongle]
 address = "AA:BB:CC:DD:EE:FF"
 [keepalive]
+enabled = $([ "${KEEPALIVE:-on}" = off ] && echo false || echo true)
 interval = "1s"
 timeout = "800ms"
 sleep_after = "3s"
@@ -32,17 +33,23 @@ for _ in $(seq 100); do grep -q "→ online" "$work/daemon.log" 2>/dev/null && b
 
 ticks=$(getconf CLK_TCK)
 cpu() { awk '{print $14 + $15}' "/proc/$daemon/stat"; }
-# Context switches of every thread: each one is a wake-up.
-switches() { cat /proc/$daemon/task/*/status | awk '/^(non)?voluntary_ctxt_switches/ {n += $2} END {print n}'; }
-cpu0=$(cpu); sw0=$(switches)
+# Context switches per thread ("tid count" lines): each one is a wake-up.
+# Threads come and go (Dispatch's pool), so deltas are taken per thread.
+switches() {
+  for t in /proc/$daemon/task/*; do
+    awk -v tid="${t##*/}" '/^(non)?voluntary_ctxt_switches/ {n += $2} END {print tid, n}' "$t/status" 2>/dev/null
+  done
+}
+cpu0=$(cpu); switches > "$work/sw0"
 sleep "$seconds"
-cpu1=$(cpu); sw1=$(switches)
+cpu1=$(cpu); switches > "$work/sw1"
+wakeups=$(awk 'NR == FNR {before[$1] = $2; next} {total += $2 - (($1 in before) ? before[$1] : 0)} END {print total}' "$work/sw0" "$work/sw1")
 rss=$(awk '/^VmRSS/ {print $2}' "/proc/$daemon/status")
 hwm=$(awk '/^VmHWM/ {print $2}' "/proc/$daemon/status")
-readings=$(cat "$work"/readings/*.jsonl 2>/dev/null | wc -l)
-printf 'tether run, %ss online, keep-alive 1s, %s notifications/s\n' "$seconds" "$rate"
+readings=$( (cat "$work"/readings/*.jsonl 2>/dev/null || true) | wc -l)
+printf 'tether run, %ss online, keep-alive %s, %s notifications/s\n' "$seconds" "$([ "${KEEPALIVE:-on}" = off ] && echo off || echo 1s)" "$rate"
 calc() { awk "BEGIN {print $1}"; }
 printf '  RSS            %6.1f MiB (VmHWM %.1f MiB)\n' "$(calc "$rss/1024")" "$(calc "$hwm/1024")"
 printf '  CPU            %6.3f s over %ss\n' "$(calc "($cpu1-$cpu0)/$ticks")" "$seconds"
-printf '  wake-ups       %6.1f /s (context switches, all threads)\n' "$(calc "($sw1-$sw0)/$seconds")"
+printf '  wake-ups       %6.1f /s (context switches of threads alive at the end)\n' "$(calc "$wakeups/$seconds")"
 printf '  readings       %6d\n' "$readings"

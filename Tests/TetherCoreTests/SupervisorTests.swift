@@ -11,6 +11,20 @@ import Testing
         escalation: [.powerCycle, .hciReset]
     )
 
+    static let abort = LinkFailure(.transient, "le-connection-abort-by-local")
+
+    /// A link whose dongle refuses every connection, started with `escalation`
+    /// steps and run for `duration`.
+    func refusingLink(escalation: [EscalationStep] = [], running duration: Duration = .zero) -> VirtualLink {
+        var settings = Self.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(Self.abort)
+        link.observe(VirtualLink.down)
+        link.advance(by: duration)
+        return link
+    }
+
     /// A link that is online at t=0.
     func onlineLink(settings: Supervisor.Settings = settings) -> VirtualLink {
         var link = VirtualLink(settings: settings)
@@ -142,14 +156,7 @@ import Testing
     }
 
     @Test func coolingDownMakesOneBlindAttemptPerCooldown() {
-        var link = onlineLink()
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        var settings = Self.settings
-        settings.escalation = []
-        link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(180))
+        var link = refusingLink(running: .seconds(180))
         #expect(link.state == .coolingDown)
         let windowAttempts = link.connectTimes.count
         let cooledAt = link.log.last { if case .transition(_, .coolingDown, _) = $0.action { return true } else { return false } }?.time
@@ -161,12 +168,7 @@ import Testing
     }
 
     @Test func advertisingDuringCooldownStartsAFreshWindowAtOnce() {
-        var settings = Self.settings
-        settings.escalation = []
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(200))
+        var link = refusingLink(running: .seconds(200))
         #expect(link.state == .coolingDown)
         let before = link.connectTimes.count
         link.connectResult = .success(())
@@ -179,11 +181,7 @@ import Testing
     }
 
     @Test func aDongleThatAdvertisesAllAlongGetsOnlyBlindAttempts() {
-        var settings = Self.settings
-        settings.escalation = []
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
+        var link = refusingLink()
         // Advertising every 100 ms all along (seen whenever discovery runs):
         // the window runs its course, then no fresh window in the cooldown.
         for _ in 0..<2800 {
@@ -195,7 +193,7 @@ import Testing
         #expect(before <= Self.policy.windowAttempts)
         #expect(link.connectTimes.allSatisfy { $0 < .seconds(180) })
         // Silent for a while, then seen again: it woke up.
-        link.advance(by: settings.advertisingSilence)
+        link.advance(by: Self.settings.advertisingSilence)
         link.send(.advertising)
         #expect(link.connectTimes.count == before + 1)
     }
@@ -228,7 +226,7 @@ import Testing
 
     @Test func adapterOffMeansNoAttemptsUntilPowerReturns() {
         var link = onlineLink()
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
+        link.connectResult = .failure(Self.abort)
         var off = VirtualLink.down
         off.adapterPowered = false
         link.observe(off)
@@ -280,12 +278,7 @@ import Testing
     }
 
     @Test func manualReconnectDuringCooldownStartsAFreshWindow() {
-        var settings = Self.settings
-        settings.escalation = []
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(200))
+        var link = refusingLink(running: .seconds(200))
         #expect(link.state == .coolingDown)
         link.clearLog()
         link.send(.reconnectRequested)
@@ -362,12 +355,7 @@ import Testing
     }
 
     @Test func anEscalationThatLeavesTheAdapterOffKeepsPoweringItOn() {
-        var settings = Self.settings
-        settings.escalation = [.powerCycle]
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(200))
+        var link = refusingLink(escalation: [.powerCycle], running: .seconds(200))
         #expect(link.state == .escalating)
         var off = VirtualLink.down
         off.adapterPowered = false
@@ -385,12 +373,7 @@ import Testing
     }
 
     @Test func aSuccessfulEscalationIsTriedOnceAtOnceThenCoolsDown() {
-        var settings = Self.settings
-        settings.escalation = [.hciReset]
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(200))
+        var link = refusingLink(escalation: [.hciReset], running: .seconds(200))
         let before = link.connectTimes.count
         link.send(.escalationFinished(.hciReset, .success(())))
         #expect(link.connectTimes.count == before + 1)
@@ -399,12 +382,7 @@ import Testing
     }
 
     @Test func aReconnectDuringEscalationWaitsForItToFinish() {
-        var settings = Self.settings
-        settings.escalation = [.powerCycle, .hciReset]
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .failure(LinkFailure(.transient, "le-connection-abort-by-local"))
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(200))
+        var link = refusingLink(escalation: [.powerCycle, .hciReset], running: .seconds(200))
         #expect(link.state == .escalating)
         let before = link.connectTimes.count
         link.send(.reconnectRequested)

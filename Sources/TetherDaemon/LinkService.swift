@@ -112,6 +112,7 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         var lastObservation: LinkObservation?
         var notifyPaths: [ObjectPath: String] = [:]
         var device = config.dongle.address ?? ""
+        var lastResolution = LinkResolver.Resolution()
 
         for await event in events {
             if case .valueChanged(let path, let bytes) = event {
@@ -138,7 +139,16 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                 break
             }
             tree.apply(event)
+            // In a crowded place discovery reports many other devices; their
+            // RSSI updates cannot change which adapter, dongle or
+            // characteristics we use, so they skip the re-resolution.
+            if case .propertiesChanged(let path, BlueZ.deviceInterface, _, _) = event,
+               let known = lastResolution.device?.path, path != known
+            {
+                continue
+            }
             let resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
+            lastResolution = resolution
             notifyPaths = Dictionary(resolution.notify.map { ($0.path, $0.uuid) }, uniquingKeysWith: { a, _ in a })
             if let address = resolution.device?.address { device = address }
             shared.withLock { $0.resolution = resolution }

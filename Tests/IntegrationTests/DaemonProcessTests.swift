@@ -67,6 +67,7 @@ import TetherCore
         let seqsAfterKill = afterKill.map(\.seq)
         let received = try harness.sequencesOnDisk()
         let missing = Set(1...sentBefore).subtracting(received)
+        print("figure: kill -9: \(sentBefore) sent more than 200 ms before the kill, \(received.count) on disk, \(missing.count) missing")
         #expect(missing.isEmpty, "\(missing.count) readings sent more than 200 ms before the kill are not on disk")
 
         // Restart: the files parse, seq continues after the last good record.

@@ -27,6 +27,7 @@ import TetherCore
         let polls = events.filter { $0.ev == "write" }.map(\.t)
         #expect(polls.count >= 18)
         let maxGap = Self.gaps(polls).max() ?? .infinity
+        print("figure: keep-alive 1 s over 20 s: \(polls.count) polls, max gap \(Int(maxGap)) ms, no sleep")
         #expect(maxGap <= 1000 + 200, "max gap between polls \(maxGap) ms")
     }
 
@@ -57,6 +58,7 @@ import TetherCore
         let drop = try #require(events.first { $0.ev == "disconnected" })
         let attempt = try #require(events.first { $0.ev == "connect-request" && $0.t > drop.t })
         let limit = 100 + Double(firstDelay.components.attoseconds) / 1e15 + Double(firstDelay.components.seconds) * 1000
+        print("figure: first_delay \(firstDelay): drop to connect attempt \(String(format: "%.1f", attempt.t - drop.t)) ms")
         #expect(attempt.t - drop.t <= limit, "attempt \(attempt.t - drop.t) ms after the drop (limit \(limit))")
         #expect(attempt.t - drop.t >= limit - 100 - 5)
     }
@@ -92,6 +94,7 @@ import TetherCore
         }
         // After the window: cooling down with discovery, one blind attempt per cooldown.
         let later = attempts.filter { $0 - drop.t >= 3000 }
+        print("figure: attempts after the drop (ms): \(attempts.map { Int($0 - drop.t) })")
         #expect(later.count >= 1 && later.count <= 3, "blind attempts: \(later)")
         for gap in Self.gaps(later) { #expect(gap >= 1900) }
         #expect(events.contains { $0.ev == "discovery-start" })
@@ -145,6 +148,9 @@ import TetherCore
             return (try? harness.sequencesOnDisk().contains(firstAfter)) ?? false
         }
         let log = harness.logLines.all
+        if let first = harness.events().first(where: { $0.ev == "notify" && $0.t > restarted.t }) {
+            print("figure: bluetoothd back to first notification sent \(Int(first.t - restarted.t)) ms")
+        }
         await harness.stop()
         #expect(resumed, "readings did not resume; log:\n\(log.suffix(20).joined(separator: "\n"))")
     }
@@ -191,6 +197,7 @@ import TetherCore
         let onDisk = try harness.sequencesOnDisk()
         let seqs = try harness.records().map(\.seq)
         await harness.stop()
+        print("figure: 3 drops at 200 notifications/s: \(sent.count) sent, \(onDisk.count) on disk, \(Set(onDisk).count) distinct")
         #expect(sent.count > 500)
         #expect(onDisk.count == Set(onDisk).count, "doubled readings")
         #expect(Set(sent).subtracting(onDisk).isEmpty, "missing \(Set(sent).subtracting(onDisk).count) readings")

@@ -168,7 +168,7 @@ public struct Supervisor: Sendable {
         case .waitingForBluez, .waitingForAdapter:
             adapterOffByEscalation = false
             cancelTimer(.powerOn)
-            if state == .waitingForBluez, old.bluezPresent == false, status.reconnects > 0 || hasBeenOnline {
+            if state == .waitingForBluez, !old.bluezPresent, hasBeenOnline {
                 actions.append(.report(.bluezAppeared))
             }
             openWindow()

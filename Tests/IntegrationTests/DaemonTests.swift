@@ -219,4 +219,31 @@ import TetherCore
         #expect(!onDisk.isEmpty)
         #expect(onDisk.count == Set(onDisk).count)
     }
+
+    @Test func anExhaustedWindowEscalatesCoolsDownAndAWokenDongleIsReconnected() async throws {
+        let harness = try await DaemonHarness {
+            $0.reconnect.initialBackoff = .milliseconds(200)
+            $0.reconnect.maxBackoff = .milliseconds(400)
+            $0.reconnect.window = .seconds(2)
+            $0.reconnect.windowAttempts = 5
+            $0.reconnect.cooldown = .seconds(60)
+            $0.reconnect.escalate = [.powerCycle, .hciReset]
+        }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.sleep()
+        #expect(await harness.waitForState(.coolingDown, within: .seconds(15)))
+        let events = harness.events()
+        #expect(events.contains { $0.ev == "power" && $0.on == false }, "power-cycle switched the adapter off")
+        #expect(events.contains { $0.ev == "power" && $0.on == true }, "and on again")
+        #expect(events.contains { $0.ev == "discovery-start" }, "cooling down listens for the dongle")
+        #expect(harness.logLines.all.contains { $0.contains("hci-reset") })
+        // The dongle is woken long after the window: it advertises, and Tether connects at once.
+        try await Task.sleep(for: .seconds(6))
+        await harness.simulator.wake()
+        let woken = ContinuousClock.now
+        #expect(await harness.waitForState(.online, within: .seconds(5)))
+        print("figure: woken dongle to online after an exhausted window: \(DurationText.rounded(woken.duration(to: .now)))")
+        await harness.stop()
+    }
 }

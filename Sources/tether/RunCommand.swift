@@ -11,14 +11,15 @@ struct RunCommand: AsyncParsableCommand {
         discussion: """
             Exits 0 after SIGTERM or SIGINT once every reading is on disk, 74 if some could not \
             be written, 78 on a bad config, 73 if the readings directory cannot be used. The bus is the system bus, or \
-            DBUS_SYSTEM_BUS_ADDRESS when set.
+            DBUS_SYSTEM_BUS_ADDRESS when set. Every config key is described in README.md; config/tether.toml in \
+            the source tree is an annotated example.
             """
     )
 
     @Option(name: .shortAndLong, help: "The config file.")
     var config: String = TetherConfig.defaultPath
 
-    @Option(help: "Log level: trace, debug, info, notice, warning, error, critical.")
+    @Option(help: "The least severe messages to log.")
     var logLevel: Logger.Level = .info
 
     func run() async throws {

@@ -15,15 +15,17 @@ extension Bus {
     }
 
     /// GATT notifications: one PropertiesChanged of Value per payload, sent
-    /// even when the value repeats, as bluetoothd does.
-    func notifyValues(_ path: ObjectPath, interface: String, _ values: [[UInt8]]) {
-        for value in values {
+    /// even when the value repeats, as bluetoothd does. Returns how many went
+    /// out before the object or the connection went away.
+    func notifyValues(_ path: ObjectPath, interface: String, _ values: [[UInt8]]) -> Int {
+        for (index, value) in values.enumerated() {
             do {
                 try setProperties(path, interface, ["Value": .bytes(value)])
             } catch {
-                return  // the object is gone or the connection closed: the rest would fail too
+                return index  // the object is gone or the connection closed: the rest would fail too
             }
         }
+        return values.count
     }
 
     /// The bus side of a link loss: Connected=false and ServicesResolved=false

@@ -83,6 +83,7 @@ extension Simulator {
         rssiPublished = false
         deviceExported = false
         gattExported = false
+        servicesResolved = false
     }
 
     private func scheduleRestart(after delay: Duration) {

@@ -42,6 +42,9 @@ extension Simulator {
         }
         // Nothing answers: the kernel aborts the attempt.
         guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
+        // bluetoothd crashed or restarted while this call waited: the
+        // connection it asked for died with it.
+        guard bluez != nil, generation == startGeneration else { throw BlueZFault.abortByLocal }
         await linkEstablished()
     }
 
@@ -77,15 +80,20 @@ extension Simulator {
         }
     }
 
-    /// Exports the GATT objects (one InterfacesAdded each). Characteristics
-    /// whose notify sessions survived a link loss come back with
-    /// Notifying=true and notifications resume without a new StartNotify.
+    /// Exports the GATT objects (one InterfacesAdded each) unless the GATT
+    /// cache kept them, and marks the services resolved. Characteristics
+    /// whose notify sessions survived a link loss are Notifying=true and
+    /// notifications resume without a new StartNotify.
     private func exportGatt() async {
-        guard let bus = bluez, dongle.state == .connected, !gattExported else { return }
-        gattExported = true
-        let notifying = Set(notifySessions.filter { !$0.value.isEmpty }.keys)
-        let objects = gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: notifying)
-        try? await bus.exportObjects(objects)
+        guard let bus = bluez, dongle.state == .connected else { return }
+        if !gattExported {
+            gattExported = true
+            let notifying = Set(notifySessions.filter { !$0.value.isEmpty }.keys)
+            let objects = gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: notifying)
+            try? await bus.exportObjects(objects)
+        }
+        guard dongle.state == .connected else { return }
+        servicesResolved = true
         updateTelemetry()
     }
 
@@ -110,9 +118,9 @@ extension Simulator {
     // MARK: Link loss
 
     /// The link is gone: Connected=false and ServicesResolved=false in one
-    /// PropertiesChanged, then InterfacesRemoved for each GATT object (the
-    /// device is not paired, so bluetoothd drops its GATT database). Notify
-    /// sessions stay. The dongle advertises again, or sleeps if `asleep`.
+    /// PropertiesChanged; with the GATT cache off, InterfacesRemoved for each
+    /// GATT object too. Notify sessions stay. The dongle advertises again, or
+    /// sleeps if `asleep`.
     func loseLink(reason: String, asleep: Bool, client: String? = nil) async {
         guard dongle.state == .connected else { return }
         let hadGatt = markLinkLost(reason: reason, asleep: asleep, client: client)
@@ -125,7 +133,8 @@ extension Simulator {
     }
 
     /// The state side of a link loss, without bus traffic (a crashing
-    /// bluetoothd announces nothing). Returns whether GATT objects were exported.
+    /// bluetoothd announces nothing). Returns whether GATT objects must be
+    /// removed from the bus (they were exported and the GATT cache is off).
     func markLinkLost(reason: String, asleep: Bool, client: String? = nil) -> Bool {
         guard dongle.state == .connected else { return false }
         dongle.linkDown(asleep: asleep)
@@ -134,8 +143,9 @@ extension Simulator {
         resolveTask = nil
         telemetryTask = nil
         idleTask = nil
-        let hadGatt = gattExported
-        gattExported = false
+        servicesResolved = false
+        let hadGatt = gattExported && !options.gattCache
+        if hadGatt { gattExported = false }
         log.record(.disconnected) {
             $0.reason = reason
             $0.client = client

@@ -52,7 +52,12 @@ public actor Simulator {
     /// link it belongs to is still up.
     var linkID = 0
     var pendingConnect: PendingConnect?
+    /// The GATT objects are on the bus (with BlueZ's default GATT cache they
+    /// stay there across link losses).
     var gattExported = false
+    /// The current link has its services resolved: GATT calls and
+    /// notifications work.
+    var servicesResolved = false
     /// Notify sessions by characteristic path: the unique names of the
     /// clients holding them. They outlive the link (and the exported objects).
     var notifySessions: [ObjectPath: Set<String>] = [:]
@@ -209,8 +214,10 @@ public actor Simulator {
 
     // MARK: Helpers shared by the extensions
 
+    /// Notification rates are clamped to what a BLE link could carry (and
+    /// the simulator's arithmetic can hold): 0 … 20,000 per second.
     static func sanitizedRate(_ rate: Double) -> Double {
-        rate.isFinite ? max(0, rate) : 0
+        rate.isFinite ? min(max(0, rate), 20_000) : 0
     }
 
     func ensureRunning() throws(DBusError) {

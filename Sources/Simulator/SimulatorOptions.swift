@@ -31,6 +31,11 @@ public struct SimulatorOptions: Sendable {
     /// Emit ServicesResolved=true before the GATT objects (they follow ~50 ms
     /// later), the race real BlueZ sometimes shows.
     public var resolvedBeforeObjects = false
+    /// BlueZ's GATT cache (main.conf `Cache`, default `always`): the GATT
+    /// objects stay exported across link losses and only ServicesResolved
+    /// goes false. With false, they are removed on every link loss (as with
+    /// `Cache=no`), and exported again on the next connect.
+    public var gattCache = true
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

@@ -57,6 +57,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Flag(help: "Send ServicesResolved before the GATT objects, as real BlueZ sometimes does.")
     var resolvedBeforeObjects = false
 
+    @Flag(help: "Remove the GATT objects on every link loss (BlueZ with Cache=no); by default they stay, as with BlueZ's default Cache=always.")
+    var noGattCache = false
+
     @Option(help: "Append every event (JSON Lines) to this file.")
     var eventLog: String?
 
@@ -79,6 +82,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.disconnectDelay = disconnectDelay.duration
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
+        options.gattCache = !noGattCache
         options.eventLogPath = eventLog
 
         var daemon: BusDaemonProcess?

@@ -158,8 +158,27 @@ import Testing
         }
     }
 
-    @Test func gattObjectsGoAwayWithTheLink() async throws {
+    @Test func gattObjectsStayWithBlueZsDefaultCache() async throws {
         try await withSimulator { f in
+            try await f.connectAndResolve()
+            let signals = try await f.record()
+            await f.simulator.dropLink(reason: "supervision-timeout")
+            _ = try await signals.wait { $0.propertiesChanged(on: Self.device) != nil }
+            let objects = try await f.managedObjects()
+            #expect(objects[Self.tx] != nil, "Cache=always keeps the GATT objects")
+            #expect(objects[Self.device]?[BlueZ.deviceInterface]?["ServicesResolved"] == .boolean(false))
+            #expect(await !signals.messages.contains { $0.member == "InterfacesRemoved" })
+            await #expect(throws: DBusError.remote(name: BlueZ.ErrorName.failed, message: "Not connected")) {
+                try await f.call(Self.battery, BlueZ.gattCharacteristicInterface, "ReadValue", [.vardict([:])])
+            }
+            try await f.call(Self.device, BlueZ.deviceInterface, "Connect")
+            _ = try await signals.wait { $0.propertiesChanged(on: Self.device)?["ServicesResolved"] == .boolean(true) }
+            #expect(await !signals.messages.contains { $0.member == "InterfacesAdded" })
+        }
+    }
+
+    @Test func gattObjectsGoAwayWithTheLinkWithoutTheCache() async throws {
+        try await withSimulator({ $0.gattCache = false }) { f in
             try await f.connectAndResolve()
             let signals = try await f.record()
             await f.simulator.dropLink(reason: "supervision-timeout")
@@ -267,7 +286,7 @@ import Testing
             #expect(await f.simulator.state == .advertising)
             let objects = try await f.managedObjects()
             #expect(objects[Self.device]?[BlueZ.deviceInterface]?["Connected"] == .boolean(false))
-            #expect(objects[Self.tx] == nil)
+            #expect(objects[Self.device]?[BlueZ.deviceInterface]?["ServicesResolved"] == .boolean(false))
         }
     }
 
@@ -286,7 +305,7 @@ import Testing
     // MARK: Notify sessions across link loss
 
     @Test func notifySessionsSurviveALinkLoss() async throws {
-        try await withSimulator({ $0.notifyRate = 50 }) { f in
+        try await withSimulator({ $0.notifyRate = 50; $0.gattCache = false }) { f in
             try await f.connectAndResolve()
             let signals = try await f.record()
             try await f.call(Self.tx, BlueZ.gattCharacteristicInterface, "StartNotify")

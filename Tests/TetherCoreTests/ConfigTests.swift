@@ -115,8 +115,11 @@ struct ConfigParsingTests {
     }
 
     @Test func emptyWriteMeansPollWithARead() throws {
-        let config = try TetherConfig.parse(minimal + "[keepalive]\nwrite = \"\"\n", file: file)
+        let config = try TetherConfig.parse(minimal + "[keepalive]\nwrite = \"\"\ncharacteristic = \"2a19\"\n", file: file)
         #expect(config.keepalive.write == nil)
+        // NUS RX, the default characteristic, cannot be read.
+        let error = try #require(parseError(minimal + "[keepalive]\nwrite = \"\"\n"))
+        #expect(error.key == "keepalive.write")
     }
 
     @Test func sizesMayBePlainIntegersAndJitterAnInteger() throws {
@@ -255,6 +258,10 @@ struct ConfigParsingTests {
             ("[readings]\nrotate_size = \"4095B\"\n", "readings.rotate_size"),
             ("[readings]\nrotate_size = \"64MiB\"\nretain_size = \"32MiB\"\n", "readings.retain_size"),
             ("[readings]\nmax_backlog = 0\n", "readings.max_backlog"),
+            ("[readings]\nmax_backlog = 100000000\n", "readings.max_backlog"),
+            ("[readings]\nflush_interval = \"0s\"\n", "readings.flush_interval"),
+            ("[readings]\nflush_interval = \"2h\"\n", "readings.flush_interval"),
+            ("[reconnect]\nwindow = \"0s\"\n", "reconnect.window"),
             ("[readings]\ndirectory = \"relative/dir\"\n", "readings.directory"),
             ("[readings]\nretain_size = \"lots\"\n", "readings.retain_size"),
             ("[bluez]\nadapter = \"hci0/x\"\n", "bluez.adapter"),

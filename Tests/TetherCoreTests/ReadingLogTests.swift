@@ -418,4 +418,17 @@ final class Counter: @unchecked Sendable {
     }
 
     var current: Int { lock.withLock { value } }
+
+    @Test func aSecondWriterOnTheSameDirectoryIsRefused() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let first = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        #expect(throws: ReadingLogError.self) {
+            _ = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        }
+        first.close()
+        // Closing releases the directory for the next writer.
+        let second = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        second.close()
+    }
 }

@@ -22,6 +22,12 @@ extension TetherConfig {
                        "keepalive.interval (\(f(k.interval))) must be at most half of keepalive.sleep_after (\(f(k.sleepAfter))), i.e. at most \(f(k.sleepAfter / 2))")
         }
 
+        // A read poll needs a readable characteristic; NUS RX, the default, is write-only.
+        if k.enabled, k.write == nil, k.characteristic == ConfigUUID.nusRX {
+            throw fail(blame("keepalive.write", "keepalive.characteristic"),
+                       "polling with a read (write = \"\") needs keepalive.characteristic set to a readable characteristic; \(ConfigUUID.nusRX) (NUS RX) is write-only")
+        }
+
         let r = reconnect
         guard r.jitter >= 0, r.jitter < 1 else { throw fail("reconnect.jitter", "must be at least 0 and less than 1, got \(r.jitter)") }
         guard r.initialBackoff <= r.maxBackoff else {
@@ -29,6 +35,7 @@ extension TetherConfig {
                        "reconnect.initial_backoff (\(f(r.initialBackoff))) must not exceed reconnect.max_backoff (\(f(r.maxBackoff)))")
         }
         guard r.connectTimeout > .zero else { throw fail("reconnect.connect_timeout", "must be greater than 0s") }
+        guard r.window > .zero else { throw fail("reconnect.window", "must be greater than 0s") }
         guard r.windowAttempts >= 1 else { throw fail("reconnect.window_attempts", "must be at least 1, got \(r.windowAttempts)") }
         guard r.cooldown > .zero else { throw fail("reconnect.cooldown", "must be greater than 0s") }
 
@@ -41,6 +48,12 @@ extension TetherConfig {
             throw fail(blame("readings.retain_size", "readings.rotate_size"),
                        "readings.retain_size (\(ByteSizeText.format(s.retainSize))) must be at least readings.rotate_size (\(ByteSizeText.format(s.rotateSize)))")
         }
-        guard s.maxBacklog >= 1 else { throw fail("readings.max_backlog", "must be at least 1, got \(s.maxBacklog)") }
+        // Each waiting reading costs a few hundred bytes of memory: ten million is gigabytes.
+        guard s.maxBacklog >= 1, s.maxBacklog <= 10_000_000 else {
+            throw fail("readings.max_backlog", "must be between 1 and 10000000, got \(s.maxBacklog)")
+        }
+        guard s.flushInterval > .zero, s.flushInterval <= .seconds(3600) else {
+            throw fail("readings.flush_interval", "must be greater than 0s and at most 1h, got \(f(s.flushInterval))")
+        }
     }
 }

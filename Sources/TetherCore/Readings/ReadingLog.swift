@@ -56,6 +56,9 @@ public final class ReadingLog {
     private var deferredSyncError: Error?
     private var directoryNeedsSync = false
     private var isClosed = false
+    /// Holds an exclusive flock on `DIR/.lock` while the log is open: two
+    /// writers would hand out the same seqs.
+    private let lockFD: Int32
 
     /// The write(2) used for appends; tests replace it to simulate a failing disk.
     var writeCall: LogFileSystem.WriteCall = LogFileSystem.systemWrite
@@ -66,44 +69,52 @@ public final class ReadingLog {
         self.rotateSize = max(rotateSize, 1)
         self.retainSize = retainSize
         try LogFileSystem.makeDirectories(directory, mode: 0o750)
+        let lock = try Self.lockDirectory(directory)
+        lockFD = lock
+        // Until every property is set a throw runs no deinit: release the lock here.
+        do {
 
-        var files = try LogFileSystem.listLogFiles(in: directory)
-        var truncated: Int64 = 0
-        var lastSeq: UInt64 = 0
-        // The newest file's name says which seq it started at: seqs below it were
-        // used even if retention deleted or damage destroyed every record of them.
-        if let newest = files.last, newest.firstSeq > 0 { lastSeq = newest.firstSeq - 1 }
-        for (index, file) in files.enumerated().reversed() {
-            let outcome = try LogTailRecovery.recover(path: file.path)
-            truncated += outcome.truncatedBytes
-            if let record = outcome.lastRecord {
-                lastSeq = max(lastSeq, record.seq)
-                break
+            var files = try LogFileSystem.listLogFiles(in: directory)
+            var truncated: Int64 = 0
+            var lastSeq: UInt64 = 0
+            // The newest file's name says which seq it started at: seqs below it were
+            // used even if retention deleted or damage destroyed every record of them.
+            if let newest = files.last, newest.firstSeq > 0 { lastSeq = newest.firstSeq - 1 }
+            for (index, file) in files.enumerated().reversed() {
+                let outcome = try LogTailRecovery.recover(path: file.path)
+                truncated += outcome.truncatedBytes
+                if let record = outcome.lastRecord {
+                    lastSeq = max(lastSeq, record.seq)
+                    break
+                }
+                // A file left with no records: the newest stays as the file to append to,
+                // an older one is just clutter.
+                if index != files.count - 1 {
+                    try LogFileSystem.remove(file.path)
+                    files.remove(at: index)
+                }
             }
-            // A file left with no records: the newest stays as the file to append to,
-            // an older one is just clutter.
-            if index != files.count - 1 {
-                try LogFileSystem.remove(file.path)
-                files.remove(at: index)
-            }
-        }
-        self.lastSeq = lastSeq
-        self.recovery = Recovery(file: files.last?.path, truncatedBytes: Int(truncated), lastSeq: lastSeq)
+            self.lastSeq = lastSeq
+            self.recovery = Recovery(file: files.last?.path, truncatedBytes: Int(truncated), lastSeq: lastSeq)
 
-        var finished: [(path: String, size: Int64)] = []
-        for file in files.dropLast() {
-            var info = stat()
-            finished.append((file.path, stat(file.path, &info) == 0 ? Int64(info.st_size) : 0))
-        }
-        self.finished = finished
-        if let newest = files.last {
-            let fd = try LogFileSystem.openFile(newest.path, flags: O_WRONLY | O_APPEND)
-            do {
-                current = OpenFile(path: newest.path, fd: fd, size: try LogFileSystem.size(of: fd, path: newest.path))
-            } catch {
-                LogFileSystem.closeFile(fd)
-                throw error
+            var finished: [(path: String, size: Int64)] = []
+            for file in files.dropLast() {
+                var info = stat()
+                finished.append((file.path, stat(file.path, &info) == 0 ? Int64(info.st_size) : 0))
             }
+            self.finished = finished
+            if let newest = files.last {
+                let fd = try LogFileSystem.openFile(newest.path, flags: O_WRONLY | O_APPEND)
+                do {
+                    current = OpenFile(path: newest.path, fd: fd, size: try LogFileSystem.size(of: fd, path: newest.path))
+                } catch {
+                    LogFileSystem.closeFile(fd)
+                    throw error
+                }
+            }
+        } catch {
+            LogFileSystem.closeFile(lock)
+            throw error
         }
         applyRetention()
     }
@@ -200,6 +211,21 @@ public final class ReadingLog {
         unsyncedFinished = []
         if let file = current { LogFileSystem.closeFile(file.fd) }
         current = nil
+        LogFileSystem.closeFile(lockFD)  // releases the flock
+    }
+
+    /// Takes the directory's writer lock, or says who has it.
+    private static func lockDirectory(_ directory: String) throws -> Int32 {
+        let path = directory + "/.lock"
+        let fd = try LogFileSystem.openFile(path, flags: O_RDWR | O_CREAT)
+        guard flock(fd, LOCK_EX | LOCK_NB) == 0 else {
+            let code = errno
+            LogFileSystem.closeFile(fd)
+            throw ReadingLogError(
+                operation: code == EWOULDBLOCK ? "lock (another tether is writing here)" : "lock", path: path, code: code
+            )
+        }
+        return fd
     }
 
     // MARK: - Internals

@@ -222,8 +222,10 @@ public final class ReadingRecorder: @unchecked Sendable {
         while state.backlog.count > maxBacklog, let dropped = state.backlog.removeOldest() {
             state.dropped += 1
             // The gap record sits where the dropped readings would have been, so it
-            // carries the newest dropped reading's arrival time.
-            state.gap = Gap(count: (state.gap?.count ?? 0) + 1, device: dropped.device, at: dropped.receivedAt)
+            // carries the newest dropped reading's arrival time. A failed batch
+            // put back in front can drop readings older than earlier drops.
+            let newest = max(state.gap?.at ?? dropped.receivedAt, dropped.receivedAt)
+            state.gap = Gap(count: (state.gap?.count ?? 0) + 1, device: dropped.device, at: newest)
         }
     }
 

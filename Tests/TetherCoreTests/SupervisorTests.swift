@@ -309,13 +309,17 @@ import Testing
         var link = onlineLink(settings: settings)
         // The dongle accepts every connection and drops it a second later.
         var drops: [Duration] = []
-        for _ in 0..<40 where link.state != .coolingDown {
-            link.advance(by: .seconds(1))
+        var onlineAt: Duration?
+        for _ in 0..<6000 where link.state != .coolingDown {
+            link.advance(by: .milliseconds(100))
             if link.state == .online {
-                drops.append(link.now)
-                link.observe(VirtualLink.down)
-            } else {
-                link.advance(by: .seconds(30))
+                let since = onlineAt ?? link.now
+                onlineAt = since
+                if link.now - since >= .seconds(1) {
+                    drops.append(link.now)
+                    onlineAt = nil
+                    link.observe(VirtualLink.down)
+                }
             }
         }
         let connects = link.connectTimes

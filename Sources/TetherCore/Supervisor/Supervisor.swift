@@ -31,7 +31,7 @@ public struct Supervisor: Sendable {
         /// flapping: each such drop in a row counts as a failed attempt of
         /// the next window, so a dongle that connects and drops at once backs
         /// off and, in the end, escalates and cools down like any failure.
-        public var stableLink: Duration = .seconds(60)
+        public var stableLink: Duration = .seconds(10)
         /// Wait before trying discovery again after it failed to start.
         public var discoveryRetry: Duration = .seconds(5)
         /// How often to power the adapter on again after an escalation left it off.

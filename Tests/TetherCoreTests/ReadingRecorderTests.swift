@@ -223,4 +223,30 @@ final class RecorderBox: @unchecked Sendable {
         get { lock.withLock { stored } }
         set { lock.withLock { stored = newValue } }
     }
+
+    @Test func aBigBacklogGoesOutInChunksADiskWithLittleRoomCanTake() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 64 << 20, retainSize: 1 << 30)
+        // A disk that refuses any single write over 1 MiB, and everything while `failing`
+        // (the whole backlog is about 1.7 MB; one chunk about 0.6 MB).
+        let disk = FailingDisk()
+        log.writeCall = { fd, bytes in
+            if disk.failing || bytes.count > 1 << 20 { return -Int(ENOSPC) }
+            return LogFileSystem.systemWrite(fd, bytes)
+        }
+        let recorder = ReadingRecorder(log: log, flushInterval: .seconds(1), maxBacklog: 50_000, retryInterval: .seconds(3600)) { _ in }
+        disk.failing = true
+        let count = 3 * ReadingRecorder.chunkSize + 7
+        for number in 0..<count { recorder.record(testReading(number)) }
+        recorder.flush()
+        #expect(recorder.stats.pending == count)
+        disk.failing = false
+        recorder.flush()
+        #expect(recorder.stats.pending == 0)
+        #expect(recorder.stats.written == UInt64(count))
+        let records = try ReadingLog.readRecords(directory: dir.path)
+        #expect(records.map(\.seq) == Array(1...UInt64(count)))
+        recorder.close()
+    }
 }

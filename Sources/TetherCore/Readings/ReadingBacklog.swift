@@ -33,6 +33,18 @@ struct ReadingBacklog {
         return readings
     }
 
+    /// Removes and returns up to `limit` of the oldest readings.
+    mutating func removeOldest(upTo limit: Int) -> [Reading] {
+        guard count > limit else { return removeAll() }
+        let readings = Array(storage[head..<(head + limit)])
+        head += limit
+        if head * 2 >= storage.count {
+            storage.removeFirst(head)
+            head = 0
+        }
+        return readings
+    }
+
     /// Puts readings that could not be written back in front of newer arrivals.
     mutating func prepend(_ readings: [Reading]) {
         guard !readings.isEmpty else { return }

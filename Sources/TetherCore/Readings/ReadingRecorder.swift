@@ -161,16 +161,27 @@ public final class ReadingRecorder: @unchecked Sendable {
         }
     }
 
-    /// Writes all pending readings (after a gap record, if readings were dropped) in one append.
+    /// Readings per write(2): a backlog of 100,000 readings after a disk
+    /// failure goes out in ~1 MB pieces, so a disk with a little room left
+    /// takes some of it instead of refusing one huge all-or-nothing write.
+    static let chunkSize = 4096
+
+    /// Writes all pending readings, oldest first, in chunks (a gap record, if
+    /// readings were dropped, goes in front of the first).
     private func drain() {
-        guard !logClosed else { return }
+        while drainChunk() {}
+    }
+
+    /// Writes one chunk; returns whether more is waiting and writing works.
+    private func drainChunk() -> Bool {
+        guard !logClosed else { return false }
         let (batch, gap) = lock.withLock { () -> ([Reading], Gap?) in
             state.drainScheduled = false
-            let batch = state.backlog.removeAll()
+            let batch = state.backlog.removeOldest(upTo: Self.chunkSize)
             state.inFlight = batch.count
             return (batch, state.gap)
         }
-        guard !batch.isEmpty || gap != nil else { return }
+        guard !batch.isEmpty || gap != nil else { return false }
 
         var entries: [ReadingLog.Entry] = []
         entries.reserveCapacity(batch.count + 1)
@@ -180,7 +191,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         do {
             try log.write(entries)
             let lastSeq = log.lastSeq
-            let drainAgain = lock.withLock { () -> Bool in
+            let more = lock.withLock { () -> Bool in
                 state.inFlight = 0
                 state.written += UInt64(batch.count)
                 state.lastSeq = lastSeq
@@ -189,19 +200,15 @@ public final class ReadingRecorder: @unchecked Sendable {
                 if let gap, let now = state.gap {
                     state.gap = now.count > gap.count ? Gap(count: now.count - gap.count, device: now.device, at: now.at) : nil
                 }
-                // Writing works (again): readings that arrived while we were waiting
-                // for a retry were not scheduled, so schedule them now.
+                // Writing works (again): readings that arrived while we were
+                // waiting for a retry were not scheduled; the loop takes them.
                 state.waitingForRetry = false
-                guard !state.backlog.isEmpty, !state.drainScheduled else { return false }
-                state.drainScheduled = true
-                return true
+                return !state.backlog.isEmpty || state.gap != nil
             }
             retryTimer?.cancel()
             retryTimer = nil
             armSyncTimer()
-            if drainAgain {
-                queue.async { self.drain() }
-            }
+            return more
         } catch {
             let message = "cannot write readings to \(log.directory): \(error)"
             let pending = lock.withLock { () -> Int in
@@ -214,6 +221,7 @@ public final class ReadingRecorder: @unchecked Sendable {
             }
             report("\(message); keeping \(pending) readings in memory (at most \(maxBacklog)) and retrying every \(DurationText.format(retryInterval))")
             armRetryTimer()
+            return false
         }
     }
 

@@ -19,7 +19,9 @@ public final class BusDaemonProcess: @unchecked Sendable {
         try? FileManager.default.removeItem(atPath: socket)
         let config = configFile ?? directory.appendingPathComponent("bus.conf")
         if configFile == nil {
-            try BusDaemonProcess.permissiveConfig(socket: socket).write(to: config, atomically: true, encoding: .utf8)
+            // Not `atomically`: Foundation on Linux leaves a
+            // /tmp/TemporaryDirectory.* behind for every atomic write.
+            try BusDaemonProcess.permissiveConfig(socket: socket).write(to: config, atomically: false, encoding: .utf8)
         }
         let executable = ["/usr/bin/dbus-daemon", "/bin/dbus-daemon"].first {
             FileManager.default.isExecutableFile(atPath: $0)

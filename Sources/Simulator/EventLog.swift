@@ -15,14 +15,11 @@ struct EventLog {
     init(path: String?, startedAt: ContinuousClock.Instant) throws {
         self.startedAt = startedAt
         guard let path else { return }
-        if !FileManager.default.fileExists(atPath: path) {
-            guard FileManager.default.createFile(atPath: path, contents: nil) else {
-                throw SimulatorError.cannotOpenEventLog(path)
-            }
-        }
-        let handle = try FileHandle(forWritingTo: URL(fileURLWithPath: path))
-        try handle.seekToEnd()
-        file = handle
+        // open(2) rather than FileManager.createFile, which on Linux writes
+        // atomically and leaves a /tmp/TemporaryDirectory.* behind each time.
+        let fd = open(path, O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0o644)
+        guard fd >= 0 else { throw SimulatorError.cannotOpenEventLog(path) }
+        file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
     }
 
     /// Milliseconds since the simulator started, on the monotonic clock.

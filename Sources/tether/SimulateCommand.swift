@@ -89,7 +89,7 @@ struct SimulateCommand: AsyncParsableCommand {
         let address: String
         if let spawnBus {
             let started = try BusDaemonProcess(directory: URL(fileURLWithPath: spawnBus))
-            try (started.address + "\n").write(toFile: spawnBus + "/address", atomically: true, encoding: .utf8)
+            try (started.address + "\n").write(toFile: spawnBus + "/address", atomically: false, encoding: .utf8)
             address = started.address
             daemon = started
             print(address)

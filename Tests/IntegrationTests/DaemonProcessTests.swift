@@ -37,7 +37,7 @@ import TetherCore
         [readings]
         directory = "\(harness.readingsDirectory)"
         flush_interval = "1s"
-        """.write(toFile: path, atomically: true, encoding: .utf8)
+        """.write(toFile: path, atomically: false, encoding: .utf8)
         return path
     }
 
@@ -95,7 +95,7 @@ import TetherCore
         let directory = try TemporaryDirectory()
         defer { directory.remove() }
         let path = directory.url.appendingPathComponent("bad.toml").path
-        try "[keepalive]\ninterval = \"5 parsecs\"\n".write(toFile: path, atomically: true, encoding: .utf8)
+        try "[keepalive]\ninterval = \"5 parsecs\"\n".write(toFile: path, atomically: false, encoding: .utf8)
         for arguments in [["check-config", path], ["run", "--config", path]] {
             let process = try ChildProcess(
                 executable: Self.tetherPath, arguments: arguments,

@@ -55,7 +55,7 @@ final class DemoScript: Sendable {
             guard await waitFor("the simulator", within: .seconds(10), { (try? await control.nameOwner(of: SimulatorControl.busName)) != nil }) else { return false }
 
             let configPath = directory.appendingPathComponent("tether.toml").path
-            try demoConfig.write(toFile: configPath, atomically: true, encoding: .utf8)
+            try demoConfig.write(toFile: configPath, atomically: false, encoding: .utf8)
             say("starting `tether run` (keep-alive write every 2 s); its log follows, prefixed by time and level")
             var environment = ProcessInfo.processInfo.environment
             environment["DBUS_SYSTEM_BUS_ADDRESS"] = busDaemon.address

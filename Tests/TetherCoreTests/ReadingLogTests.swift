@@ -354,6 +354,22 @@ struct ReadingLogTests {
         #expect(records.compactMap(readingNumber) == Array(0..<60))
     }
 
+    @Test func bytesLeftByARollbackThatCouldNotTruncateAreCutBeforeTheNextAppend() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append([testReading(0)])
+        // What a failed write plus a failed ftruncate leaves: a whole line and a fragment.
+        let name = try dir.logFiles()[0]
+        let stray = try dir.contents(of: name) + Array(#"{"ts":"2026-11-21T13:45:1"#.utf8)
+        try dir.append(Array(stray), to: name)
+        #expect(try log.append([testReading(1)]) == 2...2)
+        log.close()
+        let records = try ReadingLog.readRecords(directory: dir.path)
+        #expect(records.map(\.seq) == [1, 2])
+        #expect(records.compactMap(readingNumber) == [0, 1])
+    }
+
     @Test func shortWritesAndEINTRAreRetried() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

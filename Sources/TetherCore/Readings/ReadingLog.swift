@@ -146,6 +146,13 @@ public final class ReadingLog {
         // Only reachable with a doctored file name or record, but must not trap.
         guard UInt64(entries.count) <= UInt64.max - lastSeq else { throw LogFileSystem.failure("append", directory, EOVERFLOW) }
 
+        // A rollback whose ftruncate failed (EIO, EROFS) left bytes past what
+        // was counted as written: cut them off before appending, or the retry
+        // would write those readings twice and glue a line onto a fragment.
+        if let file = current, try LogFileSystem.size(of: file.fd, path: file.path) != file.size {
+            try LogFileSystem.truncate(file.fd, to: file.size, path: file.path)
+        }
+
         let segments = plan(entries)
         let rollbackSize = current?.size
         var created: [OpenFile] = []

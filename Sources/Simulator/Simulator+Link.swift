@@ -40,8 +40,20 @@ extension Simulator {
         if let failure = dongle.takeInjectedFailure() {
             throw .remote(name: failure.errorName, message: failure.message)
         }
-        // Nothing answers: the kernel aborts the attempt.
-        guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
+        if !dongle.acceptsConnection {
+            // Nothing answers: the kernel keeps initiating until its timeout,
+            // bluetoothd still counts the connect as pending (so a second one
+            // gets InProgress and Disconnect cancels it), and a dongle woken
+            // meanwhile is connected at once.
+            let noAnswer = makeWaitID()
+            pendingConnect = PendingConnect(waitID: noAnswer, client: client)
+            await pause(options.noAnswerTimeout, id: noAnswer)
+            guard pendingConnect?.waitID == noAnswer, generation == startGeneration, !stopped else {
+                throw BlueZFault.abortByLocal
+            }
+            pendingConnect = nil
+            guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
+        }
         // bluetoothd crashed or restarted while this call waited: the
         // connection it asked for died with it.
         guard bluez != nil, generation == startGeneration else { throw BlueZFault.abortByLocal }

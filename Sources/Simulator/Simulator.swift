@@ -178,6 +178,8 @@ public actor Simulator {
         guard !stopped, dongle.wake() else { return }
         log.record(.wake)
         enterAdvertising()
+        // A connect that was waiting for an answer gets one now.
+        if let pending = pendingConnect { cancelWait(pending.waitID) }
         await publishControl()
     }
 

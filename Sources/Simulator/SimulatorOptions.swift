@@ -36,6 +36,10 @@ public struct SimulatorOptions: Sendable {
     /// goes false. With false, they are removed on every link loss (as with
     /// `Cache=no`), and exported again on the next connect.
     public var gattCache = true
+    /// A dongle that does not advertise (asleep) does not answer a connect:
+    /// the kernel gives up after its LE connect timeout, about 20 s, and the
+    /// Connect fails then, unless the dongle wakes first (then it connects).
+    public var noAnswerTimeout: Duration = .seconds(20)
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

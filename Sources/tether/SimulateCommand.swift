@@ -48,6 +48,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Time from Connected to ServicesResolved.")
     var resolveDelay = DurationArgument(.milliseconds(20))
 
+    @Option(help: "How long a connect to the sleeping dongle goes unanswered before it fails (the kernel: about 20s).")
+    var noAnswerTimeout = DurationArgument(.seconds(20))
+
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
 
@@ -80,6 +83,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.connectLatency = connectLatency.duration
         options.resolveDelay = resolveDelay.duration
         options.disconnectDelay = disconnectDelay.duration
+        options.noAnswerTimeout = noAnswerTimeout.duration
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
         options.gattCache = !noGattCache

@@ -27,6 +27,9 @@ final class DaemonHarness: @unchecked Sendable {
         directory = try TemporaryDirectory("tether-it")
         busDaemon = try BusDaemonProcess(directory: directory.url.appendingPathComponent("bus"))
         var options = options
+        if options.noAnswerTimeout == SimulatorOptions().noAnswerTimeout {
+            options.noAnswerTimeout = .milliseconds(500)  // the kernel's 20 s, shortened for tests
+        }
         options.eventLogPath = directory.url.appendingPathComponent("simulator.jsonl").path
         simulator = try await Simulator.start(busAddress: busDaemon.address, options: options)
         var config = TetherConfig.defaults(address: Self.address)

@@ -235,6 +235,26 @@ import Testing
         }
     }
 
+    @Test func aConnectToASleepingDongleWaitsAndSucceedsIfItWakes() async throws {
+        try await withSimulator({ $0.noAnswerTimeout = .seconds(5) }) { f in
+            await f.simulator.sleep()
+            let client = f.client
+            let pending = Task { () async throws -> [DBusValue] in
+                try await client.call(destination: BlueZ.service, path: Self.device, interface: BlueZ.deviceInterface, method: "Connect")
+            }
+            try await Task.sleep(for: .milliseconds(200))
+            // Still unanswered: bluetoothd counts it as pending.
+            await #expect(throws: DBusError.remote(name: BlueZ.ErrorName.inProgress, message: BlueZ.FailedMessage.inProgressText)) {
+                try await f.call(Self.device, BlueZ.deviceInterface, "Connect")
+            }
+            let woken = ContinuousClock.now
+            await f.simulator.wake()
+            _ = try await pending.value
+            #expect(ContinuousClock.now - woken < .seconds(1))
+            #expect(await f.simulator.state == .connected)
+        }
+    }
+
     @Test func anUnansweredDongleStopsAdvertisingAfterTheTimeout() async throws {
         try await withSimulator({ $0.advertiseTimeout = .milliseconds(300) }) { f in
             try await f.connectAndResolve()
@@ -423,6 +443,8 @@ import Testing
             _ = await ownerChanges.next()
             await f.simulator.restart(after: .milliseconds(200))
             #expect(await ownerChanges.next() == .some(nil))
+            // The recorder reads its own stream: wait for the last removal to reach it.
+            _ = try await signals.wait { $0.member == "InterfacesRemoved" && $0.body.first?.objectPath == Self.adapter }
             let removed = await signals.messages.filter { $0.member == "InterfacesRemoved" }.compactMap { $0.body.first?.objectPath }
             #expect(Set(removed) == Set(Self.gattPaths + [Self.device, Self.adapter]))
             #expect(removed.suffix(2) == [Self.device, Self.adapter])
@@ -650,6 +672,7 @@ final class SimulatorFixture: Sendable {
             throw error
         }
         var options = SimulatorOptions()
+        options.noAnswerTimeout = .milliseconds(150)  // the kernel's 20 s, shortened
         configure(&options)
         do {
             simulator = try await Simulator.start(busAddress: daemon.address, options: options)

@@ -52,6 +52,7 @@ extension Simulator {
                 throw BlueZFault.abortByLocal
             }
             pendingConnect = nil
+            guard powered else { throw BlueZFault.notReady }
             guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
         }
         // bluetoothd crashed or restarted while this call waited: the

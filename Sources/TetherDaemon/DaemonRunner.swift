@@ -81,13 +81,11 @@ public enum DaemonRunner {
             lastWarning = nil
             delay = .milliseconds(500)
             let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock())
-            DaemonRunner.current.withLock { $0 = service }
             do {
                 try await service.run()
             } catch where !Task.isCancelled {
                 logger.error("cannot watch bluetoothd: \(error)")
             } catch {}
-            DaemonRunner.current.withLock { $0 = nil }
             await bus.close()
             if !Task.isCancelled {
                 logger.warning("lost the D-Bus connection; reconnecting")
@@ -95,9 +93,6 @@ public enum DaemonRunner {
             }
         }
     }
-
-    /// The running service, for the control API.
-    static let current = Mutex<LinkService<ContinuousClock>?>(nil)
 }
 
 /// Waits for SIGTERM or SIGINT. The signals are ignored and observed

@@ -43,7 +43,6 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         var supervisor = Supervisor.Status()
         var connectedSince: Date?
         var lastReadingAt: Date?
-        var supervisorTime: Duration = .zero
     }
 
     private let config: TetherConfig
@@ -204,7 +203,6 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
             let status = supervisor.status
             shared.withLock { s in
                 s.supervisor = status
-                s.supervisorTime = now
                 if status.state == .online {
                     if s.connectedSince == nil { s.connectedSince = Date() }
                 } else {

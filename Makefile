@@ -4,9 +4,52 @@
 SWIFT      ?= swift
 PREFIX     ?= /usr/local
 DESTDIR    ?=
-APT_PACKAGES = libdbus-1-dev libbluetooth-dev dbus-daemon pkg-config
+# The build needs the -dev packages; the tests also run systemd-analyze
+# (systemd), udevadm (udev), man (man-db, for verify's Documentation= check),
+# useradd (passwd) and setpriv (util-linux) for the D-Bus policy test.
+APT_PACKAGES = libdbus-1-dev libbluetooth-dev dbus-daemon pkg-config systemd udev man-db passwd util-linux
+
+# Where `make install` puts things ($(DESTDIR) is prepended to each). With
+# PREFIX=/usr they are Debian's own places; with the default /usr/local,
+# systemd, udev, systemd-sysusers, man, bash-completion, zsh and fish still
+# find the files (D-Bus needs /etc, see below).
+BINDIR        ?= $(PREFIX)/bin
+DATADIR       ?= $(PREFIX)/share
+MANDIR        ?= $(DATADIR)/man
+SYSCONFDIR    ?= /etc
+UNITDIR       ?= $(PREFIX)/lib/systemd/system
+SYSUSERSDIR   ?= $(PREFIX)/lib/sysusers.d
+UDEVRULESDIR  ?= $(PREFIX)/lib/udev/rules.d
+# dbus-daemon reads policies from /usr/share/dbus-1/system.d and
+# /etc/dbus-1/system.d only (not from /usr/local/share): for any PREFIX but
+# /usr the policy goes to $(SYSCONFDIR)/dbus-1/system.d, or the daemon could
+# not own its bus name.
+DBUSPOLICYDIR ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/dbus-1/system.d,$(SYSCONFDIR)/dbus-1/system.d)
+BASHCOMPDIR   ?= $(DATADIR)/bash-completion/completions
+# Debian's zsh reads /usr/share/zsh/vendor-completions, and of /usr/local only
+# /usr/local/share/zsh/site-functions.
+ZSHCOMPDIR    ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/zsh/vendor-completions,$(DATADIR)/zsh/site-functions)
+FISHCOMPDIR   ?= $(DATADIR)/fish/vendor_completions.d
+
+# The tether binary that `install`, `man` and `completions` use. Empty (the
+# default): build one with `swift build -c release`. Given, e.g.
+#   make install DESTDIR=/tmp/root PREFIX=/usr TETHER_BIN=.build/debug/tether
+# it is installed as is and nothing is built (the tests do this).
+TETHER_BIN ?=
+BIN = $(or $(TETHER_BIN),$(shell $(SWIFT) build -c release --static-swift-stdlib --show-bin-path)/tether)
+BIN_PREREQ = $(if $(TETHER_BIN),,release)
+
+# Generated files (man pages, completions, rewritten units) and check-units'
+# scratch tree.
+GEN_DIR   ?= .build/packaging
+CHECK_DIR ?= .build/check-units
+UNITS     = systemd/tether.service systemd/tether@.service
+# `systemd-analyze security` scores 0.0 (best) to 10.0; --threshold= takes
+# ten times that, so 20 is "overall exposure at most 2.0".
+SECURITY_THRESHOLD ?= 20
 
 .PHONY: all build release test demo deps clean
+.PHONY: install uninstall man completions check-units
 
 all: build
 
@@ -24,8 +67,11 @@ deps:
 build: deps
 	$(SWIFT) build
 
+# The Swift runtime and Foundation are linked in statically, so the installed
+# binary runs on a gateway without the toolchain (only glibc, libdbus-1 and
+# libbluetooth from Debian are needed there).
 release: deps
-	$(SWIFT) build -c release
+	$(SWIFT) build -c release --static-swift-stdlib
 
 # Serial: the integration tests measure timing (poll gaps, reconnect delays)
 # and each starts its own dbus-daemon and simulator; on two cores they must
@@ -39,3 +85,95 @@ demo: build
 
 clean:
 	rm -rf .build
+
+# Man pages from the ArgumentParser definitions: tether.1 and one page per
+# subcommand, by swift-argument-parser's GenerateManual plugin's tool
+# (packaging/generate-manual.sh says why it runs the tool itself).
+man: $(BIN_PREREQ)
+	SWIFT=$(SWIFT) packaging/generate-manual.sh "$(BIN)" $(GEN_DIR)/man
+
+# Shell completions, from the binary's ArgumentParser definitions.
+completions: $(BIN_PREREQ)
+	@mkdir -p $(GEN_DIR)/completions
+	"$(BIN)" --generate-completion-script bash > $(GEN_DIR)/completions/tether.bash
+	"$(BIN)" --generate-completion-script zsh  > $(GEN_DIR)/completions/_tether
+	"$(BIN)" --generate-completion-script fish > $(GEN_DIR)/completions/tether.fish
+
+# Installs the binary, the units (their ExecStart pointing at $(BINDIR)/tether),
+# the sysusers.d file, the D-Bus policy, the udev rules, the man pages, the
+# completions and, unless one is there already, the example config. It starts
+# nothing and creates no user: see the hint it prints.
+install: man completions
+	install -D -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
+	@set -e; for unit in $(UNITS); do \
+	  name=$$(basename $$unit); \
+	  sed 's|^ExecStart=[^ ]*/tether |ExecStart=$(BINDIR)/tether |' $$unit > $(GEN_DIR)/$$name; \
+	  grep -q '^ExecStart=$(BINDIR)/tether ' $(GEN_DIR)/$$name || { echo "$$unit: no ExecStart to rewrite" >&2; exit 1; }; \
+	  echo "install -D -m 0644 $(GEN_DIR)/$$name $(DESTDIR)$(UNITDIR)/$$name"; \
+	  install -D -m 0644 $(GEN_DIR)/$$name "$(DESTDIR)$(UNITDIR)/$$name"; \
+	done
+	install -D -m 0644 systemd/tether.sysusers "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
+	install -D -m 0644 systemd/io.tether.Tether.conf "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
+	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
+	@set -e; for page in $(GEN_DIR)/man/*.1; do \
+	  echo "install -D -m 0644 $$page $(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
+	  install -D -m 0644 $$page "$(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
+	done
+	install -D -m 0644 $(GEN_DIR)/completions/tether.bash "$(DESTDIR)$(BASHCOMPDIR)/tether"
+	install -D -m 0644 $(GEN_DIR)/completions/_tether "$(DESTDIR)$(ZSHCOMPDIR)/_tether"
+	install -D -m 0644 $(GEN_DIR)/completions/tether.fish "$(DESTDIR)$(FISHCOMPDIR)/tether.fish"
+	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/tether/tether.toml" ]; then \
+	  echo "keeping $(DESTDIR)$(SYSCONFDIR)/tether/tether.toml (the example is config/tether.toml)"; \
+	else \
+	  echo "install -D -m 0644 config/tether.toml $(DESTDIR)$(SYSCONFDIR)/tether/tether.toml"; \
+	  install -D -m 0644 config/tether.toml "$(DESTDIR)$(SYSCONFDIR)/tether/tether.toml"; \
+	fi
+	@if [ -z "$(DESTDIR)" ]; then \
+	  echo; \
+	  echo "Next: set dongle.address in $(SYSCONFDIR)/tether/tether.toml, then"; \
+	  echo "  systemd-sysusers tether.conf && systemctl daemon-reload && udevadm control --reload"; \
+	  echo "  systemctl enable --now tether.service     # or tether@NAME.service with $(SYSCONFDIR)/tether/NAME.toml"; \
+	fi
+
+# Removes what `install` installed, except the config (and the readings in
+# /var/lib/tether, the user and the groups): those are the admin's.
+uninstall:
+	rm -f "$(DESTDIR)$(BINDIR)/tether"
+	rm -f "$(DESTDIR)$(UNITDIR)/tether.service" "$(DESTDIR)$(UNITDIR)/tether@.service"
+	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
+	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
+	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
+	rm -f "$(DESTDIR)$(MANDIR)/man1/tether.1" "$(DESTDIR)$(MANDIR)/man1/tether".*.1
+	rm -f "$(DESTDIR)$(BASHCOMPDIR)/tether" "$(DESTDIR)$(ZSHCOMPDIR)/_tether" "$(DESTDIR)$(FISHCOMPDIR)/tether.fish"
+	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/tether/tether.toml" ]; then \
+	  echo "kept $(DESTDIR)$(SYSCONFDIR)/tether/tether.toml"; \
+	fi
+
+# Checks both units with systemd-analyze:
+#  - security --offline=yes: overall exposure at most 2.0 (SECURITY_THRESHOLD);
+#  - verify, on the units as installed: into $(CHECK_DIR)/root (PREFIX=/usr)
+#    with the debug binary (or TETHER_BIN). verify insists that ExecStart's
+#    binary exists, and `verify --root=` would also want all of systemd's own
+#    units under that root, so it runs on copies of the installed units whose
+#    ExecStart points at the binary in the staging tree. MANPATH points `man`
+#    at the staged man pages, which verify checks for Documentation=.
+#    --recursive-errors=no: only these units count, not the host's
+#    bluetooth.service or dbus.service.
+check-units: $(if $(TETHER_BIN),,build)
+	@set -e; for unit in $(UNITS); do \
+	  report=$$(systemd-analyze security --offline=yes --threshold=$(SECURITY_THRESHOLD) $$unit 2>&1) \
+	    || { printf '%s\n' "$$report"; echo "$$unit: overall exposure above $(SECURITY_THRESHOLD)/10 or not assessed" >&2; exit 1; }; \
+	  echo "$$unit: $$(printf '%s\n' "$$report" | grep 'Overall exposure level')"; \
+	done
+	rm -rf $(CHECK_DIR) && mkdir -p $(CHECK_DIR)/units
+	$(MAKE) --no-print-directory install DESTDIR="$(abspath $(CHECK_DIR))/root" PREFIX=/usr \
+	  GEN_DIR="$(CHECK_DIR)/gen" TETHER_BIN="$(abspath $(or $(TETHER_BIN),$(shell $(SWIFT) build --show-bin-path)/tether))" \
+	  > $(CHECK_DIR)/install.log || { cat $(CHECK_DIR)/install.log; exit 1; }
+	@set -e; for unit in $(UNITS); do \
+	  name=$$(basename $$unit); \
+	  sed 's|^ExecStart=/usr/bin/tether |ExecStart=$(abspath $(CHECK_DIR))/root/usr/bin/tether |' \
+	    $(CHECK_DIR)/root/usr/lib/systemd/system/$$name > $(CHECK_DIR)/units/$$name; \
+	done
+	MANPATH="$(abspath $(CHECK_DIR))/root/usr/share/man" systemd-analyze verify --recursive-errors=no \
+	  $(CHECK_DIR)/units/tether.service $(CHECK_DIR)/units/tether@.service
+	@echo "check-units: both units pass security (exposure at most $(SECURITY_THRESHOLD)/10) and verify"

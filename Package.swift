@@ -3,12 +3,14 @@ import PackageDescription
 
 // Layers, lowest first; a target only depends on targets above it in this list.
 //   CDBus, CBluetooth   C shims over libdbus-1 and libbluetooth
+//   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   BlueZ               a typed client for org.bluez
 //   TetherCore          pure logic: config, retry policy, supervisor state machine, readings log
 //   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests and the demo
+//   Systemd             sd_notify and journald's native protocol (a swift-log backend)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
 //   tether              the command-line front end
 let package = Package(
@@ -33,6 +35,7 @@ let package = Package(
             pkgConfig: "bluez",
             providers: [.apt(["libbluetooth-dev"])]
         ),
+        .target(name: "CSystemd"),
         .target(name: "ChildProcess"),
         .target(name: "DBus", dependencies: ["CDBus", "ChildProcess"]),
         .target(name: "HCI", dependencies: ["CBluetooth"]),
@@ -46,9 +49,13 @@ let package = Package(
         ),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ"]),
         .target(
+            name: "Systemd",
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "BlueZ", "HCI", "TetherCore",
+                "DBus", "BlueZ", "HCI", "TetherCore", "Systemd",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -60,13 +67,15 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
-        .target(name: "TestSupport", dependencies: ["DBus"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["DBus", "CSystemd"], path: "Tests/TestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "TestSupport"]),
         .testTarget(name: "TetherCoreTests", dependencies: ["TetherCore"]),
+        .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
+        .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["TetherDaemon", "TetherCore", "Simulator", "BlueZ", "DBus", "TestSupport"]
+            dependencies: ["TetherDaemon", "TetherCore", "Simulator", "BlueZ", "DBus", "Systemd", "TestSupport"]
         ),
     ],
     swiftLanguageModes: [.v6]

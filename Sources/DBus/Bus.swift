@@ -519,13 +519,13 @@ public actor Bus {
         switch (member, call.signature) {
         case ("Get", "ss"):
             let name = args[1].string ?? ""
-            if let value = interface.properties[name] {
+            if let value = interface.currentProperties[name] {
                 reply(to: call, .success([.variant(value)]))
             } else {
                 reply(to: call, .failure(.remote(name: DBusErrorName.invalidArgs, message: "No such property '\(name)'")))
             }
         case ("GetAll", "s"):
-            reply(to: call, .success([.vardict(interface.properties)]))
+            reply(to: call, .success([.vardict(interface.currentProperties)]))
         case ("Set", "ssv"):
             let name = args[1].string ?? ""
             guard interface.properties[name] != nil else {

@@ -115,6 +115,12 @@ extension DBusValue {
         }
     }
 
+    /// Any non-negative integer, widened; nil for negative values.
+    public var uint64: UInt64? {
+        if case .uint64(let v) = unwrapped { return v }
+        return int64.flatMap { UInt64(exactly: $0) }
+    }
+
     public var double: Double? {
         if case .double(let d) = unwrapped { return d }
         return nil

@@ -8,6 +8,11 @@ public struct ExportedInterface: Sendable {
     /// `org.freedesktop.DBus.Error.Failed` with its description.
     public typealias Handler = @Sendable (MethodCall) async throws -> [DBusValue]
     public typealias Setter = @Sendable (_ name: String, _ value: DBusValue) async throws -> Void
+    /// Reads properties whose values change too often to store and signal
+    /// (counters, timestamps of the last reading): computed on every Get and
+    /// GetAll, and introspected with `EmitsChangedSignal` = `false` so that
+    /// clients know to ask rather than wait for PropertiesChanged.
+    public typealias LiveReader = @Sendable () -> [String: DBusValue]
 
     public struct Method: Sendable {
         public var inSignature: String
@@ -29,10 +34,12 @@ public struct ExportedInterface: Sendable {
     public var setter: Setter?
     /// Signal names and signatures, for introspection.
     public var signals: [String: String]
+    /// Read-only properties computed on demand; see `LiveReader`.
+    public var live: LiveReader?
 
     public init(
         name: String, methods: [String: Method] = [:], properties: [String: DBusValue] = [:],
-        writable: Set<String> = [], setter: Setter? = nil, signals: [String: String] = [:]
+        writable: Set<String> = [], setter: Setter? = nil, signals: [String: String] = [:], live: LiveReader? = nil
     ) {
         self.name = name
         self.methods = methods
@@ -40,6 +47,13 @@ public struct ExportedInterface: Sendable {
         self.writable = writable
         self.setter = setter
         self.signals = signals
+        self.live = live
+    }
+
+    /// Stored and live properties together, live ones winning.
+    public var currentProperties: [String: DBusValue] {
+        guard let live else { return properties }
+        return properties.merging(live()) { _, new in new }
     }
 }
 

@@ -42,7 +42,7 @@ struct ObjectRegistry {
         let interfaces = objects[path] ?? [:]
         let wanted = names ?? (interfaces.keys.sorted() + [StandardInterface.introspectable, StandardInterface.properties])
         for name in wanted {
-            let properties = interfaces[name]?.properties ?? [:]
+            let properties = interfaces[name]?.currentProperties ?? [:]
             entries.append(.init(.string(name), .vardict(properties)))
         }
         return .dictionary(key: .string, value: .dictionary(key: .string, value: .variant), entries)
@@ -115,9 +115,17 @@ struct ObjectRegistry {
                 }
                 xml += "</signal>\n"
             }
-            for (property, value) in interface.properties.sorted(by: { $0.key < $1.key }) {
+            let live = interface.live?() ?? [:]
+            for (property, value) in interface.currentProperties.sorted(by: { $0.key < $1.key }) {
                 let access = interface.writable.contains(property) ? "readwrite" : "read"
-                xml += "    <property name=\"\(property)\" type=\"\(xmlEscape(value.type.signature))\" access=\"\(access)\"/>\n"
+                let head = "    <property name=\"\(property)\" type=\"\(xmlEscape(value.type.signature))\" access=\"\(access)\""
+                if live[property] != nil {
+                    xml += head + ">\n"
+                    xml += "      <annotation name=\"org.freedesktop.DBus.Property.EmitsChangedSignal\" value=\"false\"/>\n"
+                    xml += "    </property>\n"
+                } else {
+                    xml += head + "/>\n"
+                }
             }
             xml += "  </interface>\n"
         }

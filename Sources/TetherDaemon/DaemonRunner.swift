@@ -4,6 +4,7 @@ import Dispatch
 import Foundation
 import Logging
 import Synchronization
+import Systemd
 import TetherCore
 
 /// `tether run`: the daemon's life from start to SIGTERM.
@@ -11,15 +12,30 @@ public enum DaemonRunner {
     /// Exit codes from sysexits.h, which systemd and scripts understand.
     public enum Exit {
         public static let ok: Int32 = 0
-        public static let config: Int32 = 78  // EX_CONFIG
-        public static let cannotCreate: Int32 = 73  // EX_CANTCREAT
+        /// Another daemon owns this instance's bus name.
         public static let unavailable: Int32 = 69  // EX_UNAVAILABLE
+        public static let cannotCreate: Int32 = 73  // EX_CANTCREAT
         public static let ioError: Int32 = 74  // EX_IOERR
+        /// The bus policy does not let this user own the name.
+        public static let noPermission: Int32 = 77  // EX_NOPERM
+        public static let config: Int32 = 78  // EX_CONFIG
+    }
+
+    /// Why the daemon stops: a signal, or a failure it cannot wait out.
+    private enum Stop: Sendable {
+        case signal(String)
+        case fatal(Int32)
     }
 
     /// Runs until SIGTERM or SIGINT; returns the exit code.
-    /// - Parameter busAddress: the bus to use instead of the system bus (tests, demo).
-    public static func run(config: TetherConfig, busAddress: String?, logger: Logger) async -> Int32 {
+    /// - Parameters:
+    ///   - busAddress: the bus to use instead of the system bus (tests, demo).
+    ///   - notifier: systemd's notify socket (READY=1, STATUS=, WATCHDOG=1, STOPPING=1).
+    ///   - watchdog: systemd's watchdog timeout, if it set one; pinged at half of it.
+    public static func run(
+        config: TetherConfig, instance: InstanceName = .default, busAddress: String?, logger: Logger,
+        notifier: SystemdNotifier = SystemdNotifier(environment: [:]), watchdog: Duration? = nil
+    ) async -> Int32 {
         let log: ReadingLog
         do {
             log = try ReadingLog(
@@ -37,11 +53,33 @@ public enum DaemonRunner {
             logger.error("readings log: \(message)", metadata: ["event": "reading-gap"])
         }
 
+        let (stops, stop) = AsyncStream.makeStream(of: Stop.self)
+        let session = Session(
+            config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
+            recorder: recorder, logger: logger, notifier: notifier
+        )
         let work = Task {
-            await serve(config: config, busAddress: busAddress, recorder: recorder, logger: logger)
+            if let code = await session.serve() { stop.yield(.fatal(code)) }
         }
-        let signal = await TerminationSignal.wait()
-        logger.notice("received \(signal), stopping")
+        let signals = Task {
+            stop.yield(.signal(await TerminationSignal.wait()))
+        }
+        let pet = watchdog.map { timeout in
+            Task { await session.petWatchdog(every: timeout / 2) }
+        }
+        var code = Exit.ok
+        for await reason in stops {
+            switch reason {
+            case .signal(let name):
+                logger.notice("received \(name), stopping")
+            case .fatal(let fatal):
+                code = fatal
+            }
+            break
+        }
+        _ = notifier.stopping()
+        signals.cancel()
+        pet?.cancel()
         work.cancel()
         await work.value
         recorder.close()
@@ -51,14 +89,41 @@ public enum DaemonRunner {
             return Exit.ioError
         }
         logger.notice("stopped; \(stats.written) readings written, last seq \(stats.lastSeq)")
-        return Exit.ok
+        return code
+    }
+}
+
+/// One run of the daemon: the bus connection (remade if the bus goes away),
+/// the link service on it, the control object and systemd's notifications.
+private final class Session: Sendable {
+    let config: TetherConfig
+    let address: ControlAddress
+    let busAddress: String?
+    let recorder: ReadingRecorder
+    let logger: Logger
+    let notifier: SystemdNotifier
+    /// The link being served right now; nil while (re)connecting to the bus.
+    private let current = Mutex<(any ControlledLink)?>(nil)
+
+    init(
+        config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
+        notifier: SystemdNotifier
+    ) {
+        self.config = config
+        self.address = address
+        self.busAddress = busAddress
+        self.recorder = recorder
+        self.logger = logger
+        self.notifier = notifier
     }
 
-    /// Connects to the bus and runs the link service, reconnecting to the bus
-    /// if it goes away, until cancelled.
-    private static func serve(config: TetherConfig, busAddress: String?, recorder: ReadingRecorder, logger: Logger) async {
+    /// Connects to the bus and runs the link service, reconnecting to the
+    /// bus if it goes away, until cancelled. Returns an exit code when the
+    /// daemon cannot go on (its name is taken or forbidden).
+    func serve() async -> Int32? {
         var delay: Duration = .milliseconds(500)
         var lastWarning: ContinuousClock.Instant?
+        var ready = false
         while !Task.isCancelled {
             let bus: Bus
             do {
@@ -80,16 +145,81 @@ public enum DaemonRunner {
             if lastWarning != nil { logger.notice("connected to D-Bus") }
             lastWarning = nil
             delay = .milliseconds(500)
+
             let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock())
+            let control = ControlServer(bus: bus, address: address, link: service)
+            do {
+                try await control.export()
+                try await bus.requestName(address.busName)
+            } catch {
+                await bus.close()
+                if error.name == DBusErrorName.accessDenied {
+                    logger.critical(
+                        "the D-Bus policy does not let this user own \(address.busName): \(error.message); is io.tether.Tether.conf installed in /usr/share/dbus-1/system.d and the daemon running as user tether?"
+                    )
+                    return DaemonRunner.Exit.noPermission
+                }
+                if case .remote(DBusErrorName.failed, _) = error {
+                    logger.critical("\(address.busName) is taken: another tether daemon runs for instance '\(address.instance)'")
+                    return DaemonRunner.Exit.unavailable
+                }
+                logger.error("cannot publish the control interface: \(error); reconnecting to D-Bus")
+                try? await Task.sleep(for: .seconds(1))
+                continue
+            }
+            if !ready {
+                ready = true
+                _ = notifier.send([("READY", "1"), ("STATUS", "started; looking for the dongle")])
+                logger.notice(
+                    "serving \(ControlAddress.interface) as \(address.busName) at \(address.path)",
+                    metadata: ["instance": "\(address.instance)"]
+                )
+            }
+            current.withLock { $0 = service }
+            let publisher = Task {
+                for await change in service.changes {
+                    await control.publish(change)
+                    _ = notifier.status(change.status.summary())
+                }
+            }
             do {
                 try await service.run()
             } catch where !Task.isCancelled {
                 logger.error("cannot watch bluetoothd: \(error)")
             } catch {}
+            current.withLock { $0 = nil }
+            await publisher.value
             await bus.close()
             if !Task.isCancelled {
                 logger.warning("lost the D-Bus connection; reconnecting")
+                _ = notifier.status("reconnecting to D-Bus")
                 try? await Task.sleep(for: .seconds(1))
+            }
+        }
+        return nil
+    }
+
+    /// Tells systemd the daemon is alive every `interval`, but only while the
+    /// supervisor loop answers: a wedged loop stops the pings, and systemd
+    /// restarts the service after `WatchdogSec`. The same tick refreshes
+    /// `STATUS=` so "last reading Ns ago" stays true without a timer of its own.
+    func petWatchdog(every interval: Duration) async {
+        var silentSince: ContinuousClock.Instant?
+        while !Task.isCancelled {
+            let answered = Mutex(false)
+            let link = current.withLock { $0 }
+            link?.ping { answered.withLock { $0 = true } }
+            do { try await Task.sleep(for: interval) } catch { return }
+            if link == nil || answered.withLock({ $0 }) {
+                if let since = silentSince {
+                    logger.notice("the supervisor loop answers again after \(DurationText.rounded(since.duration(to: .now)))")
+                    silentSince = nil
+                }
+                _ = notifier.watchdog()
+                if let status = link?.status { _ = notifier.status(status.summary()) }
+            } else if silentSince == nil {
+                silentSince = .now
+                logger.critical("the supervisor loop did not answer within \(DurationText.rounded(interval)); withholding the watchdog ping")
             }
         }
     }

@@ -19,23 +19,17 @@ import TetherCore
 /// Readings never pass through the supervisor loop, so a flood of
 /// notifications or a slow disk cannot delay a keep-alive poll.
 public final class LinkService<C: Clock>: Sendable where C.Duration == Duration {
-    /// A snapshot for `tether status` and the control API.
-    public struct Status: Sendable, Equatable {
-        public var state: SupervisorState
-        public var device: String?
-        public var adapter: String?
-        public var connectedSince: Date?
-        public var lastReadingAt: Date?
-        public var readingsWritten: UInt64
-        public var reconnects: Int
-        public var windowAttempt: Int
-        public var nextAttemptIn: Duration?
-        public var lastError: String?
-    }
+    public typealias Status = LinkStatus
 
     private enum Input: Sendable {
         case event(SupervisorEvent)
         case timer(SupervisorTimer, generation: Int)
+        /// `reconnect()`: handled like `.reconnectRequested`, then answered
+        /// once an attempt starts or `limit` passes.
+        case reconnect(id: Int, limit: Duration)
+        case reconnectDeadline(id: Int)
+        /// The watchdog's question "is the loop turning?"; answered by calling it.
+        case ping(@Sendable () -> Void)
     }
 
     private struct Shared {
@@ -43,6 +37,10 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         var supervisor = Supervisor.Status()
         var connectedSince: Date?
         var lastReadingAt: Date?
+        /// Callers of `reconnect()` waiting for their answer, by request id.
+        var reconnectWaiters: [Int: CheckedContinuation<ReconnectOutcome, Never>] = [:]
+        var nextRequest = 0
+        var stopped = false
     }
 
     private let config: TetherConfig
@@ -56,6 +54,11 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
     private let input: AsyncStream<Input>.Continuation
     private let shared = Mutex(Shared())
     private let seed: UInt64
+    private let changeInput: AsyncStream<LinkStatusChange>.Continuation
+
+    /// Every change of state, attempt, error or schedule, newest kept if the
+    /// consumer (control API, sd_notify) falls behind. One consumer.
+    public let changes: AsyncStream<LinkStatusChange>
 
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, clock: C,
@@ -69,6 +72,7 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         start = clock.now
         resolver = LinkResolver(config: config)
         (inputs, input) = AsyncStream.makeStream(of: Input.self, bufferingPolicy: .unbounded)
+        (changes, changeInput) = AsyncStream.makeStream(of: LinkStatusChange.self, bufferingPolicy: .bufferingNewest(32))
         self.seed = seed
     }
 
@@ -83,11 +87,42 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
             group.cancelAll()
         }
         input.finish()
+        changeInput.finish()
+        let waiters = shared.withLock { s in
+            s.stopped = true
+            defer { s.reconnectWaiters = [:] }
+            return s.reconnectWaiters.values
+        }
+        for waiter in waiters { waiter.resume(returning: .notReady("the daemon is stopping")) }
     }
 
-    /// Asks for a drop and a fresh retry window (`tether reconnect`).
-    public func requestReconnect() {
-        input.yield(.event(.reconnectRequested))
+    /// Drops the link (if any) and starts a fresh retry window, as `tether
+    /// reconnect` asks. Returns once a connect attempt has started, when
+    /// there is nothing to connect with, or after `limit` (an escalation
+    /// step can hold the attempt back for several seconds).
+    public func reconnect(waitingUpTo limit: Duration = .seconds(20)) async -> ReconnectOutcome {
+        await withCheckedContinuation { continuation in
+            let id: Int? = shared.withLock { s in
+                guard !s.stopped else { return nil }
+                s.nextRequest += 1
+                s.reconnectWaiters[s.nextRequest] = continuation
+                return s.nextRequest
+            }
+            guard let id else { return continuation.resume(returning: .notReady("the daemon is stopping")) }
+            if case .terminated = input.yield(.reconnect(id: id, limit: limit)) {
+                answer(id, .notReady("the daemon is stopping"))
+            }
+        }
+    }
+
+    /// Calls `reply` from the supervisor loop, between two events: if it is
+    /// not called, the loop is stuck (the watchdog then stops petting systemd).
+    public func ping(_ reply: @escaping @Sendable () -> Void) {
+        input.yield(.ping(reply))
+    }
+
+    private func answer(_ id: Int, _ outcome: ReconnectOutcome) {
+        shared.withLock { $0.reconnectWaiters.removeValue(forKey: id) }?.resume(returning: outcome)
     }
 
     public var status: Status {
@@ -187,8 +222,14 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         var generation = 0
         defer { for (_, timer) in timers { timer.task.cancel() } }
 
+        // Reconnect requests waiting for their attempt to start, with their deadline tasks.
+        var awaitingAttempt: [Int: Task<Void, Never>] = [:]
+        var published: PublishedFields?
+        defer { for (_, deadline) in awaitingAttempt { deadline.cancel() } }
+
         for await item in inputs {
             let event: SupervisorEvent
+            var reconnectRequest: (id: Int, limit: Duration)?
             switch item {
             case .event(let e):
                 event = e
@@ -197,6 +238,26 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                 guard timers[timer]?.generation == fired else { continue }
                 timers[timer] = nil
                 event = .timerFired(timer)
+            case .reconnect(let id, let limit):
+                switch supervisor.state {
+                case .waitingForBluez:
+                    answer(id, .notReady("bluetoothd is not running"))
+                    continue
+                case .waitingForAdapter:
+                    let adapter = shared.withLock { $0.resolution.adapter?.interfaceName }
+                    answer(id, .notReady(adapter.map { "the adapter \($0) is powered off" } ?? "no Bluetooth adapter"))
+                    continue
+                default:
+                    event = .reconnectRequested
+                    reconnectRequest = (id, limit)
+                }
+            case .reconnectDeadline(let id):
+                awaitingAttempt[id] = nil
+                answer(id, .pending(supervisor.state))
+                continue
+            case .ping(let reply):
+                reply()
+                continue
             }
             let now = start.duration(to: clock.now)
             let actions = supervisor.handle(event, at: now)
@@ -209,6 +270,33 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
                     s.connectedSince = nil
                 }
             }
+            if let request = reconnectRequest {
+                let deadline = Task { [clock, input] in
+                    do {
+                        try await clock.sleep(for: request.limit)
+                        input.yield(.reconnectDeadline(id: request.id))
+                    } catch {}
+                }
+                awaitingAttempt[request.id] = deadline
+            }
+            if !awaitingAttempt.isEmpty {
+                let outcome: ReconnectOutcome? =
+                    if actions.contains(where: { if case .connect = $0 { true } else { false } }) {
+                        .started(attempt: status.windowAttempt)
+                    } else if status.state == .waitingForBluez || status.state == .waitingForAdapter {
+                        .notReady(status.state == .waitingForBluez ? "bluetoothd went away" : "the adapter went away or was powered off")
+                    } else {
+                        nil
+                    }
+                if let outcome {
+                    for (id, deadline) in awaitingAttempt {
+                        deadline.cancel()
+                        answer(id, outcome)
+                    }
+                    awaitingAttempt = [:]
+                }
+            }
+            publishIfChanged(&published, actions: actions)
             for action in actions {
                 switch action {
                 case .startTimer(let timer, let delay):
@@ -238,11 +326,35 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         }
     }
 
+    /// The part of the status whose changes are announced (PropertiesChanged,
+    /// STATUS=); readings counters change too often and are read on demand.
+    private struct PublishedFields: Equatable {
+        var supervisor: Supervisor.Status
+        var device: String?
+        var adapter: String?
+    }
+
+    private func publishIfChanged(_ published: inout PublishedFields?, actions: [SupervisorAction]) {
+        let current = shared.withLock { s in
+            PublishedFields(
+                supervisor: s.supervisor, device: s.resolution.device?.address ?? config.dongle.address,
+                adapter: s.resolution.adapter?.interfaceName
+            )
+        }
+        guard current != published else { return }
+        published = current
+        var transition: (from: SupervisorState, to: SupervisorState, cause: String)?
+        for case .transition(let from, let to, let cause) in actions { transition = (from, to, cause) }
+        changeInput.yield(LinkStatusChange(status: status, transition: transition))
+    }
+
     private func perform(_ action: SupervisorAction) {
         let resolution = shared.withLock { $0.resolution }
         switch action {
         case .transition(let from, let to, let cause):
-            logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: ["state": "\(to.rawValue)"])
+            var metadata: Logger.Metadata = ["state": "\(to.rawValue)", "event": "state-changed"]
+            if let device = resolution.device?.address ?? config.dongle.address { metadata["device"] = "\(device)" }
+            logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: metadata)
         case .report(let report):
             log(report, device: resolution.device?.address)
         case .connect(let id, let timeout):
@@ -412,7 +524,11 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
     }
 
     private func log(_ report: SupervisorReport, device: String?) {
-        var metadata: Logger.Metadata = ["event": "\(report.eventName)"]
+        // journald gets these as TETHER_EVENT, TETHER_STATE, TETHER_DEVICE,
+        // so `journalctl TETHER_EVENT=disconnected` finds every drop.
+        var metadata: Logger.Metadata = [
+            "event": "\(report.eventName)", "state": "\(shared.withLock { $0.supervisor.state.rawValue })",
+        ]
         if let device { metadata["device"] = "\(device)" }
         switch report {
         case .connected(let attempt):

@@ -1,40 +1,54 @@
 import ArgumentParser
 import Foundation
 import Logging
+import Systemd
 import TetherCore
 import TetherDaemon
 
 struct RunCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "run",
-        abstract: "Run the daemon in the foreground (logs to stderr).",
+        abstract: "Run the daemon in the foreground (what tether.service starts).",
         discussion: """
-            Exits 0 after SIGTERM or SIGINT once every reading is on disk, 74 if some could not \
-            be written, 78 on a bad config, 73 if the readings directory cannot be used. The bus is the system bus, or \
-            DBUS_SYSTEM_BUS_ADDRESS when set. Every config key is described in README.md; config/tether.toml in \
-            the source tree is an annotated example.
+            Under systemd (Type=notify) it sends READY=1 once it is on the bus with its config read, \
+            STATUS= on every state change, WATCHDOG=1 while its supervisor loop answers, and logs to \
+            journald with TETHER_* fields; elsewhere it logs plain lines to stderr. It owns \
+            io.tether.Tether (io.tether.Tether.NAME with --instance) on the system bus, or on \
+            DBUS_SYSTEM_BUS_ADDRESS when set. Exit status: 0 after SIGTERM or SIGINT once every reading \
+            is on disk; 69 if another daemon owns the instance's bus name; 73 if the readings directory \
+            cannot be used; 74 if readings could not be written; 77 if the D-Bus policy forbids the name; \
+            78 on a bad config. Every config key is described in README.md.
             """
     )
 
-    @Option(name: .shortAndLong, help: "The config file.")
-    var config: String = TetherConfig.defaultPath
+    @OptionGroup var instanceOptions: InstanceOptions
+
+    @Option(name: .shortAndLong, help: "The config file (default: /etc/tether/tether.toml, or /etc/tether/NAME.toml with --instance).")
+    var config: String?
 
     @Option(help: "The least severe messages to log.")
     var logLevel: Logger.Level = .info
 
     func run() async throws {
+        let instance = try instanceOptions.resolved()
+        let environment = ProcessInfo.processInfo.environment
         LoggingSetup.bootstrap(level: logLevel)
         let logger = Logger(label: "tether")
+        let path = config ?? instance.configPath
         let loaded: TetherConfig
         do {
-            loaded = try TetherConfig.load(path: config)
+            loaded = try TetherConfig.load(path: path, instance: instance)
         } catch {
             logger.critical("\(error)")
-            StderrLogHandler.flush()
+            LoggingSetup.flush()
             throw ExitCode(DaemonRunner.Exit.config)
         }
-        let code = await DaemonRunner.run(config: loaded, busAddress: nil, logger: logger)
-        StderrLogHandler.flush()
+        let code = await DaemonRunner.run(
+            config: loaded, instance: instance, busAddress: nil, logger: logger,
+            notifier: SystemdNotifier(environment: environment),
+            watchdog: SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
+        )
+        LoggingSetup.flush()
         if code != 0 { throw ExitCode(code) }
     }
 }
@@ -45,12 +59,16 @@ struct CheckConfigCommand: ParsableCommand {
         abstract: "Validate a config file: exit 0 if it is good, 78 (EX_CONFIG) with the reason if not."
     )
 
-    @Argument(help: "The config file.")
-    var path: String = TetherConfig.defaultPath
+    @OptionGroup var instanceOptions: InstanceOptions
+
+    @Argument(help: "The config file (default: the instance's, /etc/tether/tether.toml).")
+    var path: String?
 
     func run() throws {
+        let instance = try instanceOptions.resolved()
+        let path = path ?? instance.configPath
         do {
-            let config = try TetherConfig.load(path: path)
+            let config = try TetherConfig.load(path: path, instance: instance)
             let dongle = config.dongle.address ?? [config.dongle.namePrefix.map { "name \($0)*" }, config.dongle.serviceUUID.map { "service \($0)" }].compactMap { $0 }.joined(separator: ", ")
             print("\(path): OK (dongle \(dongle), keep-alive every \(DurationText.format(config.keepalive.interval)), readings in \(config.readings.directory))")
         } catch {

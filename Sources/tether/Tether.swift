@@ -10,9 +10,14 @@ struct Tether: AsyncParsableCommand {
             polls the dongle so it never reaches its idle-sleep deadline, reconnects after every \
             drop within bounded retry windows, and writes every notification to JSON Lines files.
 
-            Try it without hardware:  tether demo
+            Watch it:       tether status, journalctl -u tether -f
+            Steer it:       tether reconnect --wait
+            Without hardware:  tether demo
             """,
         version: "0.1.0",
-        subcommands: [RunCommand.self, CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self]
+        subcommands: [
+            RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
+            CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self,
+        ]
     )
 }

@@ -1,5 +1,6 @@
 import DBus
 import Foundation
+import Synchronization
 import TestSupport
 import Testing
 
@@ -177,6 +178,38 @@ import Testing
                     destination: serverName, path: "/org/example/hci0", interface: "org.example.Adapter1", name: "Powered"
                 )
             }
+        }
+    }
+
+    @Test func livePropertiesAreReadOnEveryGetAndNotSignalled() async throws {
+        try await withBuses { server, client in
+            let counter = Mutex<UInt64>(0)
+            try await server.export("/org/example/counter", [
+                ExportedInterface(
+                    name: "org.example.Counter1", properties: ["Name": .string("c")],
+                    live: { ["Count": .uint64(counter.withLock { $0 })] }
+                )
+            ])
+            let serverName = await server.uniqueName
+            func count() async throws -> UInt64? {
+                try await client.getProperty(
+                    destination: serverName, path: "/org/example/counter", interface: "org.example.Counter1", name: "Count"
+                ).uint64
+            }
+            #expect(try await count() == 0)
+            counter.withLock { $0 = 41 }
+            #expect(try await count() == 41)
+            let all = try await client.getAllProperties(
+                destination: serverName, path: "/org/example/counter", interface: "org.example.Counter1"
+            )
+            #expect(all["Count"]?.uint64 == 41 && all["Name"]?.string == "c")
+            let xml = try await client.call(
+                destination: serverName, path: "/org/example/counter", interface: "org.freedesktop.DBus.Introspectable",
+                method: "Introspect"
+            ).first?.string ?? ""
+            #expect(xml.contains("<property name=\"Count\" type=\"t\" access=\"read\">"))
+            #expect(xml.contains("EmitsChangedSignal\" value=\"false\""))
+            #expect(xml.contains("<property name=\"Name\" type=\"s\" access=\"read\"/>"))
         }
     }
 

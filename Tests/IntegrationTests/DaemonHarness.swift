@@ -19,7 +19,10 @@ final class DaemonHarness: @unchecked Sendable {
     private(set) var service: LinkService<ContinuousClock>?
     private var serviceTask: Task<Void, Never>?
     private var daemonBus: Bus?
+    private var publisher: Task<Void, Never>?
     private(set) var logLines = LogCapture()
+    /// Log handlers added next to the capture (a journald handler, in the journald test).
+    var extraLogHandlers: [@Sendable (String) -> any LogHandler] = []
 
     static let address = "AA:BB:CC:DD:EE:FF"
 
@@ -59,7 +62,10 @@ final class DaemonHarness: @unchecked Sendable {
         let recorder = ReadingRecorder(log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog) { _ in }
         let bus = try await Bus.connect(address: busDaemon.address)
         let capture = logLines
-        let logger = Logger(label: "tether-test") { _ in CapturingLogHandler(capture: capture) }
+        let extra = extraLogHandlers
+        let logger = Logger(label: "tether-test") { label in
+            MultiplexLogHandler([CapturingLogHandler(capture: capture)] + extra.map { $0(label) })
+        }
         let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock(), seed: 7)
         self.recorder = recorder
         self.service = service
@@ -67,8 +73,24 @@ final class DaemonHarness: @unchecked Sendable {
         serviceTask = Task { try? await service.run() }
     }
 
+    /// Serves the control interface for the running service, as the daemon
+    /// does: exports the object, takes the bus name, publishes changes.
+    func startControl(instance: InstanceName = .default) async throws -> ControlAddress {
+        guard let bus = daemonBus, let service else { throw DBusError.disconnected }
+        let address = ControlAddress(instance: instance)
+        let control = ControlServer(bus: bus, address: address, link: service)
+        try await control.export()
+        try await bus.requestName(address.busName)
+        publisher = Task {
+            for await change in service.changes { await control.publish(change) }
+        }
+        return address
+    }
+
     /// Stops the daemon's service and flushes its readings.
     func stopDaemon() async {
+        publisher?.cancel()
+        publisher = nil
         serviceTask?.cancel()
         await serviceTask?.value
         serviceTask = nil

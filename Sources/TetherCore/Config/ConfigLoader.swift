@@ -13,12 +13,12 @@ extension TetherConfig {
 
     /// Reads and parses the file at `path`. A missing or unreadable file is a
     /// `ConfigError` naming the path and the system's reason.
-    public static func load(path: String) throws(ConfigError) -> TetherConfig {
+    public static func load(path: String, instance: InstanceName = .default) throws(ConfigError) -> TetherConfig {
         let bytes = try readFile(path)
         guard let text = String(validating: bytes, as: UTF8.self) else {
             throw ConfigError(file: path, line: firstInvalidUTF8Line(bytes), message: "is not valid UTF-8")
         }
-        return try parse(text, file: path)
+        return try parse(text, file: path, instance: instance)
     }
 
     private static func readFile(_ path: String) throws(ConfigError) -> [UInt8] {

@@ -1,9 +1,10 @@
 import TOMLKit
 
 extension TetherConfig {
-    /// Parses and validates a configuration. `file` is only used in error messages.
+    /// Parses and validates a configuration. `file` is only used in error messages;
+    /// `instance` chooses the defaults that differ between daemons (the readings directory).
     /// Every problem, whatever the input, is reported as a thrown `ConfigError`.
-    public static func parse(_ text: String, file: String) throws(ConfigError) -> TetherConfig {
+    public static func parse(_ text: String, file: String, instance: InstanceName = .default) throws(ConfigError) -> TetherConfig {
         let context = ConfigContext(file: file, locator: KeyLocator(source: text))
         let root = try parseTOML(text, context: context)
         try rejectUnknownTables(root, context: context)
@@ -19,7 +20,7 @@ extension TetherConfig {
             dongle: try parseDongle(section("dongle")),
             keepalive: try parseKeepAlive(section("keepalive")),
             reconnect: try parseReconnect(section("reconnect")),
-            readings: try parseReadings(section("readings"))
+            readings: try parseReadings(section("readings"), instance: instance)
         )
         try config.validate(context: context)
         return config
@@ -158,9 +159,9 @@ extension TetherConfig {
         return result
     }
 
-    private static func parseReadings(_ section: ConfigSection) throws(ConfigError) -> ReadingsSection {
+    private static func parseReadings(_ section: ConfigSection, instance: InstanceName) throws(ConfigError) -> ReadingsSection {
         try section.rejectUnknownKeys(["directory", "flush_interval", "rotate_size", "retain_size", "max_backlog"])
-        var result = ReadingsSection()
+        var result = ReadingsSection(directory: instance.defaultReadingsDirectory)
         if let directory = try section.string("directory") {
             // The daemon runs with cwd "/", so a relative path would surprise.
             guard directory.hasPrefix("/") else {

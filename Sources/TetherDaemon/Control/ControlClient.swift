@@ -1,0 +1,123 @@
+import DBus
+import Foundation
+
+/// The CLI's side of `io.tether.Tether1`: finds a daemon instance on the bus,
+/// reads its status, asks it to reconnect and follows its changes.
+public struct ControlClient: Sendable {
+    public enum Failure: Error, Sendable, CustomStringConvertible {
+        /// Nobody owns the instance's bus name.
+        case notRunning(ControlAddress)
+        /// The bus policy refused the call; the text names what grants it.
+        case accessDenied(String)
+        /// The daemon answered with an error (e.g. NotReady).
+        case refused(String)
+        case bus(DBusError)
+
+        public var description: String {
+            switch self {
+            case .notRunning(let address):
+                let unit = address.instance.name.map { "tether@\($0).service" } ?? "tether.service"
+                return "the daemon is not running (nobody owns \(address.busName) on the system bus); start it with: systemctl start \(unit)"
+            case .accessDenied(let text): return text
+            case .refused(let text): return text
+            case .bus(let error): return "\(error)"
+            }
+        }
+    }
+
+    /// The group whose members the shipped D-Bus policy lets call Reconnect.
+    public static let operatorGroup = "tether"
+
+    public let bus: Bus
+    public let address: ControlAddress
+
+    public init(bus: Bus, address: ControlAddress) {
+        self.bus = bus
+        self.address = address
+    }
+
+    /// Whether the instance's daemon is on the bus.
+    public func isRunning() async throws(Failure) -> Bool {
+        do { return try await bus.nameOwner(of: address.busName) != nil } catch { throw .bus(error) }
+    }
+
+    public func status() async throws(Failure) -> ControlStatus {
+        do {
+            let properties = try await bus.getAllProperties(
+                destination: address.busName, path: address.path, interface: ControlAddress.interface
+            )
+            return try ControlStatus(properties: properties)
+        } catch {
+            throw classify(error, action: "read the status")
+        }
+    }
+
+    /// Asks for a reconnect; returns the attempt number it started (0 when
+    /// the attempt is still held back by an escalation step).
+    public func reconnect() async throws(Failure) -> UInt32 {
+        do {
+            let reply = try await bus.call(
+                destination: address.busName, path: address.path, interface: ControlAddress.interface,
+                method: "Reconnect", timeout: .seconds(30)
+            )
+            return UInt32(clamping: reply.first?.int64 ?? 0)
+        } catch {
+            throw classify(error, action: "ask for a reconnect")
+        }
+    }
+
+    /// State transitions (from, to, cause) as the daemon announces them.
+    public func stateChanges() async throws(Failure) -> AsyncStream<(from: String, to: String, cause: String)> {
+        let signals: AsyncStream<Message>
+        do {
+            signals = try await bus.signals(
+                matching: MatchRule(interface: ControlAddress.interface, member: "StateChanged", path: address.path)
+            )
+        } catch {
+            throw .bus(error)
+        }
+        return AsyncStream { continuation in
+            let forwarder = Task {
+                for await signal in signals where signal.body.count == 3 {
+                    continuation.yield((signal.body[0].string ?? "", signal.body[1].string ?? "", signal.body[2].string ?? ""))
+                }
+                continuation.finish()
+            }
+            continuation.onTermination = { _ in forwarder.cancel() }
+        }
+    }
+
+    /// Whether this process has the operator group (by name, as the policy names it).
+    private static func inOperatorGroup() -> Bool {
+        guard let group = getgrnam(operatorGroup) else { return false }
+        let gid = group.pointee.gr_gid
+        let count = getgroups(0, nil)
+        guard count > 0 else { return getegid() == gid }
+        var groups = [gid_t](repeating: 0, count: Int(count))
+        let filled = getgroups(count, &groups)
+        return getegid() == gid || groups.prefix(max(0, Int(filled))).contains(gid)
+    }
+
+    private func classify(_ error: DBusError, action: String) -> Failure {
+        switch error.name {
+        case DBusErrorName.serviceUnknown, DBusErrorName.nameHasNoOwner:
+            return .notRunning(address)
+        case DBusErrorName.accessDenied:
+            let rule = "permission denied: the D-Bus policy lets only root and members of group '\(Self.operatorGroup)' \(action)"
+            if getuid() != 0, !Self.inOperatorGroup() {
+                return .accessDenied(
+                    "\(rule); you are not in group '\(Self.operatorGroup)': add yourself with "
+                        + "sudo usermod -aG \(Self.operatorGroup) $USER, then log in again"
+                )
+            }
+            return .accessDenied(
+                "\(rule), and you are, so the policy file is missing or not loaded: install io.tether.Tether.conf "
+                    + "in /usr/share/dbus-1/system.d and run: systemctl reload dbus"
+            )
+        case ControlErrorName.notReady:
+            return .refused(error.message)
+        default:
+            return .bus(error)
+        }
+    }
+}

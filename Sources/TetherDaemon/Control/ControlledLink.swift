@@ -1,0 +1,10 @@
+/// What the control interface needs of a link: its status and a way to
+/// force a reconnect. `LinkService` is one; tests can supply another.
+public protocol ControlledLink: Sendable {
+    var status: LinkStatus { get }
+    func reconnect(waitingUpTo limit: Duration) async -> ReconnectOutcome
+    /// Calls `reply` once the link's loop is free to; see `LinkService.ping`.
+    func ping(_ reply: @escaping @Sendable () -> Void)
+}
+
+extension LinkService: ControlledLink {}

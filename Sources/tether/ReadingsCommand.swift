@@ -1,0 +1,173 @@
+import ArgumentParser
+import Dispatch
+import Foundation
+import TetherCore
+
+#if canImport(Glibc)
+import Glibc
+#endif
+
+struct ReadingsCommand: ParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "readings",
+        abstract: "Print the logged readings as JSON Lines, oldest first; --follow keeps printing new ones.",
+        discussion: """
+            Prints the records in the daemon's readings directory exactly as they are stored, one JSON \
+            object a line (pipe it to jq), oldest first: readings and the "source":"gap" records that \
+            mark readings lost while the disk refused writes. A last line the daemon is still writing \
+            is not printed. The directory is --directory, or readings.directory from the config \
+            (--config, default /etc/tether/tether.toml, or /etc/tether/NAME.toml with --instance). \
+            Reading it needs root or membership in the group that owns it (tether).
+
+            --since 10m prints only records from the last ten minutes (units as in the config: ms, s, \
+            m, h). --follow then keeps printing records as the daemon writes them, across file \
+            rotation, like tail -F, until Ctrl-C or SIGTERM.
+
+            Exit status: 0 when done (also when stopped by a signal or when the reader of the output \
+            goes away, as with head); 66 if the readings directory does not exist or cannot be read; \
+            74 if reading fails or the output cannot be written; 78 if the config cannot be read or \
+            is invalid.
+            """
+    )
+
+    @OptionGroup var instanceOptions: InstanceOptions
+
+    @Option(name: .shortAndLong, help: "The config file naming the readings directory (default: the instance's).")
+    var config: String?
+
+    @Option(help: ArgumentHelp("Read this readings directory; the config is then not read.", valueName: "dir"))
+    var directory: String?
+
+    @Option(help: ArgumentHelp("Only records from this long ago or later, e.g. 30s, 10m, 2h.", valueName: "duration"))
+    var since: DurationArgument?
+
+    @Flag(name: .shortAndLong, help: "After the existing records, keep printing new ones as they are written.")
+    var follow = false
+
+    /// sysexits.h
+    enum Exit {
+        static let noInput: Int32 = 66  // EX_NOINPUT
+        static let ioError: Int32 = 74  // EX_IOERR
+        static let config: Int32 = 78  // EX_CONFIG
+    }
+
+
+    func run() throws {
+        // A closed pipe (| head) is an EPIPE from write, handled as the end of the output.
+        signal(SIGPIPE, SIG_IGN)
+        let directory = try readingsDirectory()
+        let cutoff = since.map { Date().addingTimeInterval(-Self.seconds($0.duration)) }
+        let output = StandardOutput()
+
+        if follow {
+            let follower: ReadingLogFollower
+            do {
+                follower = try ReadingLogFollower(directory: directory, since: cutoff)
+            } catch {
+                throw Self.fail(error, reading: directory, opening: true)
+            }
+            let signals = [SIGINT, SIGTERM].map { number in
+                signal(number, SIG_IGN)
+                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                source.setEventHandler { follower.stop() }
+                source.resume()
+                return source
+            }
+            defer { signals.forEach { $0.cancel() } }
+            do {
+                try follower.run { try output.emit($0) }
+            } catch is StandardOutput.Closed {
+                return
+            } catch {
+                throw Self.fail(error, reading: directory, opening: false)
+            }
+        } else {
+            let reader: ReadingLogReader
+            do {
+                reader = try ReadingLogReader(directory: directory, since: cutoff)
+            } catch {
+                throw Self.fail(error, reading: directory, opening: true)
+            }
+            do {
+                try reader.readAvailable { try output.emit($0) }
+            } catch is StandardOutput.Closed {
+                return
+            } catch {
+                throw Self.fail(error, reading: directory, opening: false)
+            }
+        }
+    }
+
+    /// `--directory`, or the config's `readings.directory`.
+    private func readingsDirectory() throws -> String {
+        if let directory { return directory }
+        let instanceName = try instanceOptions.resolved()
+        let path = config ?? instanceName.configPath
+        do {
+            return try TetherConfig.load(path: path, instance: instanceName).readings.directory
+        } catch {
+            Self.complain("\(error)\ntether: cannot tell where the readings are without the config; pass --directory DIR to read a readings directory directly")
+            throw ExitCode(Exit.config)
+        }
+    }
+
+    /// Reports `error` and returns the exit code: 66 when the directory (or a file in
+    /// it) is missing or not readable to us, 74 for other failures.
+    private static func fail(_ error: Error, reading directory: String, opening: Bool) -> ExitCode {
+        if let error = error as? StandardOutput.Failure {
+            complain("cannot write the output: \(String(cString: strerror(error.code)))")
+            return ExitCode(Exit.ioError)
+        }
+        guard let error = error as? ReadingLogError else {
+            complain("reading \(directory): \(error)")
+            return ExitCode(Exit.ioError)
+        }
+        switch error.code {
+        case ENOENT, ENOTDIR:
+            complain(opening ? "no readings directory at \(directory): \(String(cString: strerror(error.code)))" : "\(error)")
+            return ExitCode(Exit.noInput)
+        case EACCES, EPERM:
+            complain("\(error): run it as root or as a member of the group that owns \(directory)")
+            return ExitCode(Exit.noInput)
+        default:
+            complain("\(error)")
+            return ExitCode(Exit.ioError)
+        }
+    }
+
+    private static func complain(_ message: String) {
+        FileHandle.standardError.write(Data("tether: \(message)\n".utf8))
+    }
+
+    private static func seconds(_ duration: Duration) -> TimeInterval {
+        let (seconds, attoseconds) = duration.components
+        return Double(seconds) + Double(attoseconds) / 1e18
+    }
+}
+
+/// Writes batches straight to file descriptor 1 with write(2): one call a batch, no
+/// buffering in between, so a follower's reader sees each batch at once.
+private struct StandardOutput {
+    /// The reader went away (EPIPE): not an error for a printing command.
+    struct Closed: Error {}
+    struct Failure: Error {
+        var code: Int32
+    }
+
+    func emit(_ bytes: UnsafeRawBufferPointer) throws {
+        guard let base = bytes.baseAddress else { return }
+        var offset = 0
+        while offset < bytes.count {
+            let result = write(STDOUT_FILENO, base + offset, bytes.count - offset)
+            if result > 0 {
+                offset += result
+            } else if result < 0, errno == EINTR {
+                continue
+            } else if result < 0, errno == EPIPE {
+                throw Closed()
+            } else {
+                throw Failure(code: result < 0 ? errno : EIO)
+            }
+        }
+    }
+}

@@ -1,0 +1,120 @@
+import ChildProcess
+import DBus
+import Foundation
+import Simulator
+import TestSupport
+import Testing
+import TetherCore
+import TetherDaemon
+
+/// `tether status`, `reconnect`, `scan` as an operator runs them, against a
+/// `tether run` process on the simulator.
+@Suite(.serialized) struct ClientCommandTests {
+    @Test func statusJSONAndReconnectWaitAgainstADaemonOnTheSimulator() async throws {
+        let harness = try await DaemonHarness()
+        let config = try DaemonProcessTests.writeConfig(harness)
+        let daemon = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config],
+            environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": harness.busDaemon.address]) { $1 },
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+
+        var json: [String: Any] = [:]
+        let online = await eventually(timeout: .seconds(15), every: .milliseconds(200)) {
+            guard let result = try? await tether.run(["status", "--json"]), result.status == 0,
+                  let object = try? JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+            else { return false }
+            json = object
+            return object["state"] as? String == "online"
+        }
+        #expect(online, "status --json never said online: \(json)")
+        let keys: Set<String> = [
+            "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
+            "last_reading_at", "last_reading_age_seconds", "readings_written", "reconnects", "window_attempt",
+            "next_attempt_in_seconds", "last_error",
+        ]
+        #expect(Set(json.keys) == keys)
+        #expect(json["device"] as? String == DaemonHarness.address)
+        #expect(json["running"] as? Bool == true)
+
+        let text = try await tether.run(["status"])
+        #expect(text.status == 0)
+        #expect(text.stdout.contains("tether (default): online") && text.stdout.contains("via hci0"), "\(text.all)")
+
+        let reconnect = try await tether.run(["reconnect", "--wait", "--timeout", "20s"])
+        #expect(reconnect.status == 0, "\(reconnect.all)")
+        #expect(reconnect.stdout.contains("attempt 1 started"), "\(reconnect.all)")
+        #expect(reconnect.stdout.contains("subscribing → online"), "\(reconnect.all)")
+        #expect(reconnect.stdout.contains("online again after"), "\(reconnect.all)")
+        let after = try await tether.run(["status", "--json"])
+        let reconnects = (try? JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any])?["reconnects"] as? Int
+        #expect(reconnects == 1, "\(after.all)")
+
+        // A dongle that cannot be reached: --wait gives up with the last error.
+        await harness.simulator.failNextConnects(1000, errorName: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+        let failing = try await tether.run(["reconnect", "--wait", "--timeout", "2s"])
+        #expect(failing.status == 1, "\(failing.all)")
+        #expect(failing.stderr.contains("not online after 2s") && failing.stderr.contains("le-connection-abort-by-local"), "\(failing.all)")
+        await harness.simulator.failNextConnects(0, errorName: "org.bluez.Error.Failed", message: "")
+
+        let status = daemon.terminate()
+        #expect(ChildProcess.exitCode(status) == 0)
+
+        // What the daemon wrote, printed back as stored: every record, in seq order.
+        let readings = try await tether.run(["readings", "--config", config, "--since", "1h"])
+        #expect(readings.status == 0, "\(readings.stderr)")
+        let lines = readings.stdout.split(separator: "\n")
+        let onDisk = try harness.records()
+        #expect(!onDisk.isEmpty && lines.count == onDisk.count, "\(lines.count) printed, \(onDisk.count) on disk")
+        let seqs = lines.compactMap { line in
+            (try? JSONSerialization.jsonObject(with: Data(line.utf8)) as? [String: Any])?["seq"] as? Int
+        }
+        #expect(seqs == Array(1...onDisk.count))
+        let missing = try await tether.run(["readings", "--directory", harness.directory.url.appendingPathComponent("nope").path])
+        #expect(missing.status == 66, "\(missing.all)")
+        await harness.stop()
+    }
+
+    @Test func clientsOfADaemonThatIsNotRunningExit3() async throws {
+        let harness = try await DaemonHarness()
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let status = try await tether.run(["status"])
+        #expect(status.status == 3, "\(status.all)")
+        #expect(status.stderr.contains("not running") && status.stderr.contains("io.tether.Tether"), "\(status.all)")
+        let json = try await tether.run(["status", "--json", "--instance", "east"])
+        #expect(json.status == 3)
+        #expect(json.stdout.contains(#"{"instance":"east","running":false}"#), "\(json.all)")
+        let reconnect = try await tether.run(["reconnect", "--instance", "east"])
+        #expect(reconnect.status == 3)
+        #expect(reconnect.stderr.contains("tether@east.service"), "\(reconnect.all)")
+        let bad = try await tether.run(["status", "--instance", "no/slashes"])
+        #expect(bad.status == 64, "a bad instance name is a usage error: \(bad.all)")
+        await harness.stop()
+    }
+
+    @Test func scanListsTheAdvertisingDongle() async throws {
+        let harness = try await DaemonHarness()
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let scan = try await tether.run(["scan", "--timeout", "1s"])
+        #expect(scan.status == 0, "\(scan.all)")
+        let row = scan.stdout.split(separator: "\n").first { $0.hasPrefix(DaemonHarness.address) }
+        #expect(row?.contains("Tether-Dongle") == true && row?.contains("NUS") == true && row?.contains("Nordic 0x0059") == true, "\(scan.all)")
+        #expect(scan.stderr.contains("found \(DaemonHarness.address)"), "progress names the find: \(scan.all)")
+
+        // Asleep, it does not advertise: nothing to list, still exit 0.
+        await harness.simulator.sleep()
+        let none = try await tether.run(["scan", "--timeout", "1s"])
+        #expect(none.status == 0)
+        #expect(none.stdout.contains("no dongle found"), "\(none.all)")
+
+        await harness.simulator.setAdapterPowered(false)
+        let off = try await tether.run(["scan", "--timeout", "1s"])
+        #expect(off.status == 1)
+        #expect(off.stderr.contains("powered off"), "\(off.all)")
+        await harness.simulator.stop()
+        let gone = try await tether.run(["scan", "--timeout", "1s"])
+        #expect(gone.status == 1, "\(gone.all)")
+        await harness.stop()
+    }
+}

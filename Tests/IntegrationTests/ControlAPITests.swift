@@ -1,0 +1,115 @@
+import DBus
+import Foundation
+import Simulator
+import Synchronization
+import TestSupport
+import Testing
+import TetherCore
+import TetherDaemon
+
+/// io.tether.Tether1 served by the daemon's link service against the
+/// simulator, read and driven by `ControlClient` on another connection.
+@Suite(.serialized) struct ControlAPITests {
+    private func withControl(
+        _ body: (DaemonHarness, ControlClient) async throws -> Void
+    ) async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 50
+        let harness = try await DaemonHarness(simulator: options)
+        do {
+            try await harness.startDaemon()
+            let address = try await harness.startControl()
+            let bus = try await Bus.connect(address: harness.busDaemon.address)
+            try await body(harness, ControlClient(bus: bus, address: address))
+            await bus.close()
+        } catch {
+            await harness.stop()
+            throw error
+        }
+        await harness.stop()
+    }
+
+    @Test func statusPropertiesFollowTheLinkAndReadingsAreLive() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            #expect(await eventually { (try? await client.status().state) == "online" })
+            let first = try await client.status()
+            #expect(first.device == DaemonHarness.address)
+            #expect(first.adapter == "hci0")
+            let since = try #require(first.connectedSince)
+            #expect(abs(since.timeIntervalSinceNow) < 30)
+            #expect(first.nextAttemptIn == nil)
+            // ReadingsWritten is computed on each Get: it grows without any signal.
+            #expect(await eventually { ((try? await client.status().readingsWritten) ?? 0) > first.readingsWritten + 20 })
+            #expect(try await client.status().lastReadingAt != nil)
+
+            let xml = try await client.bus.call(
+                destination: client.address.busName, path: client.address.path,
+                interface: StandardInterface.introspectable, method: "Introspect"
+            ).first?.string ?? ""
+            for property in ["State", "Device", "Adapter", "ConnectedSince", "LastReadingAt", "ReadingsWritten",
+                             "Reconnects", "WindowAttempt", "NextAttemptIn", "LastError"] {
+                #expect(xml.contains("<property name=\"\(property)\""), "\(property) missing from introspection")
+            }
+            #expect(xml.contains("<method name=\"Reconnect\">"))
+            #expect(xml.contains("<signal name=\"StateChanged\">"))
+        }
+    }
+
+    @Test func reconnectStartsAnAttemptAndTransitionsAreAnnounced() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            let connectsBefore = await harness.simulator.connectCount
+            let changes = try await client.stateChanges()
+            let attempt = try await client.reconnect()
+            #expect(attempt >= 1, "Reconnect returns once an attempt has started")
+            var seen: [String] = []
+            for await change in changes {
+                seen.append("\(change.from)→\(change.to)")
+                if change.to == "online" { break }
+            }
+            #expect(seen.first?.hasPrefix("online→") == true, "\(seen)")
+            #expect(seen.last == "subscribing→online", "\(seen)")
+            #expect(await harness.simulator.connectCount > connectsBefore)
+            #expect(try await client.status().state == "online")
+        }
+    }
+
+    @Test func reconnectWithTheAdapterOffSaysWhy() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            await harness.simulator.setAdapterPowered(false)
+            #expect(await harness.waitForState(.waitingForAdapter))
+            do throws(ControlClient.Failure) {
+                _ = try await client.reconnect()
+                Issue.record("Reconnect succeeded with the adapter off")
+            } catch {
+                guard case .refused(let message) = error else {
+                    Issue.record("expected NotReady, got \(error)")
+                    return
+                }
+                #expect(message.contains("powered off"), "\(message)")
+            }
+            #expect(await eventually { (try? await client.status().state) == "waiting-for-adapter" })
+            await harness.simulator.setAdapterPowered(true)
+            #expect(await harness.waitForState(.online))
+        }
+    }
+
+    @Test func aStoppedDaemonIsNotRunning() async throws {
+        let harness = try await DaemonHarness()
+        let bus = try await Bus.connect(address: harness.busDaemon.address)
+        let client = ControlClient(bus: bus, address: ControlAddress(instance: try InstanceName("east-1")))
+        #expect(client.address.busName == "io.tether.Tether.east_2d1")
+        #expect(try await client.isRunning() == false)
+        do throws(ControlClient.Failure) {
+            _ = try await client.status()
+            Issue.record("status of a daemon that is not running succeeded")
+        } catch {
+            if case .notRunning = error {} else { Issue.record("expected notRunning, got \(error)") }
+            #expect(error.description.contains("tether@east-1.service"))
+        }
+        await bus.close()
+        await harness.stop()
+    }
+}

@@ -1,0 +1,113 @@
+import ChildProcess
+import Foundation
+import Logging
+import Simulator
+import Systemd
+import TestSupport
+import Testing
+import TetherCore
+import TetherDaemon
+
+/// The daemon under a stand-in for systemd: the notify socket and the
+/// journal socket are datagram sockets this test binds and reads.
+@Suite(.serialized) struct SystemdIntegrationTests {
+    @Test func notifiesReadyStatusWatchdogAndStopping() async throws {
+        let harness = try await DaemonHarness()
+        let config = try DaemonProcessTests.writeConfig(harness)
+        let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
+        environment["NOTIFY_SOCKET"] = notify.address
+        environment["WATCHDOG_USEC"] = "1000000"  // pings every 0.5 s
+        let start = ContinuousClock.now
+        let daemon = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+
+        var messages: [(at: Duration, message: NotifyDatagram)] = []
+        func collect(until done: ([NotifyDatagram]) -> Bool) async -> Bool {
+            await eventually(timeout: .seconds(15)) {
+                while let datagram = try? notify.receive() {
+                    messages.append((start.duration(to: .now), NotifyDatagram(datagram.payload)))
+                }
+                return done(messages.map(\.message))
+            }
+        }
+        #expect(await collect { $0.contains { $0["READY"] == "1" } })
+        let ready = try #require(messages.first { $0.message["READY"] == "1" })
+        #expect(messages.first?.message["READY"] == "1", "READY=1 comes first")
+        print("figure: sd_notify: process start → READY=1 in \(DurationText.rounded(ready.at))")
+
+        #expect(await collect { $0.contains { $0["STATUS"]?.hasPrefix("online \(DaemonHarness.address), last reading") == true } },
+                "STATUS= follows the state: \(messages.compactMap { $0.message["STATUS"] })")
+        #expect(await collect { $0.filter { $0["WATCHDOG"] == "1" }.count >= 3 })
+        let pings = messages.filter { $0.message["WATCHDOG"] == "1" }.map(\.at)
+        let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 }
+        #expect(gaps.allSatisfy { $0 < .milliseconds(900) }, "WATCHDOG=1 at half of WATCHDOG_USEC: gaps \(gaps)")
+
+        daemon.signal(SIGTERM)
+        #expect(await collect { $0.contains { $0["STOPPING"] == "1" } })
+        let status = daemon.wait(timeout: .seconds(10))
+        #expect(ChildProcess.exitCode(status) == 0)
+        await harness.stop()
+    }
+
+    @Test func noWatchdogPingsWithoutWatchdogUsecAndNothingWithoutNotifySocket() async throws {
+        let harness = try await DaemonHarness()
+        let config = try DaemonProcessTests.writeConfig(harness)
+        let notify = try DatagramReceiver.abstract()
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
+        environment["NOTIFY_SOCKET"] = notify.address
+        environment["WATCHDOG_USEC"] = "1000000"
+        environment["WATCHDOG_PID"] = "1"  // meant for another process: not ours to ping
+        let daemon = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+        var keys: [String] = []
+        _ = await eventually(timeout: .seconds(3)) {
+            while let datagram = try? notify.receive() { keys += NotifyDatagram(datagram.payload).keys }
+            return false  // watch the whole time
+        }
+        #expect(keys.contains("READY"), "abstract-namespace NOTIFY_SOCKET works: \(keys)")
+        #expect(!keys.contains("WATCHDOG"), "WATCHDOG_PID names another process: \(keys)")
+        _ = daemon.terminate()
+        await harness.stop()
+    }
+
+    @Test func journalEntriesCarryTetherFieldsForEveryLinkEvent() async throws {
+        let harness = try await DaemonHarness()
+        let journal = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("journal").path)
+        let socketPath = journal.address
+        harness.extraLogHandlers = [{ label in
+            JournalLogHandler(label: label, level: .info, socketPath: socketPath)
+        }]
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.dropLink(reason: "timeout")
+        #expect(await eventually { await harness.simulator.state == .connected && harness.state == .online })
+        // Read while the daemon logs: a full socket buffer makes the handler
+        // wait for room, as it would for a busy journald.
+        var entries: [ParsedJournalEntry] = []
+        _ = await eventually {
+            while let datagram = try? journal.receive() {
+                if let entry = try? ParsedJournalEntry(datagram.passedFile ?? datagram.payload) { entries.append(entry) }
+            }
+            let events = Set(entries.compactMap { $0["TETHER_EVENT"] })
+            return events.isSuperset(of: ["disconnected", "reconnect-attempt", "connected"])
+        }
+        let events = entries.compactMap { $0["TETHER_EVENT"] }
+        #expect(events.contains("disconnected") && events.contains("reconnect-attempt") && events.contains("connected"), "\(events)")
+        let drop = try #require(entries.first { $0["TETHER_EVENT"] == "disconnected" })
+        #expect(drop["PRIORITY"] == "4")
+        #expect(drop["TETHER_DEVICE"] == DaemonHarness.address)
+        #expect(drop["TETHER_STATE"] != nil)
+        #expect(drop["MESSAGE"] == "link lost")
+        #expect(drop["SYSLOG_IDENTIFIER"] == "tether")
+        let attempt = try #require(entries.first { $0["TETHER_EVENT"] == "reconnect-attempt" })
+        #expect(attempt["TETHER_ATTEMPT"] == "1")
+        await harness.stop()
+    }
+}

@@ -1,0 +1,165 @@
+import Foundation
+import TestSupport
+import Testing
+
+/// systemd/tether.service and systemd/tether@.service: what the issue asks of
+/// them, their sandbox score, and `systemd-analyze verify` on them as installed.
+@Suite(.serialized) struct UnitFileTests {
+    static let units = ["tether.service", "tether@.service"]
+    /// The highest overall exposure `systemd-analyze security` may give (0–10).
+    static let exposureLimit = 2.0
+
+    static func source(_ unit: String) -> String { Packaging.path("systemd/\(unit)") }
+
+    // MARK: - Contents
+
+    @Test(arguments: units) func declaresWhatTheServiceNeeds(unit: String) throws {
+        let file = try UnitFile(path: Self.source(unit))
+        let expected: [(String, String)] = [
+            ("Type", "notify"), ("NotifyAccess", "main"), ("Restart", "on-failure"),
+            ("User", "tether"), ("Group", "tether"), ("SupplementaryGroups", "bluetooth"),
+            ("ConfigurationDirectory", "tether"), ("UMask", "0027"), ("NoNewPrivileges", "yes"),
+            ("CapabilityBoundingSet", "CAP_NET_ADMIN"), ("AmbientCapabilities", "CAP_NET_ADMIN"),
+            ("ProtectSystem", "strict"), ("PrivateDevices", "yes"), ("IPAddressDeny", "any"),
+            ("SystemCallArchitectures", "native"), ("MemoryDenyWriteExecute", "yes"),
+            // Both break the HCI reset (see the comments in the unit).
+            ("PrivateNetwork", "no"), ("PrivateUsers", "no"),
+        ]
+        for (key, value) in expected {
+            #expect(file.value(key) == value, "\(unit): \(key)")
+        }
+        #expect(file.value("WatchdogSec") != nil, "\(unit): WatchdogSec")
+        #expect(file.value("TimeoutStopSec").flatMap { Int($0.replacingOccurrences(of: "s", with: "")) }.map { $0 >= 10 } == true,
+                "\(unit): TimeoutStopSec must leave time to flush the readings")
+        #expect(file.values("After", in: "Unit").joined(separator: " ").split(separator: " ").contains("bluetooth.service"))
+        #expect(file.values("Wants", in: "Unit").joined(separator: " ").split(separator: " ").contains("bluetooth.service"))
+        let families = file.values("RestrictAddressFamilies").joined(separator: " ").split(separator: " ").map(String.init)
+        #expect(Set(families) == ["AF_UNIX", "AF_BLUETOOTH"], "\(unit): address families \(families)")
+        #expect(file.values("SystemCallFilter") == ["@system-service", "~@privileged @resources"])
+        #expect(file.values("WantedBy", in: "Install") == ["multi-user.target"])
+    }
+
+    @Test func templateRunsOneInstancePerDongle() throws {
+        let plain = try UnitFile(path: Self.source("tether.service"))
+        let template = try UnitFile(path: Self.source("tether@.service"))
+        #expect(plain.value("ExecStart")?.hasSuffix("/tether run") == true)
+        #expect(template.value("ExecStart")?.hasSuffix("/tether run --instance %i") == true)
+        #expect(plain.value("StateDirectory") == "tether")
+        #expect(template.value("StateDirectory") == "tether/%i")
+        #expect(template.value("Description", in: "Unit")?.contains("%i") == true)
+    }
+
+    /// The two files must differ only where the instance shows, so that a
+    /// sandbox change made to one is not forgotten in the other.
+    @Test func templateAndDefaultUnitDifferOnlyInTheInstance() throws {
+        let instanceKeys: Set<String> = ["Description", "ExecStart", "StateDirectory"]
+        let plain = try UnitFile(path: Self.source("tether.service")).directives.filter { !instanceKeys.contains($0.key) }
+        let template = try UnitFile(path: Self.source("tether@.service")).directives.filter { !instanceKeys.contains($0.key) }
+        #expect(plain == template)
+        if plain != template {
+            let onlyPlain = plain.filter { !template.contains($0) }.map { "\($0.key)=\($0.value)" }
+            let onlyTemplate = template.filter { !plain.contains($0) }.map { "\($0.key)=\($0.value)" }
+            Issue.record("only in tether.service: \(onlyPlain); only in tether@.service: \(onlyTemplate)")
+        }
+    }
+
+    // MARK: - systemd-analyze security
+
+    static func overallExposure(_ unitPath: String) throws -> (Double, Packaging.Result) {
+        let result = try Packaging.run("systemd-analyze", ["security", "--offline=yes", "--no-pager", unitPath])
+        let line = result.output.split(separator: "\n").first { $0.contains("Overall exposure level for") }
+        let figure = line.flatMap { $0.split(separator: ":").last }
+            .flatMap { $0.split(separator: " ").first }
+            .flatMap { Double($0) }
+        return (try #require(figure, "no overall exposure in:\n\(result.output)"), result)
+    }
+
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"), arguments: units)
+    func sandboxExposureIsAtMostTwo(unit: String) throws {
+        let (exposure, result) = try Self.overallExposure(Self.source(unit))
+        print("figure: systemd-analyze security --offline=yes \(unit): overall exposure \(exposure) (limit \(Self.exposureLimit))")
+        #expect(exposure <= Self.exposureLimit, "\(result.output)")
+        #expect(result.status == 0)
+    }
+
+    /// The check can fail: an unsandboxed unit scores far above the limit.
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"))
+    func anUnsandboxedUnitScoresAboveTheLimit() throws {
+        let directory = try TemporaryDirectory("tether-packaging")
+        defer { directory.remove() }
+        let path = directory.url.appendingPathComponent("plain.service").path
+        try "[Service]\nExecStart=/bin/true\n".write(toFile: path, atomically: false, encoding: .utf8)
+        let (exposure, _) = try Self.overallExposure(path)
+        #expect(exposure > Self.exposureLimit)
+        // --threshold= is ten times the exposure: 20 means 2.0.
+        let thresholded = try Packaging.run("systemd-analyze", ["security", "--offline=yes", "--threshold=20", path])
+        #expect(thresholded.status != 0)
+    }
+
+    // MARK: - systemd-analyze verify
+
+    /// Installs into a temporary root, points the installed units' ExecStart at
+    /// the binary installed there (verify insists it exists; `verify --root=`
+    /// would also want systemd's own units in that root) and MANPATH at the
+    /// installed man pages (verify checks Documentation=).
+    static func verifyInstalled(
+        binary: String, in directory: TemporaryDirectory, edit: (String) -> String = { $0 }
+    ) throws -> Packaging.Result {
+        let install = try Packaging.install(into: directory, binary: binary)
+        try #require(install.status == 0, "make install: \(install)")
+        let root = "\(directory.path)/root"
+        let copies = directory.url.appendingPathComponent("verify")
+        try FileManager.default.createDirectory(at: copies, withIntermediateDirectories: true)
+        var paths: [String] = []
+        for unit in units {
+            let installed = try Packaging.read("\(root)/usr/lib/systemd/system/\(unit)")
+            let rewritten = installed.replacingOccurrences(of: "ExecStart=/usr/bin/tether ", with: "ExecStart=\(root)/usr/bin/tether ")
+            #expect(rewritten != installed, "\(unit): installed ExecStart is not /usr/bin/tether")
+            let path = copies.appendingPathComponent(unit).path
+            try edit(rewritten).write(toFile: path, atomically: false, encoding: .utf8)
+            paths.append(path)
+        }
+        return try Packaging.run(
+            "systemd-analyze", ["verify", "--recursive-errors=no"] + paths,
+            environment: ["MANPATH": "\(root)/usr/share/man"])
+    }
+
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze && Packaging.canInstall, "needs systemd-analyze, make and swift"))
+    func verifyPassesOnTheInstalledUnits() throws {
+        let binary = try Packaging.requireBinary()
+        let directory = try TemporaryDirectory("tether-packaging")
+        defer { directory.remove() }
+        let result = try Self.verifyInstalled(binary: binary, in: directory)
+        #expect(result.status == 0, "systemd-analyze verify: \(result)")
+        #expect(!result.output.contains("tether"), "systemd-analyze verify complained: \(result.output)")
+    }
+
+    /// The check can fail: a missing binary or man page is an error.
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze && Packaging.canInstall, "needs systemd-analyze, make and swift"))
+    func verifyFailsOnAMissingBinaryOrManPage() throws {
+        let binary = try Packaging.requireBinary()
+        let directory = try TemporaryDirectory("tether-packaging")
+        defer { directory.remove() }
+        let noBinary = try Self.verifyInstalled(binary: binary, in: directory) {
+            $0.replacingOccurrences(of: "/usr/bin/tether ", with: "/usr/bin/no-such-tether ")
+        }
+        #expect(noBinary.status != 0)
+        #expect(noBinary.output.contains("no-such-tether"))
+        let noManPage = try Self.verifyInstalled(binary: binary, in: directory) {
+            $0.replacingOccurrences(of: "man:tether.run(1)", with: "man:tether.no-such-page(1)")
+        }
+        #expect(noManPage.status != 0)
+    }
+
+    /// `make check-units` runs both checks and passes.
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze && Packaging.canInstall, "needs systemd-analyze, make and swift"))
+    func makeCheckUnitsPasses() throws {
+        let binary = try Packaging.requireBinary()
+        let directory = try TemporaryDirectory("tether-packaging")
+        defer { directory.remove() }
+        let result = try Packaging.make(["check-units", "TETHER_BIN=\(binary)", "CHECK_DIR=\(directory.path)/check"])
+        #expect(result.status == 0, "make check-units: \(result)")
+        #expect(result.output.contains("Overall exposure level for tether.service"))
+        #expect(result.output.contains("Overall exposure level for tether@"))
+    }
+}

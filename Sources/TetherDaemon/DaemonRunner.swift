@@ -199,29 +199,9 @@ private final class Session: Sendable {
         return nil
     }
 
-    /// Tells systemd the daemon is alive every `interval`, but only while the
-    /// supervisor loop answers: a wedged loop stops the pings, and systemd
-    /// restarts the service after `WatchdogSec`. The same tick refreshes
-    /// `STATUS=` so "last reading Ns ago" stays true without a timer of its own.
     func petWatchdog(every interval: Duration) async {
-        var silentSince: ContinuousClock.Instant?
-        while !Task.isCancelled {
-            let answered = Mutex(false)
-            let link = current.withLock { $0 }
-            link?.ping { answered.withLock { $0 = true } }
-            do { try await Task.sleep(for: interval) } catch { return }
-            if link == nil || answered.withLock({ $0 }) {
-                if let since = silentSince {
-                    logger.notice("the supervisor loop answers again after \(DurationText.rounded(since.duration(to: .now)))")
-                    silentSince = nil
-                }
-                _ = notifier.watchdog()
-                if let status = link?.status { _ = notifier.status(status.summary()) }
-            } else if silentSince == nil {
-                silentSince = .now
-                logger.critical("the supervisor loop did not answer within \(DurationText.rounded(interval)); withholding the watchdog ping")
-            }
-        }
+        let watchdog = SupervisorWatchdog(notifier: notifier, logger: logger) { [self] in current.withLock { $0 } }
+        await watchdog.run(every: interval)
     }
 }
 

@@ -14,6 +14,23 @@ public struct LinkStatus: Sendable, Equatable {
     public var nextAttemptIn: Duration?
     public var lastError: String?
 
+    public init(
+        state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
+        lastReadingAt: Date? = nil, readingsWritten: UInt64 = 0, reconnects: Int = 0, windowAttempt: Int = 0,
+        nextAttemptIn: Duration? = nil, lastError: String? = nil
+    ) {
+        self.state = state
+        self.device = device
+        self.adapter = adapter
+        self.connectedSince = connectedSince
+        self.lastReadingAt = lastReadingAt
+        self.readingsWritten = readingsWritten
+        self.reconnects = reconnects
+        self.windowAttempt = windowAttempt
+        self.nextAttemptIn = nextAttemptIn
+        self.lastError = lastError
+    }
+
     /// One line for systemd's `STATUS=` (shown by `systemctl status`).
     public func summary(now: Date = Date()) -> String {
         var text = state.rawValue

@@ -104,21 +104,14 @@ struct StatusReport {
         String(format: "%.3f", max(0, value))
     }
 
-    /// A JSON string literal (RFC 8259 escaping).
+    /// A JSON string literal, escaped by Foundation's encoder.
     private func quote(_ text: String) -> String {
-        var out = "\""
-        for scalar in text.unicodeScalars {
-            switch scalar {
-            case "\"": out += "\\\""
-            case "\\": out += "\\\\"
-            case "\n": out += "\\n"
-            case "\r": out += "\\r"
-            case "\t": out += "\\t"
-            case _ where scalar.value < 0x20: out += String(format: "\\u%04x", scalar.value)
-            default: out.unicodeScalars.append(scalar)
-            }
+        let encoder = JSONEncoder()
+        encoder.outputFormatting = [.withoutEscapingSlashes]
+        guard let data = try? encoder.encode(text), let literal = String(data: data, encoding: .utf8) else {
+            return "null"  // a String always encodes; this only keeps the output valid JSON
         }
-        return out + "\""
+        return literal
     }
 
     static func iso(_ date: Date) -> String {

@@ -1,0 +1,32 @@
+import DBus
+import Testing
+import TetherCore
+import TetherDaemon
+
+@Suite struct ControlAddressTests {
+    @Test func namesAndPathsPerInstance() throws {
+        let plain = ControlAddress(instance: .default)
+        #expect(plain.busName == "io.tether.Tether" && plain.path == "/io/tether/Tether")
+        let east = ControlAddress(instance: try InstanceName("east"))
+        #expect(east.busName == "io.tether.Tether.east" && east.path == "/io/tether/Tether/east")
+        // What D-Bus does not allow is escaped, and distinct names stay distinct.
+        let cases = ["a-b": "a_2db", "a_b": "a_5fb", "1x": "_31x", "x1": "x1"]
+        for (instance, element) in cases {
+            let address = ControlAddress(instance: try InstanceName(instance))
+            #expect(address.busName == "io.tether.Tether.\(element)", "\(instance)")
+            #expect(address.path.rawValue == "/io/tether/Tether/\(element)", "\(instance)")
+        }
+    }
+
+    @Test func statusSurvivesTheTripThroughProperties() throws {
+        let status = ControlStatus(
+            state: "backing-off", device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", reconnects: 3, windowAttempt: 2,
+            nextAttemptIn: .milliseconds(1500), lastError: "org.bluez.Error.Failed: le-connection-abort-by-local"
+        )
+        let back = try ControlStatus(properties: status.signalledProperties.merging(status.liveProperties) { $1 })
+        #expect(back == status)
+        var broken = status.signalledProperties.merging(status.liveProperties) { $1 }
+        broken["State"] = .uint32(1)
+        #expect(throws: DBusError.self) { try ControlStatus(properties: broken) }
+    }
+}

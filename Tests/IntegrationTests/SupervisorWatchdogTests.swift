@@ -1,0 +1,80 @@
+import Foundation
+import Logging
+import Synchronization
+import Systemd
+import TestSupport
+import Testing
+import TetherCore
+import TetherDaemon
+
+/// `SupervisorWatchdog` against a link whose loop can be made to hang, and
+/// a notify socket this test reads.
+@Suite struct SupervisorWatchdogTests {
+    /// A link whose loop answers pings only while `responsive` is true; the
+    /// pings it ignored are answered (late) when it recovers.
+    final class FakeLink: ControlledLink, @unchecked Sendable {
+        let responsive = Mutex(true)
+        private let held = Mutex<[@Sendable () -> Void]>([])
+
+        var status: LinkStatus {
+            LinkStatus(state: .online, device: "AA:BB:CC:DD:EE:FF")
+        }
+
+        func reconnect(waitingUpTo limit: Duration) async -> ReconnectOutcome { .pending(.online) }
+
+        func ping(_ reply: @escaping @Sendable () -> Void) {
+            if responsive.withLock({ $0 }) { reply() } else { held.withLock { $0.append(reply) } }
+        }
+
+        func recover() {
+            responsive.withLock { $0 = true }
+            for reply in held.withLock({ h in defer { h = [] }; return h }) { reply() }
+        }
+    }
+
+    @Test func petsOnlyWhileTheLoopAnswers() async throws {
+        let socket = try DatagramReceiver.abstract()
+        let link = FakeLink()
+        let watchdog = SupervisorWatchdog(
+            notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        ) { link }
+        let task = Task { await watchdog.run(every: .milliseconds(50)) }
+        func pings(during period: Duration) async throws -> Int {
+            try await Task.sleep(for: period)
+            var count = 0
+            while let datagram = try socket.receive() {
+                if NotifyDatagram(datagram.payload)["WATCHDOG"] == "1" { count += 1 }
+            }
+            return count
+        }
+        let healthy = try await pings(during: .milliseconds(400))
+        #expect(healthy >= 4, "a responsive loop is pinged every 50 ms: \(healthy) in 400 ms")
+
+        link.responsive.withLock { $0 = false }
+        _ = try await pings(during: .milliseconds(60))  // the tick in flight may still pet
+        let stuck = try await pings(during: .milliseconds(400))
+        #expect(stuck == 0, "a stuck loop must not be pinged: \(stuck)")
+
+        link.recover()
+        let recovered = try await pings(during: .milliseconds(400))
+        #expect(recovered >= 4, "pings resume: \(recovered)")
+        task.cancel()
+        await task.value
+    }
+
+    @Test func withNoLinkYetTheDaemonItselfCounts() async throws {
+        let socket = try DatagramReceiver.abstract()
+        let watchdog = SupervisorWatchdog(
+            notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
+        ) { nil }
+        let task = Task { await watchdog.run(every: .milliseconds(50)) }
+        try await Task.sleep(for: .milliseconds(300))
+        task.cancel()
+        await task.value
+        var count = 0
+        while let datagram = try socket.receive() {
+            if NotifyDatagram(datagram.payload)["WATCHDOG"] == "1" { count += 1 }
+        }
+        #expect(count >= 3, "waiting for the bus is not a hang: \(count) pings")
+    }
+}

@@ -48,7 +48,7 @@ UNITS     = systemd/tether.service systemd/tether@.service
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
 
-.PHONY: all build release test demo deps clean
+.PHONY: all build release test demo soak deps clean
 .PHONY: install uninstall man completions check-units
 
 all: build
@@ -82,6 +82,13 @@ test: deps
 
 demo: build
 	$$($(SWIFT) build --show-bin-path)/tether demo
+
+# Chaos soak against the simulator (`tether soak --help`): random faults for
+# DURATION, then its invariants; exits non-zero on any violation. As root it
+# also fills the readings directory (a tmpfs it mounts). CI runs DURATION=2m.
+DURATION ?= 10m
+soak: build
+	$$($(SWIFT) build --show-bin-path)/tether soak --duration $(DURATION)
 
 clean:
 	rm -rf .build

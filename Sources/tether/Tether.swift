@@ -17,7 +17,7 @@ struct Tether: AsyncParsableCommand {
         version: "0.1.0",
         subcommands: [
             RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
-            CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self,
+            CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self, SoakCommand.self,
         ]
     )
 }

@@ -5,6 +5,8 @@ import Simulator
 import TetherCore
 import TetherDaemon
 
+extension ReadingRecord: ReadingRecordLike {}
+
 /// The scripted tour behind `tether demo`. Every process it starts is
 /// stopped on the way out, whatever happens.
 final class DemoScript: Sendable {
@@ -41,7 +43,7 @@ final class DemoScript: Sendable {
             if !keepFiles { try? FileManager.default.removeItem(at: directory) }
         }
         do {
-            let executable = try Self.selfPath()
+            let executable = try SimulatorRemote.selfPath()
             say("starting a private dbus-daemon in \(directory.path)")
             let busDaemon = try BusDaemonProcess(directory: directory.appendingPathComponent("bus"))
             bus = busDaemon
@@ -107,10 +109,7 @@ final class DemoScript: Sendable {
         let writes = events.filter { $0.ev == "write" }.count
         let sleeps = events.filter { $0.ev == "sleep" }.count
         let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
-        let onDisk = records.filter { $0.source == "notify" }.compactMap { record -> UInt32? in
-            guard let payload = record.payload, payload.count >= 4 else { return nil }
-            return payload.prefix(4).enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (8 * UInt32($1.offset)) }
-        }
+        let onDisk = SimulatorRemote.sequences(in: records)
         let missing = Set(sent).subtracting(onDisk)
         let doubled = onDisk.count - Set(onDisk).count
         let exit = ChildProcess.exitCode(status).map(String.init) ?? "signal"
@@ -150,22 +149,11 @@ final class DemoScript: Sendable {
     }
 
     private func simulatorState(_ control: Bus) async throws -> String {
-        let value = try await control.getProperty(
-            destination: SimulatorControl.busName, path: SimulatorControl.path, interface: SimulatorControl.interface,
-            name: "State"
-        )
-        return value.string ?? "?"
+        try await SimulatorRemote(bus: control).state()
     }
 
     private func knob(_ control: Bus, _ method: String, _ arguments: [DBusValue] = []) async throws {
-        _ = try await control.call(
-            destination: SimulatorControl.busName, path: SimulatorControl.path, interface: SimulatorControl.interface,
-            method: method, arguments
-        )
-    }
-
-    private static func selfPath() throws -> String {
-        try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+        try await SimulatorRemote(bus: control).knob(method, arguments)
     }
 
     private var demoConfig: String {

@@ -1,0 +1,25 @@
+/// The faults the soak injects, one at a time, at random.
+enum SoakFault: String, CaseIterable, Sendable {
+    case drop
+    case failingConnects = "failing-connects"
+    case inProgress = "in-progress"
+    case bluezCrash = "bluez-crash"
+    case bluezRestart = "bluez-restart"
+    case adapterOff = "adapter-off"
+    case latencySpike = "latency-spike"
+    case killDaemon = "kill-9"
+    case diskFull = "disk-full"
+
+    /// Reasons a link drops with (the simulator passes them to the log).
+    static let dropReasons = ["timeout", "remote", "local", "link-loss"]
+
+    /// Connect failures as BlueZ reports them, one of each classification:
+    /// transient, needs-cancel (InProgress), not ready.
+    static let connectErrors: [(name: String, message: String)] = [
+        ("org.bluez.Error.Failed", "le-connection-abort-by-local"),
+        ("org.bluez.Error.Failed", "Software caused connection abort"),
+        ("org.bluez.Error.Failed", "Host is down"),
+        ("org.bluez.Error.NotReady", "Resource Not Ready"),
+        ("org.freedesktop.DBus.Error.NoReply", "Did not receive a reply"),
+    ]
+}

@@ -48,9 +48,14 @@ public enum DBusError: Error, Sendable, Equatable, CustomStringConvertible {
         }
     }
 
+    /// The text without the error name (which `name` carries), so that
+    /// "name: message" never names it twice.
     public var message: String {
-        if case .remote(_, let message) = self { return message }
-        return description
+        switch self {
+        case .remote(_, let message): message
+        case .timeout: "no reply within the timeout"
+        default: description
+        }
     }
 }
 

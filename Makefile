@@ -109,9 +109,10 @@ completions: $(BIN_PREREQ)
 # Installs the binary, the units (their ExecStart pointing at $(BINDIR)/tether),
 # the sysusers.d file, the D-Bus policy, the udev rules, the man pages, the
 # completions and, unless one is there already, the example config. It starts
-# nothing and creates no user: see the hint it prints.
+# nothing and creates no user: see the hint it prints. The binary is stripped
+# (install -s): symbols are a quarter of it, and a gateway does not need them.
 install: man completions
-	install -D -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
+	install -D -s -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
 	@set -e; for unit in $(UNITS); do \
 	  name=$$(basename $$unit); \
 	  sed 's|^ExecStart=[^ ]*/tether |ExecStart=$(BINDIR)/tether |' $$unit > $(GEN_DIR)/$$name; \

@@ -16,9 +16,14 @@ import Testing
         let first = try Packaging.install(into: directory, binary: binary)
         try #require(first.status == 0, "make install: \(first)")
 
-        // The binary, executable.
+        // The binary, executable, stripped, and still the same program.
         #expect(files.isExecutableFile(atPath: "\(root)/usr/bin/tether"))
-        #expect(files.contentsEqual(atPath: "\(root)/usr/bin/tether", andPath: binary))
+        let installedSize = try files.attributesOfItem(atPath: "\(root)/usr/bin/tether")[.size] as? Int ?? 0
+        let builtSize = try files.attributesOfItem(atPath: binary)[.size] as? Int ?? 0
+        #expect(installedSize > 0 && installedSize < builtSize, "stripped: \(installedSize) bytes of \(builtSize)")
+        let version = try Packaging.run("\(root)/usr/bin/tether", ["--version"])
+        let builtVersion = try Packaging.run(binary, ["--version"])
+        #expect(version.status == 0 && version.output == builtVersion.output, "\(version.output)")
 
         // Both units, their ExecStart rewritten to the installed binary.
         let execStarts = [

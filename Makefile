@@ -185,3 +185,29 @@ check-units: $(if $(TETHER_BIN),,build)
 	MANPATH="$(abspath $(CHECK_DIR))/root/usr/share/man" systemd-analyze verify --recursive-errors=no \
 	  $(CHECK_DIR)/units/tether.service $(CHECK_DIR)/units/tether@.service
 	@echo "check-units: both units pass security (exposure at most $(SECURITY_THRESHOLD)/10) and verify"
+
+# Benchmarks against the simulator, side by side with a Python peer (bleak +
+# bleak-retry-connector, bench/peer_bleak.py, installed into BENCH_VENV):
+# footprint, ingest, keepalive, recovery, startup (bench/run.py says what each
+# measures). Prints one table per benchmark and writes the figures to
+# .build/bench/results.json; asserts nothing. One of them: make bench BENCH=ingest.
+# The runs hold /tmp/tether-build.lock so no build on this machine distorts them.
+BENCH                    ?=
+BENCH_VENV               ?= .build/bench-venv
+BENCH_FOOTPRINT_DURATION ?= 60s
+BENCH_INGEST_DURATION    ?= 60s
+BENCH_INGEST_RATES       ?= 1000,2000,5000,10000,20000
+BENCH_KEEPALIVE_DURATION ?= 10m
+BENCH_DROPS              ?= 50
+.PHONY: bench
+bench: deps
+	flock /tmp/tether-build.lock $(SWIFT) build -c release --static-swift-stdlib
+	@command -v python3 >/dev/null || { echo "bench needs python3" >&2; exit 1; }
+	@[ -x $(BENCH_VENV)/bin/pip ] || python3 -m venv $(BENCH_VENV) || { \
+	  echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }
+	@$(BENCH_VENV)/bin/python -c 'import bleak, bleak_retry_connector' 2>/dev/null || \
+	  $(BENCH_VENV)/bin/pip install -q bleak bleak-retry-connector
+	flock /tmp/tether-build.lock env TETHER_BIN="$(BIN)" PEER_PYTHON="$(abspath $(BENCH_VENV))/bin/python" \
+	  BENCH_FOOTPRINT_DURATION=$(BENCH_FOOTPRINT_DURATION) BENCH_INGEST_DURATION=$(BENCH_INGEST_DURATION) \
+	  BENCH_INGEST_RATES=$(BENCH_INGEST_RATES) BENCH_KEEPALIVE_DURATION=$(BENCH_KEEPALIVE_DURATION) \
+	  BENCH_DROPS=$(BENCH_DROPS) python3 bench/run.py $(BENCH)

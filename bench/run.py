@@ -1,0 +1,526 @@
+#!/usr/bin/env python3
+"""Benchmarks of `tether run` against `tether simulate`, side by side with the
+bleak peer (bench/peer_bleak.py). Standard library only; `make bench` runs it.
+
+    bench/run.py [footprint|ingest|keepalive|recovery|startup ...]
+
+Environment: TETHER_BIN, PEER_PYTHON, BENCH_OUT (default .build/bench),
+BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
+BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (1000,2000,5000,10000,20000),
+BENCH_KEEPALIVE_DURATION (10m), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
+BENCH_STARTUP_RUNS (10). Prints one table per benchmark and merges the figures
+into BENCH_OUT/results.json. Asserts nothing.
+"""
+
+import json
+import os
+import re
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+BIN = os.environ.get("TETHER_BIN") or os.path.join(ROOT, ".build/release/tether")
+PEER_PY = os.environ.get("PEER_PYTHON") or os.path.join(ROOT, ".build/bench-venv/bin/python")
+PEER = os.path.join(ROOT, "bench/peer_bleak.py")
+OUT = os.environ.get("BENCH_OUT") or os.path.join(ROOT, ".build/bench")
+DONGLE = "AA:BB:CC:DD:EE:FF"
+RX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+TICK = os.sysconf("SC_CLK_TCK")
+SIDES = ("tether", "peer")
+
+
+def duration(name, default):
+    text = os.environ.get(name) or default
+    m = re.fullmatch(r"(\d+(?:\.\d+)?)(ms|s|m|h)?", text.strip())
+    if not m:
+        sys.exit(f"{name}: bad duration {text!r}")
+    return float(m.group(1)) * {"ms": 0.001, "s": 1, "m": 60, "h": 3600, None: 1}[m.group(2)]
+
+
+PROCS = []
+
+
+def spawn(argv, env=None, out=None):
+    p = subprocess.Popen(argv, env={**os.environ, **(env or {})}, stdout=out or subprocess.DEVNULL,
+                         stderr=subprocess.STDOUT if out else subprocess.DEVNULL, start_new_session=True)
+    PROCS.append(p)
+    return p
+
+
+def stop(p, timeout=20):
+    if p.poll() is None:
+        p.send_signal(signal.SIGTERM)
+        try:
+            p.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    try:  # the process group: the simulator's dbus-daemon, anything left
+        os.killpg(p.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    p.wait()
+
+
+def stop_all(*_):
+    for p in PROCS:
+        stop(p, 5)
+    if _:
+        sys.exit(130)
+
+
+def wait_for(pred, timeout, step=0.05):
+    end = time.monotonic() + timeout
+    while time.monotonic() < end:
+        v = pred()
+        if v:
+            return v
+        time.sleep(step)
+    return None
+
+
+class Sim:
+    def __init__(self, work, *args):
+        os.makedirs(f"{work}/bus", exist_ok=True)
+        self.events = f"{work}/events.jsonl"
+        self.proc = spawn([BIN, "simulate", "--spawn-bus", f"{work}/bus", "--event-log", self.events, *args],
+                          out=open(f"{work}/sim.log", "w"))
+        path = f"{work}/bus/address"
+        if not wait_for(lambda: os.path.exists(path) and open(path).read().endswith("\n"), 10):
+            raise RuntimeError("simulator did not start")
+        self.address = open(path).read().strip()
+        wait_for(lambda: self.busctl("get-property", "io.tether.Simulator", "/io/tether/Simulator",
+                                     "io.tether.Simulator1", "State", check=False), 10)
+
+    def busctl(self, *args, check=True):
+        r = subprocess.run(["busctl", f"--address={self.address}", *args], capture_output=True, text=True)
+        if check and r.returncode:
+            raise RuntimeError(f"busctl {args}: {r.stderr}")
+        return r.stdout.strip() if r.returncode == 0 else None
+
+    def knob(self, member, sig=None, *values):
+        self.busctl("call", "io.tether.Simulator", "/io/tether/Simulator", "io.tether.Simulator1", member,
+                    *([sig, *map(str, values)] if sig else []))
+
+    def log(self):
+        return read_events(self.events)
+
+    def close(self):
+        stop(self.proc)
+
+
+def read_events(path):
+    events = []
+    with open(path, "rb") as f:
+        data = f.read()
+    for line in data.split(b"\n")[:-1]:
+        if b'"ev":"notify"' in line:
+            i = line.rindex(b'"seq":') + 6
+            events.append({"ev": "notify", "t": float(line[5:line.index(b",")]), "seq": int(line[i:line.index(b"}", i)])})
+        else:
+            events.append(json.loads(line))
+    return events
+
+
+def disk_seqs(directory):
+    """Dongle sequence numbers (payload bytes 0–3, little-endian) of the notify records on disk."""
+    seqs = []
+    if not os.path.isdir(directory):
+        return seqs
+    for name in sorted(os.listdir(directory)):
+        if not name.endswith(".jsonl"):
+            continue
+        with open(os.path.join(directory, name), "rb") as f:
+            for line in f:
+                if b'"source":"notify"' not in line or not line.endswith(b"\n"):
+                    continue
+                i = line.index(b'"hex":"') + 7
+                seqs.append(int.from_bytes(bytes.fromhex(line[i:i + 8].decode()), "little"))
+    return seqs
+
+
+def proc_cpu(pid):
+    fields = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def proc_status(pid):
+    out = {}
+    for line in open(f"/proc/{pid}/status"):
+        k, _, v = line.partition(":")
+        if v.strip().endswith("kB"):
+            out[k] = int(v.split()[0]) / 1024
+    return out
+
+
+def switches(pid):
+    out = {}
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            n = 0
+            for line in open(f"/proc/{pid}/task/{tid}/status"):
+                if "ctxt_switches" in line:
+                    n += int(line.split()[1])
+            out[tid] = n
+        except OSError:
+            pass
+    return out
+
+
+class Side:
+    """`tether run` or the bleak peer against one simulator."""
+
+    def __init__(self, kind, work, sim, reconnect="", extra_env=None):
+        self.kind, self.readings = kind, f"{work}/readings-{kind}"
+        env = {"DBUS_SYSTEM_BUS_ADDRESS": sim.address, **(extra_env or {})}
+        log = open(f"{work}/{kind}.log", "w")
+        if kind == "tether":
+            config = f"{work}/tether.toml"
+            with open(config, "w") as f:
+                f.write(f'[dongle]\naddress = "{DONGLE}"\n[keepalive]\ninterval = "1s"\ntimeout = "800ms"\n'
+                        f'sleep_after = "3s"\n[readings]\ndirectory = "{self.readings}"\n{reconnect}')
+            self.proc = spawn([BIN, "run", "--config", config], env, log)
+        else:
+            self.proc = spawn([PEER_PY, PEER, "--address", DONGLE, "--out", self.readings, "--interval", "1"], env, log)
+        self.pid = self.proc.pid
+
+    def stop(self):
+        stop(self.proc)
+        return self.proc.returncode
+
+
+def wait_subscribed(sim, after=0, timeout=30):
+    """Waits for a start-notify in the simulator's log (a new client subscribed)."""
+    ok = wait_for(lambda: sum(e["ev"] == "start-notify" for e in sim.log()) > after, timeout)
+    if not ok:
+        raise RuntimeError("no subscription within %ss" % timeout)
+    time.sleep(0.3)
+
+
+def in_parallel(fn, *argss):
+    results, errors = [None] * len(argss), []
+
+    def run(i, args):
+        try:
+            results[i] = fn(*args)
+        except Exception as e:  # noqa: BLE001
+            errors.append(e)
+    threads = [threading.Thread(target=run, args=(i, a)) for i, a in enumerate(argss)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return results
+
+
+def pct(values, p):
+    values = sorted(values)
+    if not values:
+        return None
+    k = (len(values) - 1) * p / 100
+    lo, hi = int(k), min(int(k) + 1, len(values) - 1)
+    return values[lo] + (values[hi] - values[lo]) * (k - lo)
+
+
+def workdir(name):
+    return tempfile.mkdtemp(prefix=f"tether-bench-{name}-")
+
+
+# MARK: benchmarks
+
+def footprint_side(kind):
+    seconds, idle = duration("BENCH_FOOTPRINT_DURATION", "60s"), duration("BENCH_IDLE_DURATION", "20s")
+    work = workdir("footprint")
+    sim = Sim(work, "--notify-rate", "10", "--sleep-after", "3s")
+    side = Side(kind, work, sim)
+    try:
+        wait_subscribed(sim)
+        cpu0 = proc_cpu(side.pid)
+        time.sleep(seconds)
+        cpu1, status = proc_cpu(side.pid), proc_status(side.pid)
+        sim.knob("SetNotifyRate", "d", 0)
+        time.sleep(2)
+        sw0 = switches(side.pid)
+        time.sleep(idle)
+        sw1 = switches(side.pid)
+        wake = sum(n - sw0.get(t, 0) for t, n in sw1.items()) / idle
+        return {"online_seconds": seconds, "vmhwm_mib": status["VmHWM"], "vmrss_mib": status["VmRSS"],
+                "rss_anon_mib": status.get("RssAnon"), "rss_file_mib": status.get("RssFile"),
+                "cpu_seconds": cpu1 - cpu0, "idle_wakeups_per_s": wake, "threads": len(sw1)}
+    finally:
+        side.stop()
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_footprint():
+    t, p = in_parallel(footprint_side, ("tether",), ("peer",))
+    rows = [("RSS after %gs online (VmHWM), MiB" % t["online_seconds"], t["vmhwm_mib"], p["vmhwm_mib"], "≤ 12 and < peer/3",
+             t["vmhwm_mib"] <= 12 and t["vmhwm_mib"] < p["vmhwm_mib"] / 3),
+            ("  of it anonymous (RssAnon), MiB", t["rss_anon_mib"], p["rss_anon_mib"], "", None),
+            ("CPU seconds over that time", t["cpu_seconds"], p["cpu_seconds"], "", None),
+            ("wake-ups/s idle (keep-alive 1 s, no notifications)", t["idle_wakeups_per_s"], p["idle_wakeups_per_s"], "", None)]
+    table("Footprint (keep-alive 1 s, 10 notifications/s; both run at once, one simulator each)", rows)
+    return {"tether": t, "peer": p}
+
+
+def ingest_once(kind, rate, seconds):
+    work = workdir("ingest")
+    sim = Sim(work, "--notify-rate", "0")
+    side = Side(kind, work, sim)
+    try:
+        wait_subscribed(sim)
+        cpu0 = proc_cpu(side.pid)
+        sim.knob("SetNotifyRate", "d", rate)
+        time.sleep(seconds)
+        sim.knob("SetNotifyRate", "d", 0)
+        time.sleep(2.5)
+        alive = side.proc.poll() is None
+        cpu1 = proc_cpu(side.pid) if alive else None
+        rc = side.stop()
+        sent = [e["seq"] for e in sim.log() if e["ev"] == "notify"]
+        disk = disk_seqs(side.readings)
+        lost, dups = len(set(sent) - set(disk)), len(disk) - len(set(disk))
+        achieved = len(sent) / seconds
+        ok = alive and rc == 0 and lost == 0 and dups == 0 and achieved >= 0.95 * rate
+        return {"rate": rate, "sent": len(sent), "achieved_per_s": achieved, "on_disk": len(disk), "lost": lost,
+                "duplicates": dups, "exit": rc, "ok": ok,
+                "cpu_us_per_reading": (cpu1 - cpu0) * 1e6 / max(1, len(disk)) if cpu1 is not None else None}
+    finally:
+        stop(side.proc)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_ingest():
+    seconds = duration("BENCH_INGEST_DURATION", "60s")
+    rates = [float(r) for r in (os.environ.get("BENCH_INGEST_RATES") or "1000,2000,5000,10000,20000").split(",")]
+    out = {}
+    for kind in SIDES:
+        runs = []
+        for rate in rates:
+            r = ingest_once(kind, rate, seconds)
+            runs.append(r)
+            print(f"  ingest {kind} {rate:g}/s: sent {r['sent']} ({r['achieved_per_s']:.0f}/s), lost {r['lost']}, "
+                  f"dup {r['duplicates']}, {r['cpu_us_per_reading'] or 0:.1f} µs CPU/reading, {'ok' if r['ok'] else 'FAIL'}",
+                  flush=True)
+            if not r["ok"]:
+                break
+        best = max((r for r in runs if r["ok"]), key=lambda r: r["rate"], default=None)
+        out[kind] = {"runs": runs, "best_rate": best and best["rate"], "cpu_us_per_reading_at_best": best and best["cpu_us_per_reading"]}
+    t, p = out["tether"], out["peer"]
+    # CPU per reading compared at the highest rate both sustained.
+    common = min(t["best_rate"] or 0, p["best_rate"] or 0)
+    tc = next((r["cpu_us_per_reading"] for r in t["runs"] if r["rate"] == common), None)
+    pc = next((r["cpu_us_per_reading"] for r in p["runs"] if r["rate"] == common), None)
+    out["compared_at_rate"], out["cpu_ratio"] = common, (tc / pc if tc and pc else None)
+    rows = [("highest rate for %gs with no loss, /s" % seconds, t["best_rate"], p["best_rate"], "≥ 5000",
+             (t["best_rate"] or 0) >= 5000),
+            ("CPU µs per reading at %g/s" % common, tc, pc, "≤ peer/5", bool(tc and pc and tc <= pc / 5)),
+            ("CPU µs per reading at own best rate", t["cpu_us_per_reading_at_best"], p["cpu_us_per_reading_at_best"], "", None)]
+    table("Ingest (rates tried: %s)" % ", ".join(f"{r:g}" for r in rates), rows)
+    return out
+
+
+def keepalive_side(kind, seconds):
+    work = workdir("keepalive")
+    sim = Sim(work, "--notify-rate", "1000", "--sleep-after", "3s")
+    side = Side(kind, work, sim)
+    try:
+        wait_subscribed(sim)
+        t0 = sim.log()[-1]["t"]
+        time.sleep(seconds)
+        events = sim.log()
+        writes = [e["t"] for e in events if e["ev"] == "write" and e.get("uuid") == RX and e["t"] >= t0]
+        gaps = [b - a for a, b in zip(writes, writes[1:])]
+        drops = sum(e["ev"] == "disconnected" for e in events)
+        return {"seconds": seconds, "polls": len(writes), "gap_max_ms": max(gaps), "gap_p99_ms": pct(gaps, 99),
+                "gap_median_ms": pct(gaps, 50), "gap_min_ms": min(gaps), "disconnects": drops,
+                "notifications": sum(e["ev"] == "notify" for e in events)}
+    finally:
+        side.stop()
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_keepalive():
+    seconds = duration("BENCH_KEEPALIVE_DURATION", "10m")
+    t, p = (keepalive_side(k, seconds) for k in SIDES)
+    rows = [("polls", t["polls"], p["polls"], "", None),
+            ("gap max, ms", t["gap_max_ms"], p["gap_max_ms"], "", None),
+            ("gap p99, ms", t["gap_p99_ms"], p["gap_p99_ms"], "", None),
+            ("gap median, ms", t["gap_median_ms"], p["gap_median_ms"], "", None),
+            ("gap min, ms", t["gap_min_ms"], p["gap_min_ms"], "", None),
+            ("link drops (dongle asleep)", t["disconnects"], p["disconnects"], "0", t["disconnects"] == 0)]
+    table("Keep-alive precision (1 s interval, %gs, 1000 notifications/s; one after the other)" % seconds, rows)
+    return {"tether": t, "peer": p}
+
+
+def recovery_side(kind, drops, spacing):
+    work = workdir("recovery")
+    sim = Sim(work, "--notify-rate", "1000", "--no-answer-timeout", "3s")
+    reconnect = '[reconnect]\nwindow = "6s"\nwindow_attempts = 2\n'
+    side = Side(kind, work, sim, reconnect=reconnect)
+    out = {}
+    try:
+        wait_subscribed(sim)
+        for _ in range(drops):
+            time.sleep(spacing)
+            sim.knob("DropLink", "s", "link-loss")
+        time.sleep(2)
+        # Wake after an exhausted retry window (the peer has none: it retries every second).
+        sim.knob("Sleep")
+        if kind == "tether":
+            state = lambda: sim.busctl("get-property", "io.tether.Tether", "/io/tether/Tether", "io.tether.Tether1",
+                                       "State", check=False)
+            waited = wait_for(lambda: "cooling-down" in (state() or ""), 60, 0.2)
+            out["cooling_down_reached"] = bool(waited)
+        else:
+            time.sleep(12)
+        time.sleep(6)  # advertising silence before the wake
+        sim.knob("Wake")
+        time.sleep(8)
+        events = sim.log()
+        side.stop()
+        disk = set(disk_seqs(side.readings))
+        lat, wake = [], None
+        for i, e in enumerate(events):
+            if e["ev"] == "disconnected" and e.get("reason") == "link-loss" or e["ev"] == "wake":
+                # The first reading of the next link (notifications sent just
+                # before the drop can be logged just after it).
+                up = next((j for j in range(i + 1, len(events)) if events[j]["ev"] == "connected"), None)
+                if up is None:
+                    continue
+                first = next((n for n in events[up + 1:] if n["ev"] == "notify" and n["seq"] in disk), None)
+                if first is None:
+                    continue
+                if e["ev"] == "wake":
+                    wake = first["t"] - e["t"]
+                else:
+                    lat.append(first["t"] - e["t"])
+        out.update({"drops": drops, "recovered": len(lat), "drop_to_reading_median_ms": pct(lat, 50),
+                    "drop_to_reading_p95_ms": pct(lat, 95), "drop_to_reading_max_ms": max(lat, default=None),
+                    "wake_to_reading_ms": wake})
+        return out
+    finally:
+        stop(side.proc)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_recovery():
+    drops, spacing = int(os.environ.get("BENCH_DROPS") or 50), duration("BENCH_DROP_SPACING", "11s")
+    t, p = in_parallel(recovery_side, ("tether", drops, spacing), ("peer", drops, spacing))
+    goal = 30 + 20 + 100
+    rows = [("drops recovered", t["recovered"], p["recovered"], str(drops), t["recovered"] == drops),
+            ("drop → first reading, median ms", t["drop_to_reading_median_ms"], p["drop_to_reading_median_ms"],
+             f"≤ {goal}", (t["drop_to_reading_median_ms"] or 1e9) <= goal),
+            ("drop → first reading, p95 ms", t["drop_to_reading_p95_ms"], p["drop_to_reading_p95_ms"], "", None),
+            ("drop → first reading, max ms", t["drop_to_reading_max_ms"], p["drop_to_reading_max_ms"], "", None),
+            ("wake → first reading (window exhausted), ms", t["wake_to_reading_ms"], p["wake_to_reading_ms"], "≤ 2000",
+             (t["wake_to_reading_ms"] or 1e9) <= 2000)]
+    table(f"Recovery ({drops} DropLink every {spacing:g}s, connect 30 ms + resolve 20 ms, 1000 notifications/s; "
+          "both at once, one simulator each)", rows)
+    return {"tether": t, "peer": p, "goal_median_ms": goal}
+
+
+def bench_startup():
+    runs = int(os.environ.get("BENCH_STARTUP_RUNS") or 10)
+    ready, subscribed = [], {k: [] for k in SIDES}
+    for i in range(runs):
+        for kind in SIDES:
+            work = workdir("startup")
+            sim = Sim(work, "--notify-rate", "100")
+            sock_path = f"{work}/notify.sock"
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+            sock.bind(sock_path)
+            sock.settimeout(10)
+            t0 = time.monotonic()
+            side = Side(kind, work, sim, extra_env={"NOTIFY_SOCKET": sock_path})
+            try:
+                if kind == "tether":
+                    while True:
+                        msg = sock.recv(4096).decode()
+                        if "READY=1" in msg.split("\n"):
+                            ready.append((time.monotonic() - t0) * 1000)
+                            break
+                if wait_for(lambda: os.path.getsize(sim.events) and b"start-notify" in open(sim.events, "rb").read(),
+                            30, 0.002):
+                    subscribed[kind].append((time.monotonic() - t0) * 1000)
+            finally:
+                side.stop()
+                sim.close()
+                sock.close()
+                shutil.rmtree(work, ignore_errors=True)
+    rows = [("start → READY=1, median ms", pct(ready, 50), None, "", None),
+            ("start → READY=1, min–max ms", f"{min(ready):.0f}–{max(ready):.0f}", None, "", None),
+            ("start → subscribed (StartNotify at the simulator), median ms", pct(subscribed["tether"], 50),
+             pct(subscribed["peer"], 50), "", None)]
+    table(f"Start-up ({runs} runs each, release binary, fresh simulator each run)", rows)
+    return {"tether": {"ready_ms": ready, "subscribed_ms": subscribed["tether"]}, "peer": {"subscribed_ms": subscribed["peer"]}}
+
+
+def fmt(v):
+    if v is None:
+        return "—"
+    if isinstance(v, bool):
+        return "yes" if v else "no"
+    if isinstance(v, float):
+        return f"{v:.3f}" if abs(v) < 10 else f"{v:.1f}" if abs(v) < 1000 else f"{v:.0f}"
+    return str(v)
+
+
+def table(title, rows):
+    header = ("", "tether", "peer (bleak)", "goal", "met")
+    cells = [header] + [(r[0], fmt(r[1]), fmt(r[2]), r[3], "" if r[4] is None else fmt(r[4])) for r in rows]
+    widths = [max(len(c[i]) for c in cells) for i in range(5)]
+    print(f"\n{title}")
+    for n, c in enumerate(cells):
+        print("  " + "  ".join(c[i].ljust(widths[i]) if i == 0 else c[i].rjust(widths[i]) for i in range(5)).rstrip())
+        if n == 0:
+            print("  " + "  ".join("-" * w for w in widths))
+    sys.stdout.flush()
+
+
+BENCHES = {"footprint": bench_footprint, "ingest": bench_ingest, "keepalive": bench_keepalive,
+           "recovery": bench_recovery, "startup": bench_startup}
+
+
+def main():
+    names = sys.argv[1:] or list(BENCHES)
+    for n in names:
+        if n not in BENCHES:
+            sys.exit(f"unknown benchmark {n!r}; known: {', '.join(BENCHES)}")
+    signal.signal(signal.SIGTERM, stop_all)
+    signal.signal(signal.SIGINT, stop_all)
+    os.makedirs(OUT, exist_ok=True)
+    path = os.path.join(OUT, "results.json")
+    try:
+        results = json.load(open(path))
+    except (OSError, ValueError):
+        results = {}
+    try:
+        for n in names:
+            started = time.time()
+            figures = BENCHES[n]()
+            figures["measured_at"] = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(started))
+            results[n] = figures
+            results["machine"] = {"cpus": os.cpu_count(), "uname": " ".join(os.uname()), "tether_bin": BIN}
+            with open(path + ".tmp", "w") as f:
+                json.dump(results, f, indent=2)
+            os.replace(path + ".tmp", path)
+    finally:
+        stop_all()
+    print(f"\nfigures: {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -53,20 +53,16 @@ public struct JournalLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var merged = metadata
-        if let provided = metadataProvider?.get() { merged.merge(provided) { $1 } }
-        if let extra = event.metadata { merged.merge(extra) { $1 } }
+        let merged = mergedMetadata(for: event)
         let payload = JournalEntry(event: event, label: label, identifier: identifier, metadata: merged).encoded()
-        let fallbackLine = PlainLogLine.text(
-            identifier: identifier, level: event.level, message: event.message, metadata: merged
-        )
-        let socketPath = socketPath
-        let fallbackDescriptor = fallbackDescriptor
+        let (socketPath, fallbackDescriptor, identifier) = (socketPath, fallbackDescriptor, identifier)
         Self.output.async {
             // Each entry tries the journal afresh: journald comes back after
-            // a restart, and then entries should be structured again.
+            // a restart, and then entries should be structured again. The
+            // plain line is only formatted when it is needed.
             if case .failure = JournalTransport.send(payload, to: socketPath) {
-                Self.write(Array(fallbackLine.utf8), to: fallbackDescriptor)
+                let line = PlainLogLine.text(identifier: identifier, level: event.level, message: event.message, metadata: merged)
+                LogOutput.write(Array(line.utf8), to: fallbackDescriptor)
             }
         }
     }
@@ -74,18 +70,5 @@ public struct JournalLogHandler: LogHandler {
     /// Waits until every entry logged so far is sent (before exiting).
     public static func flush() {
         output.sync {}
-    }
-
-    private static func write(_ bytes: [UInt8], to descriptor: Int32) {
-        bytes.withUnsafeBufferPointer { buffer in
-            guard let base = buffer.baseAddress else { return }
-            var offset = 0
-            while offset < buffer.count {
-                let written = Foundation.write(descriptor, base + offset, buffer.count - offset)
-                if written < 0, errno == EINTR { continue }
-                if written <= 0 { return }
-                offset += written
-            }
-        }
     }
 }

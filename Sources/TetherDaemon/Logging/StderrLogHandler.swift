@@ -1,6 +1,7 @@
 import Foundation
 import Logging
 import Dispatch
+import Systemd
 
 /// Plain log lines on stderr: time, level, message, then `key=value` metadata.
 /// Used when the daemon is not under journald (a terminal, the demo, tests).
@@ -25,26 +26,14 @@ public struct StderrLogHandler: LogHandler {
     }
 
     public func log(event: LogEvent) {
-        var merged = metadata
-        if let provided = metadataProvider?.get() { merged.merge(provided) { $1 } }
-        if let extra = event.metadata { merged.merge(extra) { $1 } }
+        let merged = mergedMetadata(for: event)
         var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padding(toLength: 8, withPad: " ", startingAt: 0))\(event.message)"
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             line += " \(key)=\(value)"
         }
         line += "\n"
         let bytes = Array(line.utf8)
-        Self.output.async {
-            bytes.withUnsafeBufferPointer { buffer in
-                var offset = 0
-                while offset < buffer.count, let base = buffer.baseAddress {
-                    let written = write(2, base + offset, buffer.count - offset)
-                    if written < 0, errno == EINTR { continue }
-                    if written <= 0 { break }
-                    offset += written
-                }
-            }
-        }
+        Self.output.async { LogOutput.write(bytes, to: 2) }
     }
 
     /// Waits until every line logged so far is written (before exiting).

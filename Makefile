@@ -48,7 +48,7 @@ UNITS     = systemd/tether.service systemd/tether@.service
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
 
-.PHONY: all build release test demo soak deps clean
+.PHONY: all build release test demo soak e2e deps clean
 .PHONY: install uninstall man completions check-units
 
 all: build
@@ -89,6 +89,13 @@ demo: build
 DURATION ?= 10m
 soak: build
 	$$($(SWIFT) build --show-bin-path)/tether soak --duration $(DURATION)
+
+# End-to-end against the real bluetoothd and the kernel's Bluetooth stack in
+# a QEMU guest, with a Bumble dongle on an emulated controller (see
+# Tests/E2E/README.md). Installs its own packages; about 5 minutes with set-up.
+# E2E_ONLY=link-drop,... picks scenarios; E2E_OUT is where the logs go.
+e2e: deps
+	Tests/E2E/run.sh
 
 clean:
 	rm -rf .build

@@ -48,6 +48,11 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
         case BlueZ.ErrorName.inProgress:
             // "Operation already in progress": a connect is stuck in bluetoothd.
             return .needsCancel
+        case BlueZ.ErrorName.failed where message == "Operation already in progress":
+            // The same stuck connect, as bluetoothd 5.66 reports it when the
+            // kernel still holds a pending LE connection (strerror(EALREADY)
+            // under Failed): seen in the e2e tests right after an HCI reset.
+            return .needsCancel
         case BlueZ.ErrorName.failed:
             // le-connection-* (abort-by-local, timeout, busy, …), "Not connected",
             // ATT errors: all conditions of the link or the air.

@@ -62,7 +62,8 @@ extension Simulator {
     }
 
     /// Connected=true goes out before this returns, hence before the Connect
-    /// reply; the GATT objects and ServicesResolved follow after `resolveDelay`.
+    /// reply (unless `connectedUnsignalled`); the GATT objects and
+    /// ServicesResolved follow after `resolveDelay`.
     private func linkEstablished() async {
         dongle.linkUp(at: .now)
         linkID += 1
@@ -72,7 +73,7 @@ extension Simulator {
         advertisingTask?.cancel()
         advertisingTask = nil
         log.record(.connected)
-        await setDeviceProperties(["Connected": .boolean(true)])
+        await setDeviceProperties(["Connected": .boolean(true)], emitSignal: !options.connectedUnsignalled)
         guard link == linkID, !stopped else { return }
         idleTask = Task { await self.watchIdleness(link: link) }
         resolveTask = Task { await self.resolveServices(link: link) }

@@ -243,9 +243,9 @@ public actor Simulator {
         ControlInterface.Snapshot(state: dongle.state, sequence: dongle.sequence, connects: dongle.connects)
     }
 
-    func setDeviceProperties(_ changes: [String: DBusValue], invalidated: [String] = []) async {
+    func setDeviceProperties(_ changes: [String: DBusValue], invalidated: [String] = [], emitSignal: Bool = true) async {
         guard let bus = bluez, deviceExported else { return }
-        try? await bus.setProperties(devicePath, BlueZ.deviceInterface, changes, invalidated: invalidated)
+        try? await bus.setProperties(devicePath, BlueZ.deviceInterface, changes, invalidated: invalidated, emitSignal: emitSignal)
     }
 
     func setAdapterProperties(_ changes: [String: DBusValue]) async {

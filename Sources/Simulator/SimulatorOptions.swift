@@ -31,6 +31,11 @@ public struct SimulatorOptions: Sendable {
     /// Emit ServicesResolved=true before the GATT objects (they follow ~50 ms
     /// later), the race real BlueZ sometimes shows.
     public var resolvedBeforeObjects = false
+    /// Leave Connected=true out of the signals (a Get still says true), as
+    /// real bluetoothd 5.66 does when the ATT channel comes up before the
+    /// kernel's Device Connected event: ServicesResolved=true is then the
+    /// only sign of the connection.
+    public var connectedUnsignalled = false
     /// BlueZ's GATT cache (main.conf `Cache`, default `always`): the GATT
     /// objects stay exported across link losses and only ServicesResolved
     /// goes false. With false, they are removed on every link loss (as with

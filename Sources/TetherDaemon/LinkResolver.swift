@@ -26,7 +26,12 @@ struct LinkResolver: Sendable {
         guard let device = pickDevice(tree, adapter: adapter) else { return result }
         result.device = device
         result.observation.devicePresent = true
-        result.observation.connected = device.connected
+        // BlueZ clears ServicesResolved whenever the link goes, so a resolved
+        // device is connected even when its Connected property says no:
+        // bluetoothd 5.66 skips the Connected=true signal when the ATT
+        // channel comes up before the kernel's Device Connected event ("is
+        // already connected" in its log), seen in the e2e tests.
+        result.observation.connected = device.connected || device.servicesResolved
         result.observation.servicesResolved = device.servicesResolved
 
         let characteristics = tree.characteristics(of: device.path)

@@ -60,6 +60,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Flag(help: "Send ServicesResolved before the GATT objects, as real BlueZ sometimes does.")
     var resolvedBeforeObjects = false
 
+    @Flag(help: "Never signal Connected=true (ServicesResolved=true is the only sign), as bluetoothd 5.66 sometimes does.")
+    var connectedUnsignalled = false
+
     @Flag(help: "Remove the GATT objects on every link loss (BlueZ with Cache=no); by default they stay, as with BlueZ's default Cache=always.")
     var noGattCache = false
 
@@ -86,6 +89,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.noAnswerTimeout = noAnswerTimeout.duration
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
+        options.connectedUnsignalled = connectedUnsignalled
         options.gattCache = !noGattCache
         options.eventLogPath = eventLog
 

@@ -104,6 +104,7 @@ import Testing
         ("org.bluez.Error.Failed", "Not connected", .transient),
         ("org.bluez.Error.Failed", "Operation failed with ATT error: 0x0e", .transient),
         ("org.bluez.Error.InProgress", "Operation already in progress", .needsCancel),
+        ("org.bluez.Error.Failed", "Operation already in progress", .needsCancel),
         ("org.bluez.Error.NotReady", "Resource Not Ready", .transient),
         ("org.bluez.Error.NotConnected", "Not Connected", .transient),
         ("org.bluez.Error.NotPermitted", "Write not permitted", .fatal),

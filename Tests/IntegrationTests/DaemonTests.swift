@@ -63,6 +63,20 @@ import TetherCore
         #expect(attempt.t - drop.t >= limit - 100 - 5)
     }
 
+    /// bluetoothd 5.66 in the e2e guest: Connect() succeeded, the GATT
+    /// objects and ServicesResolved=true came, Connected=true never did.
+    @Test func aConnectionSignalledOnlyByServicesResolvedGoesOnline() async throws {
+        var options = SimulatorOptions()
+        options.connectedUnsignalled = true
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        let online = await harness.waitForState(.online)
+        let written = await eventually { (try? harness.sequencesOnDisk().count) ?? 0 >= 5 }
+        await harness.stop()
+        #expect(online)
+        #expect(written, "readings flow")
+    }
+
     @Test func failingConnectsFollowTheScheduleAndBounds() async throws {
         let harness = try await DaemonHarness {
             $0.reconnect.initialBackoff = .milliseconds(200)

@@ -14,9 +14,12 @@ enum SoakFault: String, CaseIterable, Sendable {
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]
 
     /// Connect failures as BlueZ reports them, one of each classification:
-    /// transient, needs-cancel (InProgress), not ready.
+    /// transient, needs-cancel (Failed "Operation already in progress", as
+    /// bluetoothd 5.66 said in the e2e tests; InProgress is a fault of its
+    /// own), not ready.
     static let connectErrors: [(name: String, message: String)] = [
         ("org.bluez.Error.Failed", "le-connection-abort-by-local"),
+        ("org.bluez.Error.Failed", "Operation already in progress"),
         ("org.bluez.Error.Failed", "Software caused connection abort"),
         ("org.bluez.Error.Failed", "Host is down"),
         ("org.bluez.Error.NotReady", "Resource Not Ready"),

@@ -1,0 +1,609 @@
+#!/usr/bin/env python3
+"""A Nordic-style BLE telemetry dongle for Tether's end-to-end tests.
+
+Bumble runs the host stack in this process and drives a controller through
+any Bumble transport; in the e2e guest that is `hci-socket:1`, an HCI user
+channel on btvirt's hci1, so the kernel and bluetoothd keep off it.
+
+The firmware it imitates:
+
+- GATT: the Nordic UART Service. RX 6e400002 (write, write without response;
+  central to dongle), TX 6e400003 (notify, with its CCC descriptor).
+- Telemetry: while a central has notifications on TX enabled, `--rate`
+  notifications a second of 8 bytes, the same as Tether's simulator: UInt32 LE
+  sequence number (from 1, never reused in a run), Int16 LE temperature in
+  0.01 degC, UInt16 LE humidity in 0.01 %.
+- Sleep: a connected central that neither writes RX nor reads anything for
+  `--sleep-after` seconds is dropped and the dongle falls ASLEEP: no
+  advertising until woken. After any other disconnect it advertises for
+  `--advertise-for` seconds, then falls asleep too.
+- A control socket (`--control`) for the tests: one command per line, one
+  JSON reply line each (see Control.HELP and the README).
+
+Every notification sent is a line in `--sent-log`, every event a line in
+`--event-log`; both are JSON lines flushed one by one.
+"""
+
+import argparse
+import asyncio
+import dataclasses
+import enum
+import functools
+import json
+import logging
+import math
+import os
+import signal
+import struct
+import sys
+import time
+
+from bumble.att import Attribute
+from bumble.core import UUID, AdvertisingData
+from bumble.device import AdvertisingType, Device
+from bumble.gatt import Characteristic, CharacteristicValue, Service
+from bumble.hci import Address, HCI_Error, OwnAddressType
+from bumble.transport import open_transport
+
+NUS_SERVICE = UUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
+NUS_RX = UUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E")
+NUS_TX = UUID("6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
+NORDIC_COMPANY_ID = 0x0059
+
+# Remote User Terminated Connection: what the firmware puts in its own
+# disconnects (idle sleep, `disconnect`, refused connections). 0x0D is not
+# among the reasons HCI_Disconnect accepts (Core Vol 4 Part E 7.1.6).
+REASON_TERMINATED = 0x13
+
+ADVERTISING_INTERVAL_MS = 100  # a connectable Nordic default; quick to find
+DRAIN_TIMEOUT_S = 1.0  # notifications already handed to the controller
+DISCONNECT_TIMEOUT_S = 3.0  # a controller that never confirms a disconnect
+MAX_NAME_BYTES = 29  # a scan response is 31 bytes: 2 for the AD header
+
+
+def telemetry_payload(seq):
+    """The simulator's notification for `seq` (SimulatedDongle.nextNotification)."""
+    phase = (seq % 3600) / 3600 * 2 * math.pi
+    temperature = int(2150 + 150 * math.sin(phase))
+    humidity = int(4500 + 500 * math.cos(phase))
+    return struct.pack("<IhH", seq & 0xFFFFFFFF, temperature, humidity)
+
+
+def address_text(address):
+    return address.to_string(with_type_qualifier=False)
+
+
+class JsonLines:
+    """An append-only JSON-lines file, flushed per line so a crash loses nothing.
+    Without a path it discards."""
+
+    def __init__(self, path):
+        self.file = open(path, "a", buffering=1, encoding="utf-8") if path else None
+
+    def write(self, **record):
+        if self.file is not None:
+            self.file.write(json.dumps({"t": time.monotonic(), **record}) + "\n")
+            self.file.flush()
+
+    def close(self):
+        if self.file is not None:
+            self.file.close()
+
+
+@dataclasses.dataclass
+class Settings:
+    name: str = "Tether-E2E"
+    sleep_after: float = 8.0
+    advertise_for: float = 180.0
+    rate: float = 10.0
+
+
+class State(enum.Enum):
+    ADVERTISING = "advertising"
+    CONNECTED = "connected"
+    ASLEEP = "asleep"
+
+
+class CommandError(Exception):
+    """A control command that cannot run; answered, never fatal."""
+
+
+class Dongle:
+    """The firmware: GATT service, telemetry, and the advertise/connect/sleep
+    state machine, over one Bumble Device (any controller behind it).
+
+    Every transition that sends HCI commands runs under `self.lock`, so control
+    commands, timers and link events never interleave halfway. Bumble's
+    callbacks (connection, disconnection, GATT) are synchronous: they record
+    what happened and leave the follow-up to a task that takes the lock.
+    """
+
+    def __init__(self, device, settings, sent_log=None, events=None):
+        self.device = device
+        self.settings = settings
+        self.rate = settings.rate
+        self.sent_log = sent_log or JsonLines(None)
+        self.events = events or JsonLines(None)
+        self.lock = asyncio.Lock()
+        self.state = State.ASLEEP  # until start() advertises
+        self.connection = None
+        self.closing_link = False  # the firmware is dropping the link: telemetry stops
+        self.subscribed = False
+        self.seq = 0
+        self.connections = 0
+        self.refused = 0
+        self.sleeps = 0
+        self.last_activity = None
+        self.advertising_until = 0.0
+        self.refuse_until = 0.0
+        self.refuse_silent = False
+        self.advertising_connectable = True
+        self.deadline = None  # the idle deadline when connected, the advertising one otherwise
+        self.refuse_timer = None
+        self.telemetry_task = None
+        self.tasks = set()
+
+        self.rx = Characteristic(
+            NUS_RX,
+            Characteristic.Properties.WRITE | Characteristic.Properties.WRITE_WITHOUT_RESPONSE,
+            Attribute.WRITEABLE,
+            CharacteristicValue(write=self.on_rx_write),
+        )
+        self.tx = Characteristic(NUS_TX, Characteristic.Properties.NOTIFY, Attribute.READABLE, b"")
+        device.add_service(Service(NUS_SERVICE, [self.rx, self.tx]))
+        # Any successful ATT read of any attribute (GAP name, CCC, discovery) is activity.
+        for attribute in device.gatt_server.attributes:
+            attribute.on("read", functools.partial(self.on_read, attribute))
+        self.tx.on("subscription", self.on_subscription)
+        device.on("connection", self.on_connection)
+
+    # ------------------------------------------------------------------ life
+
+    async def start(self):
+        await self.device.power_on()
+        if self.device.public_address == Address.ANY:
+            raise RuntimeError("the controller has no public address")
+        async with self.lock:
+            await self.advertise()
+        self.telemetry_task = asyncio.create_task(self.run_telemetry())
+
+    async def close(self):
+        """Power off: telemetry stops, the link is dropped, advertising ends."""
+        if self.telemetry_task is not None:
+            self.telemetry_task.cancel()
+        async with self.lock:
+            self.cancel_deadline()
+            self.state = State.ASLEEP
+            await self.quiet()
+            self.events.write(event="power-off")
+        if self.refuse_timer is not None:
+            self.refuse_timer.cancel()
+        for task in list(self.tasks):
+            task.cancel()
+
+    @property
+    def address(self):
+        return address_text(self.device.public_address)
+
+    # ----------------------------------------------------------- advertising
+
+    def advertising_data(self):
+        return bytes(AdvertisingData([
+            (AdvertisingData.FLAGS, bytes([
+                AdvertisingData.LE_GENERAL_DISCOVERABLE_MODE_FLAG | AdvertisingData.BR_EDR_NOT_SUPPORTED_FLAG])),
+            (AdvertisingData.COMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS, bytes(NUS_SERVICE)),
+            # 21 bytes so far; Nordic's company id still fits in the 31.
+            (AdvertisingData.MANUFACTURER_SPECIFIC_DATA, struct.pack("<H", NORDIC_COMPANY_ID)),
+        ]))
+
+    def scan_response_data(self):
+        return bytes(AdvertisingData([(AdvertisingData.COMPLETE_LOCAL_NAME, self.settings.name.encode())]))
+
+    def refusing(self):
+        return time.monotonic() < self.refuse_until
+
+    async def advertise(self, restart_deadline=True):
+        """Advertise (again): connectable, or only scannable while refusing
+        silently. Under the lock."""
+        self.state = State.ADVERTISING
+        if restart_deadline:  # armed first: if the controller fails us, we still fall asleep
+            self.advertising_until = time.monotonic() + self.settings.advertise_for
+            self.arm_deadline(self.settings.advertise_for, self.on_advertising_deadline)
+        connectable = not (self.refusing() and self.refuse_silent)
+        self.advertising_connectable = connectable
+        await self.stop_advertising()
+        await self.device.start_advertising(
+            advertising_type=AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE if connectable
+            else AdvertisingType.UNDIRECTED_SCANNABLE,
+            own_address_type=OwnAddressType.PUBLIC,
+            advertising_data=self.advertising_data(),
+            scan_response_data=self.scan_response_data(),
+            advertising_interval_min=ADVERTISING_INTERVAL_MS,
+            advertising_interval_max=ADVERTISING_INTERVAL_MS,
+        )
+        self.events.write(event="advertising", connectable=connectable,
+                          until=self.advertising_until)
+
+    async def on_advertising_deadline(self):
+        async with self.lock:
+            if self.state is State.ADVERTISING and time.monotonic() >= self.advertising_until:
+                await self.fall_asleep("advertise-timeout")
+
+    async def fall_asleep(self, cause):
+        """System OFF until `wake`. Under the lock."""
+        self.state = State.ASLEEP  # first, so a connection arriving meanwhile is refused
+        self.cancel_deadline()
+        self.sleeps += 1
+        await self.quiet()
+        self.events.write(event="sleep", cause=cause)
+
+    async def stop_advertising(self):
+        """A connection ends the advertising set in the controller, but Bumble
+        can still hold it as enabled (when the connection raced a restart of
+        advertising); btvirt then refuses to disable or re-enable it with
+        Command Disallowed, seen in the e2e guest. The set is gone either way:
+        forget it, so the next start creates a fresh one."""
+        try:
+            await self.device.stop_advertising()
+        except HCI_Error as error:
+            self.events.write(event="stale-advertising-set", error=str(error))
+            stale, self.device.legacy_advertising_set = self.device.legacy_advertising_set, None
+            if stale is not None:
+                try:
+                    await stale.remove()
+                except HCI_Error:
+                    pass
+
+    async def quiet(self):
+        """No advertising and no link. Under the lock."""
+        await self.stop_advertising()
+        if self.connection is not None:
+            await self.drop_link()
+
+    async def wake(self):
+        async with self.lock:
+            if self.state is not State.ASLEEP:
+                return False
+            self.events.write(event="wake")
+            await self.advertise()
+            return True
+
+    # ------------------------------------------------------------ the link
+
+    def on_connection(self, connection):
+        if self.state is not State.ADVERTISING or self.connection is not None or self.refusing():
+            self.refuse(connection)
+            return
+        self.connection = connection
+        self.state = State.CONNECTED
+        self.connections += 1
+        self.events.write(event="connected", peer=address_text(connection.peer_address),
+                          peer_type=connection.peer_address.address_type)
+        connection.on("disconnection", functools.partial(self.on_disconnection, connection))
+        self.note_activity()
+
+    def on_disconnection(self, connection, reason):
+        if connection is not self.connection:
+            return
+        by_dongle = self.closing_link
+        self.connection = None
+        self.subscribed = False
+        self.events.write(event="disconnected", reason=reason, by="dongle" if by_dongle else "central")
+        # The central went away or the link was lost; unless the dongle was
+        # already on its way to sleep, it advertises again.
+        if not by_dongle and self.state is State.CONNECTED:
+            self.cancel_deadline()
+            self.state = State.ADVERTISING
+            self.spawn(self.readvertise_after_drop())
+
+    async def readvertise_after_drop(self):
+        async with self.lock:
+            if self.state is State.ADVERTISING:  # not put to sleep meanwhile
+                await self.advertise()
+
+    async def drop_link(self):
+        """The firmware's own disconnect. Telemetry stops first and what was
+        already handed to the controller drains, so nothing is in flight when
+        the link goes. Under the lock."""
+        connection = self.connection
+        self.closing_link = True
+        try:
+            await asyncio.wait_for(connection.drain(), DRAIN_TIMEOUT_S)
+        except asyncio.TimeoutError:
+            self.events.write(event="error", during="drain", error="timed out")
+        try:
+            await asyncio.wait_for(connection.disconnect(REASON_TERMINATED), DISCONNECT_TIMEOUT_S)
+        except Exception as error:  # the link may be gone already; the controller may not answer
+            self.events.write(event="error", during="disconnect", error=repr(error))
+        finally:
+            if self.connection is connection:  # no disconnection event came: forget it anyway
+                self.on_disconnection(connection, None)
+            self.closing_link = False
+
+    def refuse(self, connection):
+        """Drop an incoming connection at once; advertise again if awake."""
+        self.refused += 1
+        self.events.write(event="refused", peer=address_text(connection.peer_address),
+                          reason=REASON_TERMINATED, state=self.state.value)
+        self.spawn(self.finish_refusal(connection))
+
+    async def finish_refusal(self, connection):
+        try:
+            await asyncio.wait_for(connection.disconnect(REASON_TERMINATED), DISCONNECT_TIMEOUT_S)
+        except Exception as error:  # the central may have gone first
+            self.events.write(event="error", during="refuse", error=repr(error))
+        async with self.lock:
+            if self.state is State.ADVERTISING and self.connection is None:
+                await self.advertise()  # as after any disconnect
+
+    async def disconnect(self):
+        async with self.lock:
+            if self.connection is None:
+                raise CommandError(f"not connected ({self.state.value})")
+            await self.drop_link()
+            await self.advertise()  # as after any unexpected drop
+
+    async def sleep(self):
+        async with self.lock:
+            if self.state is State.ASLEEP:
+                return False
+            await self.fall_asleep("command")
+            return True
+
+    async def start_refusing(self, seconds, silent):
+        async with self.lock:
+            self.refuse_until = time.monotonic() + seconds
+            self.refuse_silent = silent
+            if self.refuse_timer is not None:
+                self.refuse_timer.cancel()
+            if seconds > 0:
+                self.events.write(event="refuse-start", seconds=seconds, silent=silent)
+                self.refuse_timer = asyncio.get_running_loop().call_later(
+                    seconds, lambda: self.spawn(self.stop_refusing()))
+            else:
+                self.events.write(event="refuse-end")
+            await self.match_refusal()
+
+    async def stop_refusing(self):
+        async with self.lock:
+            self.refuse_timer = None
+            self.events.write(event="refuse-end")
+            await self.match_refusal()
+
+    async def match_refusal(self):
+        """Silent refusal advertises scannable only: re-advertise when that
+        changes. Under the lock."""
+        connectable = not (self.refusing() and self.refuse_silent)
+        if (self.state is State.ADVERTISING and self.connection is None
+                and connectable != self.advertising_connectable):
+            await self.advertise(restart_deadline=False)
+
+    # --------------------------------------------------------- GATT traffic
+
+    def on_rx_write(self, connection, value):
+        if connection is self.connection:
+            self.events.write(event="write", hex=bytes(value).hex())
+            self.note_activity()
+
+    def on_read(self, attribute, connection, _value):
+        if connection is self.connection:
+            self.events.write(event="read", handle=attribute.handle)
+            self.note_activity()
+
+    def on_subscription(self, connection, notify_enabled, _indicate_enabled):
+        if connection is not self.connection:  # a CCC write from a link already gone
+            return
+        self.subscribed = bool(notify_enabled)
+        self.events.write(event="subscribed" if self.subscribed else "unsubscribed")
+
+    def note_activity(self):
+        self.last_activity = time.monotonic()
+        if self.state is State.CONNECTED and not self.closing_link:  # not while the link goes
+            self.arm_deadline(self.settings.sleep_after, self.on_idle_deadline)
+
+    async def on_idle_deadline(self):
+        async with self.lock:
+            if (self.state is State.CONNECTED and self.connection is not None
+                    and time.monotonic() - self.last_activity >= self.settings.sleep_after):
+                await self.fall_asleep("idle")
+
+    # ------------------------------------------------------------ telemetry
+
+    def notifications_enabled(self, connection):
+        """What Bumble will deliver to: its own CCC state, not our event log."""
+        return self.device.gatt_server.read_cccd(connection, self.tx)[0] & 0x01 != 0
+
+    async def run_telemetry(self):
+        loop = asyncio.get_running_loop()
+        next_at = loop.time()
+        while True:
+            if self.rate <= 0:
+                await asyncio.sleep(0.1)
+                next_at = loop.time()
+                continue
+            next_at = max(next_at + 1 / self.rate, loop.time())  # when late, no burst to catch up
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            try:
+                await self.notify_once()
+            except Exception as error:  # a bug here must not end telemetry for the run
+                self.events.write(event="error", during="telemetry", error=repr(error))
+
+    async def notify_once(self):
+        connection = self.connection
+        if (self.state is not State.CONNECTED or connection is None or self.closing_link
+                or not self.notifications_enabled(connection)):
+            return
+        seq = self.seq + 1
+        payload = telemetry_payload(seq)
+        # With a value given, Bumble hands the PDU to the host without awaiting
+        # anything, so the checks above still hold when it goes out.
+        await self.device.notify_subscriber(connection, self.tx, payload)
+        self.seq = seq
+        self.sent_log.write(seq=seq, hex=payload.hex())
+
+    # -------------------------------------------------------------- helpers
+
+    def arm_deadline(self, seconds, action):
+        self.cancel_deadline()
+        self.deadline = asyncio.get_running_loop().call_later(seconds, lambda: self.spawn(action()))
+
+    def cancel_deadline(self):
+        if self.deadline is not None:
+            self.deadline.cancel()
+            self.deadline = None
+
+    def spawn(self, coroutine):
+        task = asyncio.create_task(coroutine)
+        self.tasks.add(task)
+        task.add_done_callback(self.task_done)
+
+    def task_done(self, task):
+        self.tasks.discard(task)
+        if not task.cancelled() and task.exception() is not None:
+            self.events.write(event="error", during="task", error=repr(task.exception()))
+
+    def status(self):
+        now = time.monotonic()
+        return {
+            "state": self.state.value,
+            "address": self.address,
+            "address_type": "public",
+            "seq": self.seq,
+            "connections": self.connections,
+            "refused": self.refused,
+            "sleeps": self.sleeps,
+            "subscribed": self.subscribed,
+            "rate": self.rate,
+            "idle_for": now - self.last_activity if self.connection is not None else None,
+            "refusing_for": max(0.0, self.refuse_until - now),
+        }
+
+
+class Control:
+    """The control protocol: one command per line in, one JSON line out."""
+
+    HELP = ("status | wake | sleep | disconnect | refuse SECONDS [silent] | rate N | quit")
+
+    def __init__(self, dongle):
+        self.dongle = dongle
+        self.quit = asyncio.Event()
+
+    async def reply(self, line):
+        try:
+            return {"ok": True, **await self.run(line)}
+        except CommandError as error:
+            return {"ok": False, "error": str(error)}
+        except Exception as error:  # a failing command is answered, never fatal
+            return {"ok": False, "error": f"{type(error).__name__}: {error}"}
+
+    async def run(self, line):
+        words = line.split()
+        if not words:
+            raise CommandError(f"empty command; commands: {self.HELP}")
+        self.dongle.events.write(event="control", command=line)
+        name, arguments = words[0].lower(), words[1:]
+        dongle = self.dongle
+        if name == "status" and not arguments:
+            return dongle.status()
+        if name == "wake" and not arguments:
+            return {"was_asleep": await dongle.wake()}
+        if name == "sleep" and not arguments:
+            return {"was_awake": await dongle.sleep()}
+        if name == "disconnect" and not arguments:
+            await dongle.disconnect()
+            return {}
+        if name == "refuse" and len(arguments) in (1, 2):
+            silent = arguments[1:] == ["silent"]
+            if len(arguments) == 2 and not silent:
+                raise CommandError(f"refuse: unknown mode {arguments[1]!r} (only 'silent')")
+            await dongle.start_refusing(self.number(arguments[0]), silent)
+            return {}
+        if name == "rate" and len(arguments) == 1:
+            dongle.rate = self.number(arguments[0])
+            return {}
+        if name == "quit" and not arguments:
+            self.quit.set()
+            return {}
+        raise CommandError(f"bad command {line!r}; commands: {self.HELP}")
+
+    @staticmethod
+    def number(text):
+        try:
+            value = float(text)
+        except ValueError:
+            raise CommandError(f"not a number: {text!r}") from None
+        if not math.isfinite(value) or value < 0:
+            raise CommandError(f"out of range: {text!r}")
+        return value
+
+    async def serve(self, path):
+        if os.path.exists(path):
+            os.unlink(path)  # a socket left by an earlier run
+        return await asyncio.start_unix_server(self.client, path=path)
+
+    async def client(self, reader, writer):
+        try:
+            while line := await reader.readline():
+                reply = await self.reply(line.decode("utf-8", "replace").strip())
+                writer.write(json.dumps(reply).encode() + b"\n")
+                await writer.drain()
+        except (ConnectionError, ValueError):  # client gone; a line over the reader's limit
+            pass
+        finally:
+            writer.close()
+
+
+async def main(options):
+    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate)
+    sent_log, events = JsonLines(options.sent_log), JsonLines(options.event_log)
+    async with await open_transport(options.transport) as (source, sink):
+        # The random address Bumble insists on is never used: we advertise
+        # with the controller's public one.
+        device = Device.with_hci(options.name, Address.ANY_RANDOM, source, sink)
+        dongle = Dongle(device, settings, sent_log, events)
+        control = Control(dongle)
+        loop = asyncio.get_running_loop()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(signum, control.quit.set)
+        server = None
+        try:
+            await dongle.start()
+            # The socket appears once the dongle advertises: `ready` means both.
+            server = await control.serve(options.control) if options.control else None
+            print(f"ready {dongle.address}", flush=True)
+            await control.quit.wait()
+            await dongle.close()
+        finally:
+            if server is not None:
+                server.close()
+                os.unlink(options.control)
+            sent_log.close()
+            events.close()
+
+
+def parse(argv):
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--transport", default="hci-socket:1",
+                        help="Bumble transport (default hci-socket:1, the HCI user channel on hci1)")
+    parser.add_argument("--name", default=Settings.name)
+    parser.add_argument("--sleep-after", type=float, default=Settings.sleep_after, metavar="SECONDS",
+                        help="idle time while connected before the dongle drops the link and sleeps")
+    parser.add_argument("--advertise-for", type=float, default=Settings.advertise_for, metavar="SECONDS",
+                        help="advertising time after a disconnect before the dongle sleeps")
+    parser.add_argument("--rate", type=float, default=Settings.rate, help="notifications per second")
+    parser.add_argument("--control", metavar="PATH", help="control socket (unix stream)")
+    parser.add_argument("--sent-log", metavar="PATH", help="JSON lines: every notification sent")
+    parser.add_argument("--event-log", metavar="PATH", help="JSON lines: every event")
+    parser.add_argument("--log-level", default="WARNING", help="Python logging level (DEBUG shows HCI)")
+    options = parser.parse_args(argv)
+    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0:
+        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative")
+    if len(options.name.encode()) > MAX_NAME_BYTES:
+        parser.error(f"--name: at most {MAX_NAME_BYTES} bytes of UTF-8")
+    return options
+
+
+if __name__ == "__main__":
+    arguments = parse(sys.argv[1:])
+    logging.basicConfig(level=arguments.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    asyncio.run(main(arguments))

@@ -1,0 +1,567 @@
+#!/usr/bin/env python3
+"""Self-test of dongle.py with no Bluetooth hardware and no kernel.
+
+The dongle and a Bumble central each drive one of Bumble's emulated
+controllers on one LocalLink, in this process; a last check runs dongle.py
+itself as a subprocess, over a TCP HCI transport to a third controller on
+the same link. Short timeouts (sleep after 1 s, advertise for 2 s, 20
+notifications a second) keep the whole run under a minute.
+
+Prints one PASS line per check; exits 0 when all pass, 1 at the first failure.
+"""
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import signal
+import socket
+import sys
+import tempfile
+import time
+import traceback
+
+from bumble import hci
+from bumble.controller import Controller
+from bumble.core import AdvertisingData, PhysicalTransport
+from bumble.device import Device, Peer
+from bumble.gatt import GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, GATT_DEVICE_NAME_CHARACTERISTIC, Characteristic
+from bumble.link import LocalLink
+from bumble.transport.common import AsyncPipeSink
+from bumble.transport.tcp_server import open_tcp_server_transport_with_socket
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, HERE)
+sys.dont_write_bytecode = True  # no __pycache__ in the source tree
+import dongle as firmware  # noqa: E402  (next to this file)
+
+SETTINGS = firmware.Settings(name="Tether-E2E", sleep_after=1.0, advertise_for=2.0, rate=20.0)
+DONGLE_ADDRESS = "00:AA:01:01:00:24"  # btvirt's style
+ALL_EVENTS = {"advertising", "connected", "disconnected", "subscribed", "unsubscribed", "write", "read",
+              "sleep", "wake", "refuse-start", "refused", "refuse-end", "control"}
+
+ReportType = hci.HCI_LE_Extended_Advertising_Report_Event.EventType
+Properties = hci.HCI_LE_Set_Extended_Advertising_Parameters_Command.AdvertisingProperties
+
+
+def expected_payload(seq):
+    """Tether's simulator (SimulatedDongle.nextNotification), written out
+    again here so a slip in dongle.py cannot check itself."""
+    phase = (seq % 3600) / 3600 * 2 * math.pi
+    return (seq.to_bytes(4, "little") + int(2150 + 150 * math.sin(phase)).to_bytes(2, "little", signed=True)
+            + int(4500 + 500 * math.cos(phase)).to_bytes(2, "little"))
+
+
+# seq 900: phase pi/2, so 23.00 degC and 45.00 %.
+assert expected_payload(900) == bytes.fromhex("84030000" "fc08" "9411")
+
+
+class Failure(Exception):
+    pass
+
+
+def check(condition, what, detail=""):
+    if not condition:
+        raise Failure(f"{what}{': ' + detail if detail else ''}")
+
+
+def passed(what):
+    print(f"PASS {what}", flush=True)
+
+
+# ---------------------------------------------------------------- the air
+
+class FaithfulController(Controller):
+    """Bumble's emulated controller, closer to a real one where the test
+    needs it: its air carries no scan responses (an active scan gets the
+    advertising data twice, always flagged connectable), a central connects
+    to any advertiser and thinks it is connected before the peripheral
+    agreed, and LE Create Connection Cancel never ends the pending attempt.
+    """
+
+    def live_set(self, address):
+        """The advertiser's enabled advertising set, seen from the air."""
+        advertiser = self.link.find_le_controller(address)
+        if advertiser is None:
+            return None
+        return next((s for s in advertiser.advertising_sets.values()
+                     if s.enabled and s.address == address), None)
+
+    def send_hci_packet(self, packet):
+        if isinstance(packet, hci.HCI_LE_Extended_Advertising_Report_Event):
+            reports = [fixed for report in packet.reports if (fixed := self.fix_report(report))]
+            if not reports:
+                return
+            packet = hci.HCI_LE_Extended_Advertising_Report_Event(reports)
+        super().send_hci_packet(packet)
+
+    def fix_report(self, report):
+        advertising_set = self.live_set(report.address)
+        if advertising_set is None:
+            return None
+        properties = advertising_set.parameters.advertising_event_properties
+        kind = ReportType.LEGACY_ADVERTISING_PDU_USED
+        if properties & Properties.CONNECTABLE_ADVERTISING:
+            kind |= ReportType.CONNECTABLE_ADVERTISING
+        if properties & Properties.SCANNABLE_ADVERTISING:
+            kind |= ReportType.SCANNABLE_ADVERTISING
+        if not report.event_type & ReportType.SCAN_RESPONSE:
+            return dataclasses.replace(report, event_type=kind)
+        if not properties & Properties.SCANNABLE_ADVERTISING:
+            return None
+        return dataclasses.replace(report, event_type=kind | ReportType.SCAN_RESPONSE,
+                                   data=bytes(advertising_set.scan_response_data))
+
+    def create_le_connection(self, peer_address):
+        advertising_set = self.live_set(peer_address)
+        if advertising_set and advertising_set.parameters.advertising_event_properties & Properties.CONNECTABLE_ADVERTISING:
+            super().create_le_connection(peer_address)
+
+    def on_hci_le_create_connection_cancel_command(self, command):
+        pending, self.pending_le_connection = self.pending_le_connection, None
+        if pending is not None:
+            failure = hci.HCI_LE_Connection_Complete_Event(
+                status=hci.HCI_ErrorCode.UNKNOWN_CONNECTION_IDENTIFIER_ERROR, connection_handle=0,
+                role=hci.Role.CENTRAL, peer_address_type=pending.peer_address_type,
+                peer_address=pending.peer_address, connection_interval=0, peripheral_latency=0,
+                supervision_timeout=0, central_clock_accuracy=0)
+            # After the Command Complete, as a real controller orders them.
+            asyncio.get_running_loop().call_soon(self.send_hci_packet, failure)
+        return hci.HCI_StatusReturnParameters(hci.HCI_ErrorCode.SUCCESS)
+
+
+class FaithfulLink(LocalLink):
+    """Bumble's LocalLink sends LE data from the sender's random address, even
+    on a link made with its public one (ours: the dongle advertises with its
+    public address), and the receiver then finds no connection for it."""
+
+    def send_acl_data(self, sender_controller, destination_address, transport, data):
+        connection = sender_controller.le_connections.get(destination_address)
+        if transport != PhysicalTransport.LE or connection is None:
+            return super().send_acl_data(sender_controller, destination_address, transport, data)
+        receiver = self.find_le_controller(destination_address)
+        if receiver is not None:
+            asyncio.get_running_loop().call_soon(
+                receiver.on_link_acl_data, connection.self_address, transport, data)
+
+
+def device_on(link, name, address=None):
+    controller = FaithfulController(name, link=link, public_address=address)
+    return Device.with_hci(name, hci.Address.ANY_RANDOM, controller, AsyncPipeSink(controller))
+
+
+# ------------------------------------------------------------ the central
+
+class Link:
+    """One connection from the central, with the NUS characteristics found."""
+
+    def __init__(self, connection):
+        self.connection = connection
+        self.peer = Peer(connection)
+        self.closed = asyncio.get_running_loop().create_future()
+        connection.on("disconnection", lambda reason: self.closed.done() or self.closed.set_result(reason))
+        self.rx = self.tx = None
+
+    async def discover(self):
+        await self.peer.discover_services([firmware.NUS_SERVICE])
+        service = self.peer.get_services_by_uuid(firmware.NUS_SERVICE)[0]
+        await service.discover_characteristics()
+        self.rx = service.get_characteristics_by_uuid(firmware.NUS_RX)[0]
+        self.tx = service.get_characteristics_by_uuid(firmware.NUS_TX)[0]
+        await self.tx.discover_descriptors()
+
+    async def wait_closed(self, seconds):
+        return await asyncio.wait_for(asyncio.shield(self.closed), seconds)
+
+
+class Central:
+    def __init__(self, device):
+        self.device = device
+        self.received = []  # (seq, hex) of every notification, across connections
+
+    async def scan(self, address, seconds):
+        """The merged advertisement + scan response last seen from `address`."""
+        seen = []
+        listener = self.device.on("advertisement", lambda ad: ad.address == address and seen.append(ad))
+        await self.device.start_scanning(active=True)
+        await asyncio.sleep(seconds)
+        await self.device.stop_scanning()
+        self.device.remove_listener("advertisement", listener)
+        return seen[-1] if seen else None
+
+    async def connect(self, address, timeout=2.0):
+        connection = await self.device.connect(address, transport=PhysicalTransport.LE, timeout=timeout)
+        return Link(connection)
+
+    async def open(self, address):
+        """Connect, discover NUS and subscribe to TX."""
+        link = await self.connect(address)
+        await link.discover()
+        await link.tx.subscribe(self.on_notification)
+        return link
+
+    def on_notification(self, value):
+        self.received.append((int.from_bytes(value[:4], "little"), bytes(value).hex()))
+
+    async def close(self, link):
+        """A polite central: notifications off, then disconnect."""
+        await link.tx.unsubscribe(self.on_notification)
+        await asyncio.sleep(0.2)
+        await link.connection.disconnect()
+        await link.wait_closed(2)
+
+
+# ------------------------------------------------------- control socket
+
+class ControlClient:
+    def __init__(self, reader, writer):
+        self.reader, self.writer = reader, writer
+
+    @classmethod
+    async def open(cls, path):
+        return cls(*await asyncio.open_unix_connection(path))
+
+    async def send(self, *lines):
+        self.writer.write(b"".join(line.encode("utf-8", "surrogateescape") + b"\n" for line in lines))
+        await self.writer.drain()
+        return [json.loads(await asyncio.wait_for(self.reader.readline(), 5)) for _ in lines]
+
+    async def __call__(self, line):
+        reply = (await self.send(line))[0]
+        check(reply.get("ok"), f"control {line!r}", json.dumps(reply))
+        return reply
+
+    def close(self):
+        self.writer.close()
+
+
+def read_jsonl(path):
+    with open(path, encoding="utf-8") as file:
+        return [json.loads(line) for line in file]
+
+
+async def connect_fails(central, address, timeout=0.6):
+    """How a connect failed: it never completed, or the dongle dropped the
+    link at once. None if the link held."""
+    try:
+        link = await central.connect(address, timeout=timeout)
+    except Exception:  # bumble's TimeoutError or ConnectionError
+        return "timed out"
+    try:
+        return f"dropped, reason 0x{await link.wait_closed(1.0):02x}"
+    except asyncio.TimeoutError:
+        await link.connection.disconnect()
+        return None
+
+
+# --------------------------------------------------------------- checks
+
+class InProcess:
+    """The dongle, its control socket and a central, all in this process;
+    one method per check, run in order (each starts where the last ended)."""
+
+    def __init__(self, work):
+        self.air = FaithfulLink()
+        self.central = Central(device_on(self.air, "central"))
+        self.sent_path, self.events_path, self.control_path = (
+            os.path.join(work, name) for name in ("sent.jsonl", "events.jsonl", "control.sock"))
+        self.dongle = firmware.Dongle(device_on(self.air, "dongle", DONGLE_ADDRESS), SETTINGS,
+                                      firmware.JsonLines(self.sent_path), firmware.JsonLines(self.events_path))
+        self.control = firmware.Control(self.dongle)
+        self.address = hci.Address(DONGLE_ADDRESS, hci.Address.PUBLIC_DEVICE_ADDRESS)
+        self.link = None
+
+    async def start(self):
+        await self.central.device.power_on()
+        await self.dongle.start()
+        self.server = await self.control.serve(self.control_path)
+        self.ctl = await ControlClient.open(self.control_path)
+
+    async def status(self):
+        return await self.ctl("status")
+
+    async def status_becomes(self, predicate, seconds):
+        deadline = time.monotonic() + seconds
+        while not predicate(reply := await self.status()) and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
+        return predicate(reply)
+
+    def events(self):
+        return read_jsonl(self.events_path)
+
+    async def advertising(self):
+        reply = await self.status()
+        check(reply["state"] == "advertising" and reply["address"] == DONGLE_ADDRESS
+              and reply["address_type"] == "public", "status after start", json.dumps(reply))
+        ad = await self.central.scan(self.address, 0.5)
+        check(ad is not None, "the central finds the dongle by scanning")
+        uuids = ad.data.get(AdvertisingData.COMPLETE_LIST_OF_128_BIT_SERVICE_CLASS_UUIDS) or []
+        check(firmware.NUS_SERVICE in uuids, "NUS UUID advertised", str(ad.data))
+        check(ad.data.get(AdvertisingData.COMPLETE_LOCAL_NAME) == SETTINGS.name, "name in the scan response",
+              str(ad.data))
+        check(ad.data.get(AdvertisingData.MANUFACTURER_SPECIFIC_DATA) == (firmware.NORDIC_COMPANY_ID, b""),
+              "Nordic company id", str(ad.data))
+        check(ad.is_connectable and ad.address.is_public, "connectable, public address")
+        passed(f"scan: {DONGLE_ADDRESS} (public), connectable, NUS UUID + Nordic 0x0059 in the data, "
+               f"name {SETTINGS.name!r} in the scan response")
+
+    async def gatt(self):
+        self.link = link = await self.central.open(self.address)
+        both = Characteristic.Properties.WRITE | Characteristic.Properties.WRITE_WITHOUT_RESPONSE
+        check(link.rx.properties == both, "RX properties", str(link.rx.properties))
+        check(link.tx.properties == Characteristic.Properties.NOTIFY, "TX properties", str(link.tx.properties))
+        check(link.tx.get_descriptor(GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR) is not None, "TX has a CCC")
+        passed("connect: NUS discovered, RX write + write-without-response, TX notify with CCC, subscribed")
+
+    async def writes_keep_awake(self):
+        started = time.monotonic()
+        for i in range(12):
+            await self.link.rx.write_value(bytes([i]), with_response=i % 2 == 0)
+            await asyncio.sleep(0.3)
+        held = time.monotonic() - started
+        reply = await self.status()
+        check(not self.link.closed.done() and reply["state"] == "connected" and reply["sleeps"] == 0,
+              "writes keep the link", json.dumps(reply))
+        received = self.central.received
+        seqs = [seq for seq, _ in received]
+        check(seqs == list(range(1, len(seqs) + 1)), "notification seqs 1, 2, 3 ... in order", str(seqs[:10]))
+        check(len(seqs) >= held * SETTINGS.rate * 0.8, "notification rate", f"{len(seqs)} in {held:.1f} s")
+        wrong = [(seq, h) for seq, h in received if h != expected_payload(seq).hex()]
+        check(not wrong, "payloads as the simulator's", str(wrong[:3]))
+        passed(f"keep-alive by writes: connected for {held:.1f} s (sleep_after {SETTINGS.sleep_after} s); "
+               f"{len(seqs)} notifications, seq 1..{seqs[-1]} in order, payloads exact")
+
+    async def reads_keep_awake(self):
+        started = time.monotonic()
+        for _ in range(7):
+            await asyncio.sleep(0.3)
+            await self.link.peer.read_characteristics_by_uuid(GATT_DEVICE_NAME_CHARACTERISTIC)
+        self.last_activity = time.monotonic()
+        check(not self.link.closed.done(), "reads keep the link")
+        passed(f"keep-alive by reads: connected for {self.last_activity - started:.1f} s reading the GAP name")
+
+    async def idle_sleep(self):
+        reason = await self.link.wait_closed(SETTINGS.sleep_after + 1.5)
+        idle = time.monotonic() - self.last_activity
+        check(reason == firmware.REASON_TERMINATED, "idle disconnect reason", hex(reason))
+        check(SETTINGS.sleep_after - 0.1 <= idle <= SETTINGS.sleep_after + 0.5, "idle deadline", f"{idle:.2f} s")
+        reply = await self.status()
+        check(reply["state"] == "asleep" and reply["sleeps"] == 1, "asleep after idle", json.dumps(reply))
+        passed(f"idle: dropped with 0x13 after {idle:.2f} s without traffic, asleep")
+
+    async def asleep_until_woken(self):
+        check(await self.central.scan(self.address, 1.0) is None, "asleep dongle is not advertising")
+        failed = await connect_fails(self.central, self.address)
+        check(failed is not None, "connect to a sleeping dongle fails")
+        check((await self.status())["state"] == "asleep", "still asleep")
+        reply = await self.ctl("wake")
+        check(reply["was_asleep"] is True, "wake reply", json.dumps(reply))
+        check(await self.central.scan(self.address, 0.5) is not None, "advertising after wake")
+        passed(f"asleep: scan finds nothing for 1 s, connect {failed}; `wake` -> advertising again")
+
+    async def disconnect_command(self):
+        received = self.central.received
+        before = len(received)
+        link = await self.central.open(self.address)
+        await asyncio.sleep(0.3)
+        check(received[before][0] == received[before - 1][0] + 1, "seq continues across connections")
+        await self.ctl("disconnect")
+        reason = await link.wait_closed(1.0)
+        check(reason == firmware.REASON_TERMINATED, "disconnect reason", hex(reason))
+        check((await self.status())["state"] == "advertising", "advertising after disconnect")
+        check(await self.central.scan(self.address, 0.5) is not None, "found after disconnect")
+        passed(f"`disconnect`: link dropped with 0x13, advertising again; seq continued at {received[before][0]}")
+
+    async def refuse(self):
+        await self.ctl("refuse 2")
+        refused_at = time.monotonic()
+        check((await self.status())["refusing_for"] > 1.5, "refusing_for")
+        check(await self.central.scan(self.address, 0.3) is not None, "advertising while refusing")
+        outcomes = [await connect_fails(self.central, self.address) for _ in range(2)]
+        check(all(outcomes), "connects fail while refusing", str(outcomes))
+        check(await self.status_becomes(lambda r: r["refusing_for"] == 0, 3), "refusal ends")
+        waited = time.monotonic() - refused_at
+        self.link = await self.central.open(self.address)
+        await asyncio.sleep(0.5)
+        check(not self.link.closed.done() and (await self.status())["refused"] == 2, "connect after the window")
+        passed(f"`refuse 2`: still advertising, connects {outcomes}; after {waited:.1f} s a connect holds")
+
+    async def central_leaves(self):
+        await self.central.close(self.link)
+        check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "advertising after the central left")
+        passed("central disconnects: the dongle advertises again")
+
+    async def refuse_silently(self):
+        await self.ctl("refuse 1.5 silent")
+        ad = await self.central.scan(self.address, 0.3)
+        check(ad is not None and not ad.is_connectable, "silent refusal: scannable, not connectable")
+        failed = await connect_fails(self.central, self.address, timeout=0.5)
+        check(failed == "timed out", "silent refusal: connect times out", str(failed))
+        check(await self.status_becomes(lambda r: r["refusing_for"] == 0, 2), "silent refusal ends")
+        ad = await self.central.scan(self.address, 0.3)
+        check(ad is not None and ad.is_connectable, "connectable again after silent refusal")
+        passed("`refuse 1.5 silent`: seen but not connectable, connect timed out; connectable after")
+
+    async def advertise_timeout(self):
+        check(await self.status_becomes(lambda r: r["state"] == "asleep", SETTINGS.advertise_for + 1),
+              "asleep after advertise_for")
+        causes = [e["cause"] for e in self.events() if e["event"] == "sleep"]
+        check(causes == ["idle", "advertise-timeout"], "sleep causes", str(causes))
+        check(await self.central.scan(self.address, 0.5) is None, "not advertising after advertise-timeout")
+        passed(f"advertise_for: asleep {SETTINGS.advertise_for} s after the last disconnect, not advertising")
+
+    async def sleep_command(self):
+        await self.ctl("wake")
+        link = await self.central.open(self.address)
+        await asyncio.sleep(0.2)
+        reply = await self.ctl("sleep")
+        check(reply["was_awake"] is True and await link.wait_closed(1) == firmware.REASON_TERMINATED,
+              "sleep drops the link")
+        check((await self.ctl("sleep"))["was_awake"] is False and (await self.status())["state"] == "asleep",
+              "sleep twice")
+        check((await self.ctl("wake"))["was_asleep"] is True, "wake after sleep")
+        self.stale_connection = link.connection
+        passed("`sleep` while connected: link dropped with 0x13, asleep; `wake` advertises")
+
+    async def sent_log_matches(self):
+        await asyncio.sleep(0.1)
+        sent = [(line["seq"], line["hex"]) for line in read_jsonl(self.sent_path)]
+        received = self.central.received
+        first_difference = next((i for i, (a, b) in enumerate(zip(sent, received)) if a != b),
+                                min(len(sent), len(received)))
+        check(sent == received, "sent log == received",
+              f"{len(sent)} sent, {len(received)} received; first difference at {first_difference}")
+        check([seq for seq, _ in sent] == list(range(1, len(sent) + 1)), "sent seqs contiguous from 1")
+        passed(f"sent log matches the central: {len(sent)} notifications, seq 1..{sent[-1][0]}, identical bytes")
+
+    async def control_protocol(self):
+        other = await ControlClient.open(self.control_path)
+        replies = await asyncio.gather(self.ctl.send("status", "rate 5", "status"), other.send("status", "status"))
+        check(all(r["ok"] for rs in replies for r in rs) and replies[0][2]["rate"] == 5, "pipelined commands",
+              json.dumps(replies))
+        bad = ["", "bogus", "rate x", "rate -1", "rate nan", "refuse", "refuse 1 loud", "disconnect", "wake now",
+               "status extra", "\udcff\udcfe"]
+        replies = await other.send(*bad)
+        check(all(r["ok"] is False and r["error"] for r in replies), "bad commands answered with errors",
+              json.dumps(replies))
+        check((await self.status())["state"] == "advertising", "alive after bad commands")
+        other.close()
+        await self.ctl(f"rate {SETTINGS.rate}")
+        passed(f"control: 2 clients, pipelined commands, {len(bad)} bad commands each answered ok=false")
+
+    async def robustness(self):
+        # A CCC write and an RX write arriving for a link already gone.
+        counted = len(self.events())
+        self.dongle.device.gatt_server.write_cccd(self.stale_connection, self.dongle.tx, b"\x01\x00")
+        await self.dongle.rx.write_value(self.stale_connection, b"\x01")
+        check(len(self.events()) == counted, "stale writes leave no trace")
+        # The central vanishing while notifications stream at 200/s.
+        link = await self.central.open(self.address)
+        await self.ctl("rate 200")
+        await asyncio.sleep(0.3)
+        await link.connection.disconnect()  # no unsubscribe: notifications are in flight
+        await link.wait_closed(1)
+        await self.ctl(f"rate {SETTINGS.rate}")
+        reply = await self.status()
+        check(reply["state"] == "advertising" and not reply["subscribed"], "survives an abrupt disconnect",
+              json.dumps(reply))
+        sent = {(line["seq"], line["hex"]) for line in read_jsonl(self.sent_path)}
+        seqs = [seq for seq, _ in self.central.received]
+        check(set(self.central.received) <= sent and seqs == sorted(set(seqs)), "received: sent ones, in order, once")
+        errors = [e for e in self.events() if e["event"] == "error"]
+        check(not errors, "no errors in the event log", json.dumps(errors))
+        passed("robust: stale CCC and RX writes ignored; central vanishing at 200 notifications/s; no errors logged")
+
+    async def event_log(self):
+        events = self.events()
+        check(all(isinstance(e["t"], float) for e in events), "events have t")
+        missing = ALL_EVENTS - {e["event"] for e in events}
+        check(not missing, "event log has every kind", str(missing))
+        passed(f"event log: {len(events)} lines, every kind present")
+
+    async def quit(self):
+        await self.ctl("quit")
+        check(self.control.quit.is_set(), "quit")
+        self.ctl.close()
+        self.server.close()
+        await self.dongle.close()
+        passed("`quit` acknowledged; dongle closed")
+
+    async def run(self):
+        await self.start()
+        for step in (self.advertising, self.gatt, self.writes_keep_awake, self.reads_keep_awake, self.idle_sleep,
+                     self.asleep_until_woken, self.disconnect_command, self.refuse, self.central_leaves,
+                     self.refuse_silently, self.advertise_timeout, self.sleep_command, self.sent_log_matches,
+                     self.control_protocol, self.robustness, self.event_log, self.quit):
+            await step()
+
+
+async def subprocess_run(work, link_air, central):
+    """dongle.py as the guest runs it, but over TCP to an emulated controller."""
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    transport = await open_tcp_server_transport_with_socket(listener)
+    address_text = "00:AA:01:02:00:25"
+    FaithfulController("subprocess", host_source=transport.source, host_sink=transport.sink,
+                       link=link_air, public_address=address_text)
+    control_path = os.path.join(work, "sub.sock")
+    sent_path = os.path.join(work, "sub-sent.jsonl")
+    process = await asyncio.create_subprocess_exec(
+        sys.executable, os.path.join(HERE, "dongle.py"), "--transport", f"tcp-client:127.0.0.1:{port}",
+        "--sleep-after", "1", "--advertise-for", "5", "--rate", "20", "--control", control_path,
+        "--sent-log", sent_path, "--event-log", os.path.join(work, "sub-events.jsonl"),
+        stdout=asyncio.subprocess.PIPE)
+    try:
+        line = (await asyncio.wait_for(process.stdout.readline(), 10)).decode().strip()
+        check(line == f"ready {address_text}", "ready line", repr(line))
+        address = hci.Address(address_text, hci.Address.PUBLIC_DEVICE_ADDRESS)
+        check(await central.scan(address, 0.5) is not None, "subprocess dongle advertises")
+        before = len(central.received)
+        link = await central.open(address)
+        await asyncio.sleep(0.5)
+        ctl = await ControlClient.open(control_path)
+        reply = await ctl("status")
+        ctl.close()
+        got = central.received[before:]
+        check(reply["state"] == "connected" and got and got[0][0] == 1, "subprocess telemetry", json.dumps(reply))
+        process.send_signal(signal.SIGTERM)
+        code = await asyncio.wait_for(process.wait(), 5)
+        check(code == 0, "exit status after SIGTERM", str(code))
+        reason = await link.wait_closed(2)
+        check(not os.path.exists(control_path), "control socket removed")
+        sent = [(entry["seq"], entry["hex"]) for entry in read_jsonl(sent_path)]
+        check(sent == got, "subprocess sent log == received", f"{len(sent)} vs {len(got)}")
+        passed(f"dongle.py: '{line}', {len(got)} notifications, SIGTERM -> exit 0, "
+               f"link dropped with 0x{reason:02x}, sent log matches")
+    finally:
+        if process.returncode is None:
+            process.kill()
+            await process.wait()
+        transport.server.close()
+
+
+async def main():
+    started = time.monotonic()
+    with tempfile.TemporaryDirectory(prefix="dongle-selftest-") as work:
+        try:
+            rig = InProcess(work)
+            await rig.run()
+            await subprocess_run(work, rig.air, rig.central)
+        except Failure as failure:
+            print(f"FAIL {failure}", flush=True)
+            return 1
+        except (Exception, asyncio.CancelledError):  # a GATT request cut by a disconnect ends cancelled
+            print("FAIL with an exception:", flush=True)
+            traceback.print_exc()
+            with contextlib.suppress(FileNotFoundError), open(os.path.join(work, "events.jsonl")) as events:
+                print("the last events:\n" + "".join(events.readlines()[-30:]), file=sys.stderr)
+            return 1
+    print(f"all passed in {time.monotonic() - started:.1f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(asyncio.run(main()))

@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# `make e2e`: Tether against the real BlueZ stack, in a QEMU guest.
+#
+# Installs what it needs (apt packages, a venv with Bumble for the dongle),
+# builds tether (debug, as `make test` does) and the guest's initramfs, boots
+# Debian's own kernel under TCG with the host's / shared read-only over 9p,
+# runs Tests/E2E/guest/scenarios.py there, and prints one line per scenario.
+# Exit status: 0 if every scenario passed; 1 otherwise (the guest's logs stay
+# in $E2E_OUT); 2 if the guest never reported.
+#
+# Environment: E2E_OUT (default .build/e2e/out), E2E_ONLY (comma-separated
+# scenario names), E2E_TIMEOUT (seconds for the boot, default 1200),
+# SWIFT (default swift).
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$PWD
+work=$root/.build/e2e
+out=${E2E_OUT:-$work/out}
+swift=${SWIFT:-swift}
+timeout=${E2E_TIMEOUT:-1200}
+bumble_version=0.0.236
+
+packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tools python3-venv cpio kmod"
+missing=""
+for package in $packages; do
+    dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
+done
+if [ -n "$missing" ]; then
+    [ "$(id -u)" = 0 ] || { echo "e2e needs these Debian packages:$missing (run as root to install them)" >&2; exit 2; }
+    echo "e2e: installing$missing"
+    apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $missing >/dev/null
+fi
+
+mkdir -p "$work"
+if ! "$work/venv/bin/python" -c "import bumble, socket; socket.AF_BLUETOOTH" 2>/dev/null; then
+    rm -rf "$work/venv"
+    echo "e2e: creating the Bumble venv"
+    # Debian's python3: one built elsewhere (pyenv, say) may lack AF_BLUETOOTH,
+    # which the dongle's HCI user-channel socket needs.
+    /usr/bin/python3 -m venv "$work/venv"
+    "$work/venv/bin/pip" install -q "bumble==$bumble_version"
+fi
+
+echo "e2e: the dongle's self-test (in process, Bumble's emulated controllers)"
+"$work/venv/bin/python" Tests/E2E/peripheral/selftest.py | tail -n 1
+
+echo "e2e: building tether"
+flock /tmp/tether-build.lock "$swift" build -q
+tether=$("$swift" build --show-bin-path)/tether
+
+kernel=$(ls /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -n 1)
+[ -n "$kernel" ] || { echo "e2e: no /boot/vmlinuz-*-amd64 (linux-image-amd64)" >&2; exit 2; }
+version=${kernel#/boot/vmlinuz-}
+Tests/E2E/vm/build-initramfs.sh "$version" "$work/initramfs.gz"
+
+rm -rf "$out"
+mkdir -p "$out"
+cmdline="console=ttyS0 quiet panic=-1 e2e.script=$root/Tests/E2E/guest/main.sh e2e.tether=$tether"
+cmdline="$cmdline e2e.python=$work/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
+echo "e2e: booting $version under QEMU (TCG, 2 vCPUs, 1 GiB); guest console in $out/console.log"
+booted=$(date +%s)
+set +e
+# The guest powers itself off when the scenarios end; the timeout is for a
+# guest that hangs. Its console goes to the log and, filtered, to stdout.
+timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -m 1024 \
+    -nographic -no-reboot -net none -kernel "$kernel" -initrd "$work/initramfs.gz" -append "$cmdline" \
+    -fsdev local,id=root,path=/,readonly=on,security_model=none,multidevs=remap \
+    -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
+    -fsdev local,id=out,path="$out",security_model=none \
+    -device virtio-9p-pci,fsdev=out,mount_tag=out \
+    </dev/null 2>&1 | tee "$out/console.log" | grep --line-buffered -E '^\[ *[0-9.]+\] |e2e-init' || true
+qemu_status=${PIPESTATUS[0]}
+set -e
+wall=$(( $(date +%s) - booted ))
+
+status=0
+python3 - "$out" "$qemu_status" "$wall" <<'EOF' || status=$?
+import json, sys
+from pathlib import Path
+out, qemu_status, wall = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+try:
+    report = json.loads((out / "results.json").read_text())
+except (OSError, ValueError):
+    print(f"e2e: FAIL the guest left no results (qemu exit {qemu_status}); see {out}/console.log")
+    sys.exit(2)
+for result in report["results"]:
+    figures = " ".join(f"{k}={v}" for k, v in result["figures"].items())
+    line = f"{'PASS' if result['passed'] else 'FAIL'} {result['name']:<22} {result['seconds']:>6.1f}s  {figures}"
+    print(line + (f"  -- {result['detail']}" if result["detail"] else ""))
+passed = all(r["passed"] for r in report["results"])
+print(f"e2e: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in report['results'])}/{len(report['results'])} "
+      f"scenarios; guest {report['guest_seconds']} s, boot wall time {wall} s")
+sys.exit(0 if passed else 1)
+EOF
+if [ "$status" != 0 ]; then
+    echo "e2e: logs (bluetoothd, btmon, tether, dongle, console) are in $out" >&2
+fi
+exit "$status"

@@ -47,7 +47,8 @@ echo "e2e: the dongle's self-test (in process, Bumble's emulated controllers)"
 
 echo "e2e: building tether"
 flock /tmp/tether-build.lock "$swift" build -q
-tether=$("$swift" build --show-bin-path)/tether
+# Paths in the guest are relative to the project, which it mounts elsewhere.
+tether=$(realpath --relative-to="$root" "$("$swift" build --show-bin-path)/tether")
 
 kernel=$(ls /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -n 1)
 [ -n "$kernel" ] || { echo "e2e: no /boot/vmlinuz-*-amd64 (linux-image-amd64)" >&2; exit 2; }
@@ -56,8 +57,8 @@ Tests/E2E/vm/build-initramfs.sh "$version" "$work/initramfs.gz"
 
 rm -rf "$out"
 mkdir -p "$out"
-cmdline="console=ttyS0 quiet panic=-1 e2e.script=$root/Tests/E2E/guest/main.sh e2e.tether=$tether"
-cmdline="$cmdline e2e.python=$work/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
+cmdline="console=ttyS0 quiet panic=-1 e2e.script=Tests/E2E/guest/main.sh e2e.tether=$tether"
+cmdline="$cmdline e2e.python=.build/e2e/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
 echo "e2e: booting $version under QEMU (TCG, 2 vCPUs, 1 GiB); guest console in $out/console.log"
 booted=$(date +%s)
 set +e
@@ -67,6 +68,8 @@ timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg,thread=multi -smp 
     -nographic -no-reboot -net none -kernel "$kernel" -initrd "$work/initramfs.gz" -append "$cmdline" \
     -fsdev local,id=root,path=/,readonly=on,security_model=none,multidevs=remap \
     -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
+    -fsdev local,id=project,path="$root",readonly=on,security_model=none,multidevs=remap \
+    -device virtio-9p-pci,fsdev=project,mount_tag=project \
     -fsdev local,id=out,path="$out",security_model=none \
     -device virtio-9p-pci,fsdev=out,mount_tag=out \
     </dev/null 2>&1 | tee "$out/console.log" | grep --line-buffered -E '^\[ *[0-9.]+\] |e2e-init' || true

@@ -11,7 +11,8 @@ Writes to OUT (argv[1], a 9p share the host reads): one line per scenario on
 stdout (the serial console) and in results.json, plus every process's log
 and a btmon capture. Exit status 0 only if every scenario passed.
 Parameters come from the kernel command line: e2e.tether=PATH (the binary),
-e2e.python=PATH (the venv's python with bumble), e2e.only=a,b (a subset).
+e2e.python=PATH (the venv's python with bumble), both relative to the
+project, and e2e.only=a,b (a subset).
 """
 
 import json
@@ -54,8 +55,8 @@ def kernel_parameters():
 
 
 PARAMS = kernel_parameters()
-TETHER = PARAMS.get("tether", str(ROOT / ".build/debug/tether"))
-PYTHON = PARAMS.get("python", str(ROOT / ".build/e2e/venv/bin/python"))
+TETHER = str(ROOT / PARAMS.get("tether", ".build/debug/tether"))
+PYTHON = str(ROOT / PARAMS.get("python", ".build/e2e/venv/bin/python"))
 
 
 def say(text):

@@ -48,7 +48,7 @@ UNITS     = systemd/tether.service systemd/tether@.service
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
 
-.PHONY: all build release test demo soak e2e deps clean
+.PHONY: all build release test demo soak e2e fuzz deps clean
 .PHONY: install uninstall man completions check-units
 
 all: build
@@ -97,8 +97,14 @@ soak: build
 e2e: deps
 	Tests/E2E/run.sh
 
+# libFuzzer targets (Fuzz/README.md): D-Bus messages, BlueZ properties, config
+# files, readings-log recovery; FUZZ_SECONDS per target. Non-zero on a crash.
+FUZZ_SECONDS ?= 60
+fuzz: deps
+	FUZZ_SECONDS=$(FUZZ_SECONDS) Fuzz/run.sh
+
 clean:
-	rm -rf .build
+	rm -rf .build .build-fuzz
 
 # Man pages from the ArgumentParser definitions: tether.1 and one page per
 # subcommand, by swift-argument-parser's GenerateManual plugin's tool

@@ -18,6 +18,10 @@ let package = Package(
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "tether", targets: ["tether"]),
+        // For the libFuzzer targets in Fuzz/, a separate package that depends on this one.
+        .library(name: "DBus", targets: ["DBus"]),
+        .library(name: "BlueZ", targets: ["BlueZ"]),
+        .library(name: "TetherCore", targets: ["TetherCore"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),

@@ -66,7 +66,9 @@ public struct BlueZClient: Sendable {
         return nil
     }
 
-    static func event(from signal: Message) -> BlueZEvent? {
+    /// The event a bus signal from bluetoothd stands for; nil for signals that
+    /// are not ObjectManager or PropertiesChanged ones, or that do not have their shape.
+    public static func event(from signal: Message) -> BlueZEvent? {
         guard let path = signal.path else { return nil }
         switch (signal.interface, signal.member) {
         case (StandardInterface.objectManager?, "InterfacesAdded"?):

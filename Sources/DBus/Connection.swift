@@ -186,7 +186,9 @@ final class Connection: @unchecked Sendable {
         guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
         }
-        let (message, bodyError) = Message.copy(from: rawMessage)
+        guard case let (message, bodyError)? = Message.copy(from: rawMessage) else {
+            return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
+        }
         if let bodyError, message.kind == .methodCall, !message.noReplyExpected,
            let reply = try? OutgoingMessage.error(to: message, name: DBusErrorName.invalidArgs, text: bodyError.description)
         {
@@ -358,7 +360,11 @@ final class PendingCall {
             return
         }
         defer { dbus_message_unref(reply) }
-        let (message, bodyError) = Message.copy(from: reply)
+        // libdbus completes a call with any message that names its serial, whatever its type.
+        guard case let (message, bodyError)? = Message.copy(from: reply) else {
+            finish(.failure(.malformed("the reply is of an unknown message type \(dbus_message_get_type(reply))")))
+            return
+        }
         if message.kind == .error {
             let name = message.errorName ?? DBusErrorName.failed
             if name == DBusErrorName.noReply {

@@ -61,9 +61,11 @@ public indirect enum DBusType: Sendable, Hashable, CustomStringConvertible {
     }
 
     private static func parseOne(_ chars: inout Substring, depth: Int = 0) -> DBusType? {
-        // The D-Bus spec limits nesting to 32 arrays and 32 structs; a hostile
-        // signature must not blow the stack.
-        guard depth < 64, let first = chars.popFirst() else { return nil }
+        // libdbus limits runs of arrays and nested structs to 32 each, not their
+        // sum (`a` ×32 `(` `a` ×32 … is valid), so only a signature's length,
+        // at most 255 characters, bounds its depth; a hostile string must not
+        // blow the stack.
+        guard depth < 255, let first = chars.popFirst() else { return nil }
         switch first {
         case "y": return .byte
         case "b": return .boolean

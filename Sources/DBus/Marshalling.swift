@@ -4,14 +4,27 @@ import Glibc
 /// Converts between `DBusValue` and libdbus's message iterators.
 ///
 /// Appending validates everything libdbus would otherwise abort on (strings
-/// with NUL, mismatched container element types); reading trusts libdbus,
-/// which has already validated every message that came off the wire.
+/// with NUL, mismatched container element types, invalid container types) or
+/// would marshal into a message that it, and the bus, then reject (signatures
+/// over 255 bytes, nesting too deep); reading trusts libdbus, which has
+/// already validated every message that came off the wire.
 enum Marshalling {
+    /// libdbus's limit on the containers (variants included) around any value
+    /// of a body: 2 × DBUS_MAXIMUM_TYPE_RECURSION_DEPTH.
+    static let maximumDepth = 64
+
     static func append(_ values: [DBusValue], to message: OpaquePointer) throws(DBusError) {
+        // A value's type can be one D-Bus has no signature for (an empty struct,
+        // a dictionary keyed by a container), too deep or too long: libdbus's own
+        // validator decides, before libdbus sees any of it.
+        let signature = values.map(\.type.signature).joined()
+        guard NameValidation.isValidSignature(signature) else {
+            throw .invalidArgument("no valid D-Bus signature for a body of \(signature)")
+        }
         var iter = DBusMessageIter()
         dbus_message_iter_init_append(message, &iter)
         for value in values {
-            try append(value, to: &iter)
+            try append(value, to: &iter, depth: 0)
         }
     }
 
@@ -28,7 +41,8 @@ enum Marshalling {
 
     // MARK: Appending
 
-    private static func append(_ value: DBusValue, to iter: inout DBusMessageIter) throws(DBusError) {
+    /// `depth`: the containers around `value`.
+    private static func append(_ value: DBusValue, to iter: inout DBusMessageIter, depth: Int) throws(DBusError) {
         switch value {
         case .byte(var v): try appendBasic(CDBUS_TYPE_BYTE, &v, &iter)
         case .boolean(let b):
@@ -50,11 +64,16 @@ enum Marshalling {
             guard NameValidation.isValidSignature(s) else { throw .invalidArgument("invalid signature \"\(s)\"") }
             try appendString(CDBUS_TYPE_SIGNATURE, s, &iter)
         case .variant(let inner):
-            try container(CDBUS_TYPE_VARIANT, signature: inner.type.signature, &iter) { (sub) throws(DBusError) in
-                try append(inner, to: &sub)
+            // The body's signature does not show what a variant holds.
+            let signature = inner.type.signature
+            guard NameValidation.isValidSingleSignature(signature) else {
+                throw .invalidArgument("no valid D-Bus signature for a variant of \(signature)")
+            }
+            try container(CDBUS_TYPE_VARIANT, signature: signature, &iter, depth: depth) { (sub) throws(DBusError) in
+                try append(inner, to: &sub, depth: depth + 1)
             }
         case .bytes(let bytes):
-            try container(CDBUS_TYPE_ARRAY, signature: "y", &iter) { (sub) throws(DBusError) in
+            try container(CDBUS_TYPE_ARRAY, signature: "y", &iter, depth: depth) { (sub) throws(DBusError) in
                 let ok = bytes.withUnsafeBufferPointer { buffer -> dbus_bool_t in
                     // libdbus wants a pointer to the pointer of the first element,
                     // and a valid pointer even for zero elements.
@@ -69,35 +88,35 @@ enum Marshalling {
             }
         case .array(let element, let elements):
             if element == .byte, let bytes = value.bytes {
-                try append(.bytes(bytes), to: &iter)
+                try append(.bytes(bytes), to: &iter, depth: depth)
                 return
             }
-            try container(CDBUS_TYPE_ARRAY, signature: element.signature, &iter) { (sub) throws(DBusError) in
+            try container(CDBUS_TYPE_ARRAY, signature: element.signature, &iter, depth: depth) { (sub) throws(DBusError) in
                 for item in elements {
                     guard item.type == element else {
                         throw .invalidArgument("array of \(element) holds a \(item.type)")
                     }
-                    try append(item, to: &sub)
+                    try append(item, to: &sub, depth: depth + 1)
                 }
             }
         case .dictionary(let keyType, let valueType, let entries):
             guard keyType.isBasic else { throw .invalidArgument("dictionary key type \(keyType) is not basic") }
             let entrySignature = "{" + keyType.signature + valueType.signature + "}"
-            try container(CDBUS_TYPE_ARRAY, signature: entrySignature, &iter) { (sub) throws(DBusError) in
+            try container(CDBUS_TYPE_ARRAY, signature: entrySignature, &iter, depth: depth) { (sub) throws(DBusError) in
                 for entry in entries {
                     guard entry.key.type == keyType, entry.value.type == valueType else {
                         throw .invalidArgument("dictionary \(entrySignature) holds {\(entry.key.type)\(entry.value.type)}")
                     }
-                    try container(CDBUS_TYPE_DICT_ENTRY, signature: nil, &sub) { (pair) throws(DBusError) in
-                        try append(entry.key, to: &pair)
-                        try append(entry.value, to: &pair)
+                    try container(CDBUS_TYPE_DICT_ENTRY, signature: nil, &sub, depth: depth + 1) { (pair) throws(DBusError) in
+                        try append(entry.key, to: &pair, depth: depth + 2)
+                        try append(entry.value, to: &pair, depth: depth + 2)
                     }
                 }
             }
         case .structure(let fields):
             guard !fields.isEmpty else { throw .invalidArgument("empty structure") }
-            try container(CDBUS_TYPE_STRUCT, signature: nil, &iter) { (sub) throws(DBusError) in
-                for field in fields { try append(field, to: &sub) }
+            try container(CDBUS_TYPE_STRUCT, signature: nil, &iter, depth: depth) { (sub) throws(DBusError) in
+                for field in fields { try append(field, to: &sub, depth: depth + 1) }
             }
         }
     }
@@ -114,10 +133,12 @@ enum Marshalling {
         guard ok != 0 else { throw .outOfMemory }
     }
 
+    /// Opens a container around values at `depth + 1`.
     private static func container(
-        _ type: Int32, signature: String?, _ iter: inout DBusMessageIter,
+        _ type: Int32, signature: String?, _ iter: inout DBusMessageIter, depth: Int,
         _ body: (inout DBusMessageIter) throws(DBusError) -> Void
     ) throws(DBusError) {
+        guard depth < maximumDepth else { throw .invalidArgument("values nested more than \(maximumDepth) containers deep") }
         var sub = DBusMessageIter()
         let opened: dbus_bool_t
         if let signature {

@@ -54,14 +54,17 @@ public struct Message: Sendable, CustomStringConvertible {
 extension Message {
     /// Copies an incoming libdbus message. Body decoding can fail on types
     /// Tether does not support (Unix fds); the headers are still returned and
-    /// `bodyError` says why the body is empty.
-    static func copy(from raw: OpaquePointer) -> (Message, DBusError?) {
+    /// `bodyError` says why the body is empty. Nil for a message type other than
+    /// the four D-Bus defines: libdbus passes those on, and the spec says to
+    /// ignore them (taking one for a signal, say, is wrong).
+    static func copy(from raw: OpaquePointer) -> (Message, DBusError?)? {
         let kind: Kind
         switch dbus_message_get_type(raw) {
         case CDBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
         case CDBUS_MESSAGE_TYPE_METHOD_RETURN: kind = .methodReturn
         case CDBUS_MESSAGE_TYPE_ERROR: kind = .error
-        default: kind = .signal
+        case CDBUS_MESSAGE_TYPE_SIGNAL: kind = .signal
+        default: return nil
         }
         var bodyError: DBusError?
         let body: [DBusValue]

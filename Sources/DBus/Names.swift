@@ -68,6 +68,11 @@ enum NameValidation {
         guard !s.utf8.contains(0) else { return false }
         return s.withCString { dbus_signature_validate($0, nil) != 0 }
     }
+    /// Exactly one complete type, as a variant holds.
+    static func isValidSingleSignature(_ s: String) -> Bool {
+        guard !s.utf8.contains(0) else { return false }
+        return s.withCString { dbus_signature_validate_single($0, nil) != 0 }
+    }
 
     private static func validate(
         _ s: String, _ validator: (UnsafePointer<CChar>?, UnsafeMutablePointer<CDBus.DBusError>?) -> dbus_bool_t

@@ -22,7 +22,29 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
         var text = file
         if let line { text += ":\(line)" }
         text += ": "
-        if let key { text += "\(key): " }
-        return text + message
+        if let key { text += "\(Self.displayed(key)): " }
+        // Messages quote the user's text, but some come from toml++ or the
+        // prescreen with the offending bytes as they were.
+        for scalar in message.unicodeScalars {
+            if scalar.value < 0x20 || scalar.value == 0x7f {
+                text += "\\u{\(String(scalar.value, radix: 16))}"
+            } else {
+                text.unicodeScalars.append(scalar)
+            }
+        }
+        return text
+    }
+
+    /// A key as the person editing the file would recognise it: dotted bare keys
+    /// as they are, any other key (TOML allows `"" = 1` and `"a\nb" = 1`) quoted
+    /// and escaped, so that the message stays one line and shows where the key ends.
+    static func displayed(_ key: String) -> String {
+        let isBare = key.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { segment in
+            !segment.isEmpty && segment.utf8.allSatisfy { byte in
+                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
+                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
+            }
+        }
+        return isBare ? key : ConfigContext.quoted(key)
     }
 }

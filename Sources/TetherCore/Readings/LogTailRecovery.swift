@@ -57,8 +57,9 @@ enum LogTailRecovery {
     ) throws -> (record: ReadingRecord, end: Int64, needsNewline: Bool)? {
         var segmentEnd = size  // exclusive end of the candidate line's content
         var terminated = false  // whether a newline sits at segmentEnd
+        var newlines = NewlineScanner(fd: fd, path: path)
         while true {
-            let newline = try lastNewline(fd: fd, before: segmentEnd, path: path)
+            let newline = try newlines.lastNewline(before: segmentEnd)
             let start = newline + 1
             let length = segmentEnd - start
             if length > 0, length <= maximumLineLength {
@@ -73,17 +74,38 @@ enum LogTailRecovery {
         }
     }
 
-    /// Offset of the last "\n" before `end`, or -1.
-    private static func lastNewline(fd: Int32, before end: Int64, path: String) throws -> Int64 {
-        var position = end
-        while position > 0 {
-            let chunkStart = max(0, position - chunkSize)
-            let chunk = try LogFileSystem.read(fd, offset: chunkStart, count: Int(position - chunkStart), path: path)
-            if let index = chunk.lastIndex(of: UInt8(ascii: "\n")) {
-                return chunkStart + Int64(index)
-            }
-            position = chunkStart
+    /// Finds newlines from the end of a file backwards, reading each byte once
+    /// however many lines there are: a tail of many short invalid lines (say,
+    /// newlines with nothing between them) must not cost a chunk-sized read per line.
+    private struct NewlineScanner {
+        let fd: Int32
+        let path: String
+        /// The bytes of the file from `chunkStart`, read last.
+        private var chunk: [UInt8] = []
+        private var chunkStart: Int64 = 0
+
+        init(fd: Int32, path: String) {
+            self.fd = fd
+            self.path = path
         }
-        return -1
+
+        /// Offset of the last "\n" before `end`, or -1. `end` must not grow between calls.
+        mutating func lastNewline(before end: Int64) throws -> Int64 {
+            var position = end
+            while position > 0 {
+                if position <= chunkStart || position > chunkStart + Int64(chunk.count) {
+                    let start = max(0, position - chunkSize)
+                    chunk = try LogFileSystem.read(fd, offset: start, count: Int(position - start), path: path)
+                    chunkStart = start
+                    // The file is locked and was measured: a short read means it shrank under us.
+                    guard chunkStart + Int64(chunk.count) == position else { throw LogFileSystem.failure("read", path, EIO) }
+                }
+                if let index = chunk[..<Int(position - chunkStart)].lastIndex(of: UInt8(ascii: "\n")) {
+                    return chunkStart + Int64(index)
+                }
+                position = chunkStart
+            }
+            return -1
+        }
     }
 }

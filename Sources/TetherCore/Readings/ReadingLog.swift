@@ -85,6 +85,10 @@ public final class ReadingLog {
                 truncated += outcome.truncatedBytes
                 if let record = outcome.lastRecord {
                     lastSeq = max(lastSeq, record.seq)
+                    // A newest file that keeps records has used the seq its name starts
+                    // at, whatever they say (a file edited or restored by hand): the next
+                    // rotation must not create, and truncate, a file of the same name.
+                    if index == files.count - 1 { lastSeq = max(lastSeq, file.firstSeq) }
                     break
                 }
                 // A file left with no records: the newest stays as the file to append to,

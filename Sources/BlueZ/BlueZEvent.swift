@@ -11,7 +11,10 @@ public enum BlueZEvent: Sendable {
     case interfacesAdded(ObjectPath, DBusValue)
     case interfacesRemoved(ObjectPath, [String])
     case propertiesChanged(ObjectPath, interface: String, changed: [String: DBusValue], invalidated: [String])
-    /// A characteristic's `Value` changed: a notification, or the echo of a read.
+    /// A characteristic's `Value` changed, alone: a notification, or the echo
+    /// of a read. A `Value` that shares its PropertiesChanged with other
+    /// properties (bluetoothd flushes pending ones with it) comes as
+    /// `propertiesChanged`, and is a notification too.
     case valueChanged(ObjectPath, [UInt8])
     /// The consumer fell behind and this many signals were dropped (readings
     /// among them); a fresh `serviceAppeared` snapshot follows.

@@ -69,7 +69,14 @@ extension Simulator {
             $0.uuid = characteristic.uuid
         }
         updateTelemetry()
-        if sessions.count == 1 {
+        guard sessions.count == 1 else { return }
+        if options.valueWithNotifying, characteristic.path == gatt.tx.path, let bus = bluez {
+            let next = dongle.nextNotification()
+            let changes: [String: DBusValue] = ["Notifying": .boolean(true), "Value": .bytes(next.payload)]
+            if (try? await bus.setProperties(characteristic.path, BlueZ.gattCharacteristicInterface, changes)) != nil {
+                log.recordNotifications([next.sequence])
+            }
+        } else {
             await setNotifying(characteristic.path, true)
         }
     }

@@ -36,6 +36,11 @@ public struct SimulatorOptions: Sendable {
     /// kernel's Device Connected event: ServicesResolved=true is then the
     /// only sign of the connection.
     public var connectedUnsignalled = false
+    /// Send the first notification after StartNotify in the same
+    /// PropertiesChanged as Notifying=true, as bluetoothd does when the
+    /// dongle notifies before its pending Notifying change went out (a
+    /// Value change flushes the object's pending properties with it).
+    public var valueWithNotifying = false
     /// BlueZ's GATT cache (main.conf `Cache`, default `always`): the GATT
     /// objects stay exported across link losses and only ServicesResolved
     /// goes false. With false, they are removed on every link loss (as with

@@ -148,17 +148,25 @@ public final class LinkService<C: Clock>: Sendable where C.Duration == Duration 
         var device = config.dongle.address ?? ""
         var lastResolution = LinkResolver.Resolution()
 
+        func record(_ path: ObjectPath, _ bytes: [UInt8]) {
+            guard let uuid = notifyPaths[path] else { return }
+            let now = Date()
+            recorder.record(Reading(receivedAt: now, device: device, characteristic: uuid, source: .notify, payload: bytes))
+            shared.withLock { $0.lastReadingAt = now }
+        }
+
         for await event in events {
             if case .valueChanged(let path, let bytes) = event {
                 // The hot path: one dictionary lookup and a hand-off.
-                if let uuid = notifyPaths[path] {
-                    let now = Date()
-                    recorder.record(Reading(receivedAt: now, device: device, characteristic: uuid, source: .notify, payload: bytes))
-                    shared.withLock { $0.lastReadingAt = now }
-                }
+                record(path, bytes)
                 continue
             }
             switch event {
+            case .propertiesChanged(let path, BlueZ.gattCharacteristicInterface, let changed, _):
+                // bluetoothd flushes a notification's Value together with any
+                // property change still pending on the object (Notifying=true
+                // right after StartNotify): a reading all the same.
+                if let bytes = changed["Value"]?.bytes { record(path, bytes) }
             case .serviceAppeared(let owner, _):
                 bluezPresent = true
                 logger.debug("bluetoothd is on the bus", metadata: ["owner": "\(owner)"])

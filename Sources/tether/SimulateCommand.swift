@@ -63,6 +63,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Flag(help: "Never signal Connected=true (ServicesResolved=true is the only sign), as bluetoothd 5.66 sometimes does.")
     var connectedUnsignalled = false
 
+    @Flag(help: "Send the first notification in the same PropertiesChanged as Notifying=true, as bluetoothd can.")
+    var valueWithNotifying = false
+
     @Flag(help: "Remove the GATT objects on every link loss (BlueZ with Cache=no); by default they stay, as with BlueZ's default Cache=always.")
     var noGattCache = false
 
@@ -90,6 +93,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
         options.connectedUnsignalled = connectedUnsignalled
+        options.valueWithNotifying = valueWithNotifying
         options.gattCache = !noGattCache
         options.eventLogPath = eventLog
 

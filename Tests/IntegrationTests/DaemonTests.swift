@@ -77,6 +77,23 @@ import TetherCore
         #expect(written, "readings flow")
     }
 
+    /// A notification that bluetoothd flushes in one PropertiesChanged with
+    /// Notifying=true is a reading like any other (found by fuzzing the
+    /// BlueZ event decoder: it only took a Value that came alone).
+    @Test func aValueSharingItsSignalWithNotifyingIsARecordedReading() async throws {
+        var options = SimulatorOptions()
+        options.valueWithNotifying = true
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        #expect(await eventually { (try? harness.sequencesOnDisk().count) ?? 0 >= 5 })
+        await harness.stopDaemon()
+        let onDisk = try harness.sequencesOnDisk()
+        await harness.stop()
+        #expect(onDisk.first == 1, "the first reading, sent with Notifying=true, is on disk")
+        #expect(onDisk == Array(1...UInt32(onDisk.count)), "in order, none missing or doubled")
+    }
+
     @Test func failingConnectsFollowTheScheduleAndBounds() async throws {
         let harness = try await DaemonHarness {
             $0.reconnect.initialBackoff = .milliseconds(200)

@@ -339,6 +339,10 @@ final class SoakScript: @unchecked Sendable {
     // MARK: Verdict
 
     private func finish() async throws -> Bool {
+        // The dongle goes quiet first: a notification sent while the daemon
+        // is leaving the bus reaches nobody (a 10-minute run lost its very
+        // last one that way), and that is a stop, not a loss.
+        try await remote?.knob("SetNotifyRate", [.double(0)])
         try await Task.sleep(for: .seconds(3))  // the last readings reach the disk
         let status = daemon?.terminate(grace: .seconds(15)) ?? -1
         daemon = nil

@@ -284,15 +284,13 @@ flush_interval = "500ms"
         return self.tether_log.wait_for(rf"event=state-changed.* state={re.escape(state)}\b", timeout, since)
 
     def wait_reading_after(self, since, timeout):
-        """When Tether wrote the first reading the dongle sent after `since`:
-        the dongle's sequence then, polled through ReadingsWritten."""
-        def seq_on_disk():
-            return self.readings_seqs()
+        """When the first notification the dongle sent after `since` is on
+        disk (found by polling the readings files), or None."""
         first_sent = wait_until(lambda: self.sent_after(since), timeout)
         if not first_sent:
             return None
         wanted = first_sent["seq"]
-        found = wait_until(lambda: wanted in set(seq_on_disk()), timeout, step=0.25)
+        found = wait_until(lambda: wanted in self.readings_seqs(), timeout, step=0.25)
         return time.monotonic() if found else None
 
     @staticmethod
@@ -332,8 +330,8 @@ flush_interval = "500ms"
 
 
 def hci_resets(snoop, index=0):
-    """HCI_Reset commands sent to controller `index` in a btmon capture, as
-    monotonic-comparable timestamps (µs in the capture's own clock)."""
+    """The timestamps (the capture's own clock) of the HCI_Reset commands
+    sent to controller `index` in a btmon capture."""
     resets = []
     try:
         data = snoop.read_bytes()
@@ -388,7 +386,7 @@ def keep_alive(stack):
 IN_FLIGHT = 0.5
 
 
-def recovery(stack, fault, why, timeout=120, settle=None, in_flight=0.0):
+def recovery(stack, fault, why, timeout=120, in_flight=0.0):
     """Injects `fault`, then measures Tether's way back: detected (left
     online), online again, and the first new reading on disk. Readings sent
     from `in_flight` seconds before the fault until online again may be lost."""
@@ -400,8 +398,6 @@ def recovery(stack, fault, why, timeout=120, settle=None, in_flight=0.0):
     online = stack.state_line("online", timeout, left[0])
     if online is None:
         return False, {"detected_ms": round((left[0] - injected) * 1000)}, f"not online within {timeout} s"
-    if settle:
-        settle()
     reading = stack.wait_reading_after(online[0], 30)
     stack.loss_windows.append((injected - in_flight, online[0], why))
     figures = {"detected_ms": round((left[0] - injected) * 1000),

@@ -5,6 +5,7 @@ import PackageDescription
 //   CDBus, CBluetooth   C shims over libdbus-1 and libbluetooth
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
+//   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   BlueZ               a typed client for org.bluez
@@ -41,9 +42,11 @@ let package = Package(
         ),
         .target(name: "CSystemd"),
         .target(name: "ChildProcess"),
-        .target(name: "DBus", dependencies: ["CDBus", "ChildProcess"]),
+        .target(name: "CEventLoop"),
+        .target(name: "EventLoop", dependencies: ["CEventLoop"]),
+        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"]),
         .target(name: "HCI", dependencies: ["CBluetooth"]),
-        .target(name: "BlueZ", dependencies: ["DBus"]),
+        .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"]),
         .target(
             name: "TetherCore",
             dependencies: [
@@ -59,7 +62,7 @@ let package = Package(
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "BlueZ", "HCI", "TetherCore", "Systemd",
+                "DBus", "EventLoop", "BlueZ", "HCI", "TetherCore", "Systemd",
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),

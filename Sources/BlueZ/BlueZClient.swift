@@ -116,9 +116,14 @@ public struct BlueZClient: Sendable {
     public func setDiscoveryFilter(
         _ adapter: ObjectPath, uuids: [String] = [], transport: String = "le", duplicateData: Bool = true
     ) async throws(BlueZError) {
+        let filter = Self.discoveryFilter(uuids: uuids, transport: transport, duplicateData: duplicateData)
+        _ = try await call(adapter, BlueZ.adapterInterface, "SetDiscoveryFilter", [.vardict(filter)])
+    }
+
+    static func discoveryFilter(uuids: [String], transport: String = "le", duplicateData: Bool = true) -> [String: DBusValue] {
         var filter: [String: DBusValue] = ["Transport": .string(transport), "DuplicateData": .boolean(duplicateData)]
         if !uuids.isEmpty { filter["UUIDs"] = .strings(uuids) }
-        _ = try await call(adapter, BlueZ.adapterInterface, "SetDiscoveryFilter", [.vardict(filter)])
+        return filter
     }
 
     public func startDiscovery(_ adapter: ObjectPath) async throws(BlueZError) {

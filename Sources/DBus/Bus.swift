@@ -1,19 +1,27 @@
 import CDBus
-import Foundation
+import EventLoop
+#if canImport(Glibc)
+import Glibc
+#endif
 
 /// One connection to a message bus.
 ///
-/// `Bus` is an actor whose executor is the connection's serial DispatchQueue:
-/// its methods, libdbus's callbacks and the DispatchSources that drive the
-/// socket all run there, one at a time. Every wait (a reply, a signal) is a
-/// suspension, never a blocking libdbus call.
+/// `Bus` is an actor whose executor is an `EventLoop`: its methods, libdbus's
+/// callbacks and the loop's handlers for the socket all run on the loop's
+/// thread, one at a time. Every wait (a reply, a signal) is a suspension or
+/// a callback, never a blocking libdbus call.
+///
+/// Two ways to use it: the `async` methods (clients, tests, the simulator),
+/// and, for code that runs on the same loop (the daemon), synchronous ones
+/// (`startCall`, `addSignalHandler`, `setSignalInterceptor`) whose callbacks
+/// run on the loop in the order the messages arrived: no task, no hop.
 public actor Bus {
     /// Where the reply-less bus daemon lives.
     static let daemonName = "org.freedesktop.DBus"
     static let daemonPath: ObjectPath = "/org/freedesktop/DBus"
 
-    public nonisolated let executor: DispatchQueueExecutor
-    public nonisolated var unownedExecutor: UnownedSerialExecutor { executor.asUnownedSerialExecutor() }
+    public nonisolated let loop: EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
     private let connection: Connection
     /// The unique name the bus daemon gave this connection (`:1.42`).
@@ -24,8 +32,9 @@ public actor Bus {
 
     private var registry = ObjectRegistry()
     private var subscriptions: [Int: Subscription] = [:]
+    private var signalHandlers: [Int: (rules: [MatchRule], handler: @Sendable (Message) -> Void)] = [:]
     private var nextSubscriptionID = 0
-    private var closeWaiters: [CheckedContinuation<Void, Never>] = []
+    private var closeWaiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
 
     private struct Subscription {
         var rules: [MatchRule]
@@ -48,42 +57,44 @@ public actor Bus {
     /// The default timeout of libdbus for method calls.
     public static let defaultTimeout: Duration = .seconds(25)
 
-    private init(label: String) {
-        executor = DispatchQueueExecutor(label: label)
-        connection = Connection(executor: executor)
+    private init(loop: EventLoop) {
+        self.loop = loop
+        connection = Connection(loop: loop)
     }
 
     /// A bus dropped without `close()` still closes its connection, so
     /// libdbus never calls back into freed memory.
     deinit {
         let connection = self.connection
-        executor.queue.async { connection.close() }
+        loop.execute { connection.close() }
     }
 
     // MARK: Connecting
 
     /// Connects to the bus at `address` (e.g. `unix:path=/run/dbus/system_bus_socket`)
     /// and registers with Hello.
-    public static func connect(address: String, timeout: Duration = defaultTimeout) async throws(DBusError) -> Bus {
-        let bus = Bus(label: "dbus.\(address)")
+    public static func connect(
+        address: String, on loop: EventLoop = .shared, timeout: Duration = defaultTimeout
+    ) async throws(DBusError) -> Bus {
+        let bus = Bus(loop: loop)
         try await bus.open(address: address, timeout: timeout)
         return bus
     }
 
     /// The system bus: `DBUS_SYSTEM_BUS_ADDRESS` if set, as libdbus does, else
     /// the standard socket.
-    public static func system() async throws(DBusError) -> Bus {
-        let address = ProcessInfo.processInfo.environment["DBUS_SYSTEM_BUS_ADDRESS"]
+    public static func system(on loop: EventLoop = .shared) async throws(DBusError) -> Bus {
+        let address = getenv("DBUS_SYSTEM_BUS_ADDRESS").map { String(cString: $0) }
             ?? "unix:path=/var/run/dbus/system_bus_socket"
-        return try await connect(address: address)
+        return try await connect(address: address, on: loop)
     }
 
     /// The session bus from `DBUS_SESSION_BUS_ADDRESS`.
-    public static func session() async throws(DBusError) -> Bus {
-        guard let address = ProcessInfo.processInfo.environment["DBUS_SESSION_BUS_ADDRESS"] else {
+    public static func session(on loop: EventLoop = .shared) async throws(DBusError) -> Bus {
+        guard let address = getenv("DBUS_SESSION_BUS_ADDRESS").map({ String(cString: $0) }) else {
             throw .connectFailed("DBUS_SESSION_BUS_ADDRESS is not set")
         }
-        return try await connect(address: address)
+        return try await connect(address: address, on: loop)
     }
 
     private func open(address: String, timeout: Duration) async throws(DBusError) {
@@ -119,19 +130,32 @@ public actor Bus {
     }
 
     /// Suspends until the connection closes (the bus went away or `close()` ran).
+    /// Returns early if the task is cancelled.
     public func waitUntilClosed() async {
-        guard isConnected else { return }
-        await withCheckedContinuation { closeWaiters.append($0) }
+        guard isConnected, !Task.isCancelled else { return }
+        let id = nextSubscriptionID
+        nextSubscriptionID += 1
+        await withTaskCancellationHandler {
+            await withCheckedContinuation { closeWaiters.append((id, $0)) }
+        } onCancel: { [loop] in
+            loop.execute { self.assumeIsolated { $0.resumeCloseWaiter(id) } }
+        }
+    }
+
+    private func resumeCloseWaiter(_ id: Int) {
+        guard let index = closeWaiters.firstIndex(where: { $0.id == id }) else { return }
+        closeWaiters.remove(at: index).continuation.resume()
     }
 
     private func connectionClosed() {
         isConnected = false
         for (_, subscription) in subscriptions { subscription.finish() }
         subscriptions.removeAll()
+        signalHandlers.removeAll()
         registry = ObjectRegistry()
         let waiters = closeWaiters
         closeWaiters.removeAll()
-        for waiter in waiters { waiter.resume() }
+        for waiter in waiters { waiter.continuation.resume() }
     }
 
     // MARK: Calling
@@ -162,9 +186,35 @@ public actor Bus {
                 }
             }
         } onCancel: {
-            executor.queue.async { handle.pending?.cancel(with: .cancelled) }
+            loop.execute { handle.pending?.cancel(with: .cancelled) }
         }
         return try result.get()
+    }
+
+    /// Sends a method call now and returns; `completion` runs on the loop
+    /// with the reply. Calls started one after another reach the peer in
+    /// that order (one socket, written in order), whatever their replies do.
+    public func startCall(
+        destination: String?, path: ObjectPath, interface: String?, method: String,
+        _ arguments: [DBusValue] = [], timeout: Duration = defaultTimeout,
+        completion: @escaping @Sendable (Result<Message, DBusError>) -> Void
+    ) {
+        let message: OutgoingMessage
+        do {
+            message = try OutgoingMessage.methodCall(
+                destination: destination, path: path, interface: interface, member: method, body: arguments
+            )
+        } catch {
+            completion(.failure(error))
+            return
+        }
+        _ = connection.call(message, timeout: timeout, completion: completion)
+    }
+
+    /// Reads and dispatches everything that has already reached this
+    /// connection's socket, synchronously.
+    public func drainIncoming() {
+        connection.drainIncoming()
     }
 
     /// Sends a method call without waiting for (or wanting) a reply.
@@ -246,8 +296,8 @@ public actor Bus {
         nextSubscriptionID += 1
         let subscription = Subscription(rules: rules, sink: sink)
         subscriptions[id] = subscription
-        onTermination { [weak self] in
-            Task { await self?.unsubscribe(id) }
+        onTermination { [weak self, loop] in
+            loop.execute { [weak self] in self?.assumeIsolated { $0.unsubscribe(id) } }
         }
         do {
             for rule in rules {
@@ -258,6 +308,52 @@ public actor Bus {
             subscription.finish()
             throw error
         }
+    }
+
+    /// Calls `handler` on the loop, synchronously, for every signal matching
+    /// any of `rules`, in the order signals arrive. The rules are installed
+    /// on the bus before this returns. Returns a token for
+    /// `removeSignalHandler`.
+    public func addSignalHandler(
+        matchingAny rules: [MatchRule], _ handler: @escaping @Sendable (Message) -> Void
+    ) async throws(DBusError) -> Int {
+        let id = nextSubscriptionID
+        nextSubscriptionID += 1
+        signalHandlers[id] = (rules, handler)
+        do {
+            for rule in rules {
+                _ = try await callDaemon("AddMatch", [.string(rule.description)])
+            }
+        } catch {
+            signalHandlers[id] = nil
+            throw error
+        }
+        return id
+    }
+
+    /// Stops the handler and removes its rules from the bus. When this
+    /// returns, every signal the bus routed to this connection before it
+    /// removed the rules has been handed to the handler: the bus answers
+    /// RemoveMatch after what it queued for us earlier, and replies and
+    /// signals are dispatched in arrival order.
+    /// Not cancellable: a stopping daemon calls it from a cancelled task.
+    public func removeSignalHandler(_ id: Int) async {
+        guard let entry = signalHandlers[id], isConnected else { return }
+        for rule in entry.rules {
+            await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+                startCall(
+                    destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "RemoveMatch",
+                    [.string(rule.description)], timeout: .seconds(5)
+                ) { _ in continuation.resume() }
+            }
+        }
+        signalHandlers[id] = nil
+    }
+
+    /// Lets `interceptor` see each incoming signal before it is decoded and
+    /// consume it (return true): the fast path for a hot signal.
+    public func setSignalInterceptor(_ interceptor: (@Sendable (RawSignal) -> Bool)?) {
+        connection.signalInterceptor = interceptor
     }
 
     private func unsubscribe(_ id: Int) {
@@ -437,6 +533,9 @@ public actor Bus {
     private func route(_ message: Message) {
         switch message.kind {
         case .signal:
+            for (_, entry) in signalHandlers where entry.rules.contains(where: { $0.matches(message) }) {
+                entry.handler(message)
+            }
             for (id, subscription) in subscriptions where subscription.rules.contains(where: { $0.matches(message) }) {
                 deliver(message, to: id, subscription)
             }

@@ -1,42 +1,48 @@
 import CDBus
-import Dispatch
+import CEventLoop
+import EventLoop
 #if canImport(Glibc)
 import Glibc
 #endif
 
-/// The libdbus side of one bus connection, confined to its executor's queue.
+/// The libdbus side of one bus connection, confined to its event loop.
 ///
 /// Invariants:
-/// - every method here runs on `executor.queue` (the `Bus` actor runs there,
-///   and so do the DispatchSources that stand in for libdbus's watches and
-///   timeouts), so libdbus is never entered concurrently and never blocks;
-/// - libdbus's watch and timeout callbacks become DispatchSources, so an idle
-///   connection sleeps in the kernel instead of polling;
+/// - every method here runs on `loop`'s thread (the `Bus` actor's executor
+///   is the loop, and libdbus's watches and timeouts are the loop's
+///   descriptors and timers), so libdbus is never entered concurrently and
+///   never blocks;
+/// - an idle connection sleeps in the loop's epoll_wait: no polling;
+/// - a readable socket is drained in one turn (every complete message read
+///   and dispatched), so a burst costs one wake-up, not one per message;
 /// - once `close()` has run, `raw` is nil and every entry point fails with
 ///   `.disconnected`.
 final class Connection: @unchecked Sendable {
-    let executor: DispatchQueueExecutor
+    let loop: EventLoop
     private(set) var raw: OpaquePointer?
-    private var watches: [OpaquePointer: WatchSources] = [:]
-    private var timers: [OpaquePointer: DispatchSourceTimer] = [:]
+    private var watches: [OpaquePointer: EventLoop.WatchID] = [:]
+    private var timers: [OpaquePointer: EventLoop.TimerID] = [:]
+    /// libdbus's timeouts between its add and remove callbacks.
+    private var timeoutsAdded: Set<OpaquePointer> = []
     private var dispatchScheduled = false
     /// Calls awaiting a reply, failed with `.disconnected` on close.
     private var inFlight: [ObjectIdentifier: PendingCall] = [:]
-    /// Called on the queue for every incoming signal and method call.
+    /// Called on the loop for every incoming signal and method call.
     var onMessage: ((Message) -> Void)?
-    /// Called once on the queue when the bus goes away or `close()` runs.
+    /// Called on the loop with each incoming signal before it is decoded;
+    /// returning true consumes it (a fast path for hot signals).
+    var signalInterceptor: ((RawSignal) -> Bool)?
+    /// Called once on the loop when the bus goes away or `close()` runs.
     var onClose: (() -> Void)?
 
-    private var queue: DispatchQueue { executor.queue }
-
-    init(executor: DispatchQueueExecutor) {
-        self.executor = executor
+    init(loop: EventLoop) {
+        self.loop = loop
     }
 
     /// Opens a private connection. Connecting a Unix socket does not block;
     /// authentication and Hello run later through the main loop.
     func open(address: String) throws(DBusError) {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.checkIsolated()
         guard NameValidation.isValidUTF8(address) else { throw .invalidArgument("bus address") }
         var error = CDBus.DBusError()
         dbus_error_init(&error)
@@ -63,7 +69,7 @@ final class Connection: @unchecked Sendable {
 
     /// Closes the connection and releases every source. Safe to call twice.
     func close() {
-        dispatchPrecondition(condition: .onQueue(queue))
+        loop.checkIsolated()
         guard let connection = raw else { return }
         raw = nil
         // Detach our callbacks before closing so libdbus does not call back
@@ -77,10 +83,11 @@ final class Connection: @unchecked Sendable {
         dbus_connection_set_timeout_functions(connection, nil, nil, nil, nil, nil)
         for (_, pending) in inFlight { pending.cancel(with: .disconnected) }
         inFlight.removeAll()
-        for (_, sources) in watches { sources.cancel() }
+        for (_, watch) in watches { loop.removeWatch(watch) }
         watches.removeAll()
-        for (_, timer) in timers { timer.cancel() }
+        for (_, timer) in timers { loop.cancelTimer(timer) }
         timers.removeAll()
+        timeoutsAdded.removeAll()
         dbus_connection_unref(connection)
         let closeHandler = onClose
         onClose = nil
@@ -98,7 +105,7 @@ final class Connection: @unchecked Sendable {
         guard dbus_connection_send(connection, message.raw, nil) != 0 else { throw .outOfMemory }
     }
 
-    /// Sends a method call; `completion` runs on the queue exactly once, with
+    /// Sends a method call; `completion` runs on the loop exactly once, with
     /// the reply, an error reply, or a local failure (timeout, disconnect).
     /// Returns a handle that can cancel the call.
     func call(
@@ -133,7 +140,7 @@ final class Connection: @unchecked Sendable {
             pending.finish(.failure(.outOfMemory))
             return nil
         }
-        // Replies are only read on this queue, so the call cannot have
+        // Replies are only read on this loop, so the call cannot have
         // completed between sending and setting the notify function; the
         // check keeps that assumption honest.
         if dbus_pending_call_get_completed(pendingPointer) != 0 {
@@ -153,14 +160,42 @@ final class Connection: @unchecked Sendable {
     private func scheduleDispatch() {
         guard !dispatchScheduled else { return }
         dispatchScheduled = true
-        queue.async { [self] in
+        loop.execute { [self] in
             dispatchScheduled = false
             dispatchPending()
         }
     }
 
+    /// Reads everything the socket holds and dispatches it. libdbus reads at
+    /// most 2 KiB per `dbus_watch_handle`, so a burst of signals would
+    /// otherwise take one loop turn (and under load moderation, one sleep)
+    /// per 2 KiB.
+    private func drainReadable(_ watch: OpaquePointer, fd: Int32) {
+        var rounds = 0
+        repeat {
+            dbus_watch_handle(watch, DBUS_WATCH_READABLE.rawValue)
+            dispatchPending()
+            rounds += 1
+        } while raw != nil && watches[watch] != nil && rounds < 256 && ceventloop_pending_bytes(fd) > 0
+    }
+
+    /// Reads what the socket holds now, without waiting, and dispatches it all.
+    func drainIncoming() {
+        guard let connection = raw else { return }
+        var fd: Int32 = -1
+        _ = dbus_connection_get_unix_fd(connection, &fd)
+        var rounds = 0
+        repeat {
+            _ = dbus_connection_read_write(connection, 0)
+            while let connection = raw, dbus_connection_get_dispatch_status(connection) == DBUS_DISPATCH_DATA_REMAINS {
+                dbus_connection_dispatch(connection)
+            }
+            rounds += 1
+        } while raw != nil && rounds < 100_000 && fd >= 0 && ceventloop_pending_bytes(fd) > 0
+    }
+
     /// Dispatches queued messages. A bounded batch per turn keeps other work
-    /// on the queue (method calls, timers) from starving under a flood.
+    /// on the loop (method calls, timers) from starving under a flood.
     private func dispatchPending() {
         var budget = 512
         while let connection = raw, budget > 0,
@@ -176,12 +211,15 @@ final class Connection: @unchecked Sendable {
 
     private func handle(_ rawMessage: OpaquePointer) -> DBusHandlerResult {
         let type = dbus_message_get_type(rawMessage)
-        if type == CDBUS_MESSAGE_TYPE_SIGNAL,
-           dbus_message_is_signal(rawMessage, "org.freedesktop.DBus.Local", "Disconnected") != 0
-        {
-            // The peer hung up. Defer the teardown: we are inside dbus_connection_dispatch.
-            queue.async { [self] in close() }
-            return DBUS_HANDLER_RESULT_HANDLED
+        if type == CDBUS_MESSAGE_TYPE_SIGNAL {
+            if dbus_message_is_signal(rawMessage, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
+                // The peer hung up. Defer the teardown: we are inside dbus_connection_dispatch.
+                loop.execute { [self] in close() }
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            if let signalInterceptor, signalInterceptor(RawSignal(raw: rawMessage)) {
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
         }
         guard type == CDBUS_MESSAGE_TYPE_SIGNAL || type == CDBUS_MESSAGE_TYPE_METHOD_CALL else {
             return DBUS_HANDLER_RESULT_NOT_YET_HANDLED
@@ -199,7 +237,7 @@ final class Connection: @unchecked Sendable {
         return DBUS_HANDLER_RESULT_HANDLED
     }
 
-    // MARK: libdbus callbacks (all run on the queue, inside libdbus calls)
+    // MARK: libdbus callbacks (all run on the loop, inside libdbus calls)
 
     private static func from(_ data: UnsafeMutableRawPointer?) -> Connection? {
         data.map { Unmanaged<Connection>.fromOpaque($0).takeUnretainedValue() }
@@ -225,29 +263,31 @@ final class Connection: @unchecked Sendable {
     }
 
     private static let removeWatch: DBusRemoveWatchFunction = { watch, data in
-        guard let watch, let connection = from(data) else { return }
-        connection.watches.removeValue(forKey: watch)?.cancel()
+        guard let watch, let connection = from(data), let id = connection.watches.removeValue(forKey: watch) else { return }
+        connection.loop.removeWatch(id)
     }
 
     private static let toggleWatch: DBusWatchToggledFunction = { watch, data in
-        guard let watch, let connection = from(data) else { return }
-        connection.watches[watch]?.setEnabled(dbus_watch_get_enabled(watch) != 0)
+        guard let watch, let connection = from(data), let id = connection.watches[watch] else { return }
+        connection.loop.setInterest(id, interest(of: watch))
     }
 
     private static let addTimeout: DBusAddTimeoutFunction = { timeout, data in
         guard let timeout, let connection = from(data) else { return 0 }
+        connection.timeoutsAdded.insert(timeout)
         connection.armTimeout(timeout)
         return 1
     }
 
     private static let removeTimeout: DBusRemoveTimeoutFunction = { timeout, data in
         guard let timeout, let connection = from(data) else { return }
-        connection.timers.removeValue(forKey: timeout)?.cancel()
+        connection.timeoutsAdded.remove(timeout)
+        if let id = connection.timers.removeValue(forKey: timeout) { connection.loop.cancelTimer(id) }
     }
 
     private static let toggleTimeout: DBusTimeoutToggledFunction = { timeout, data in
         guard let timeout, let connection = from(data) else { return }
-        connection.timers.removeValue(forKey: timeout)?.cancel()
+        if let id = connection.timers.removeValue(forKey: timeout) { connection.loop.cancelTimer(id) }
         connection.armTimeout(timeout)
     }
 
@@ -261,84 +301,50 @@ final class Connection: @unchecked Sendable {
         Unmanaged<PendingCall>.fromOpaque(data).release()
     }
 
+    /// What the loop should watch `watch`'s descriptor for; nothing while libdbus has it disabled.
+    private static func interest(of watch: OpaquePointer) -> EventLoop.Readiness {
+        guard dbus_watch_get_enabled(watch) != 0 else { return [] }
+        let flags = dbus_watch_get_flags(watch)
+        var interest: EventLoop.Readiness = []
+        if flags & DBUS_WATCH_READABLE.rawValue != 0 { interest.insert(.readable) }
+        if flags & DBUS_WATCH_WRITABLE.rawValue != 0 { interest.insert(.writable) }
+        return interest
+    }
+
     private func addWatch(_ watch: OpaquePointer) {
         let fd = dbus_watch_get_unix_fd(watch)
-        let flags = dbus_watch_get_flags(watch)
-        let sources = WatchSources(fd: fd, flags: flags, queue: queue) { [unowned self] readyFlags in
-            guard raw != nil else { return }
-            dbus_watch_handle(watch, readyFlags)
-            dispatchPending()
+        let id = loop.watch(fd, interest: Connection.interest(of: watch)) { [unowned self] ready in
+            guard raw != nil, watches[watch] != nil else { return }
+            if ready.contains(.readable) {
+                loop.noteBusy()
+                drainReadable(watch, fd: fd)
+            }
+            // Reading may have found the hang-up: libdbus then removed (and
+            // invalidated) this watch, and handling it again would abort.
+            guard raw != nil, watches[watch] != nil else { return }
+            var flags: UInt32 = 0
+            if ready.contains(.writable) { flags |= DBUS_WATCH_WRITABLE.rawValue }
+            if !ready.intersection(.hangup).isEmpty { flags |= DBUS_WATCH_HANGUP.rawValue | DBUS_WATCH_ERROR.rawValue }
+            if flags != 0 {
+                dbus_watch_handle(watch, flags)
+                dispatchPending()
+            }
         }
-        watches[watch] = sources
-        sources.setEnabled(dbus_watch_get_enabled(watch) != 0)
+        watches[watch] = id
     }
 
+    /// libdbus's timeouts repeat until removed or toggled.
     private func armTimeout(_ timeout: OpaquePointer) {
         guard dbus_timeout_get_enabled(timeout) != 0 else { return }
-        let interval = DispatchTimeInterval.milliseconds(Int(max(1, dbus_timeout_get_interval(timeout))))
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + interval, repeating: interval)
-        timer.setEventHandler { [unowned self] in
-            guard raw != nil else { return }
+        let interval = Duration.milliseconds(Int64(max(1, dbus_timeout_get_interval(timeout))))
+        timers[timeout] = loop.schedule(after: interval) { [unowned self] in
+            guard raw != nil, timers[timeout] != nil else { return }
+            timers[timeout] = nil
             dbus_timeout_handle(timeout)
             dispatchPending()
+            // Still added and not re-armed by a toggle meanwhile: it fires again.
+            if raw != nil, timers[timeout] == nil, timeoutsAdded.contains(timeout) { armTimeout(timeout) }
         }
-        timers[timeout] = timer
-        timer.resume()
-    }
-}
-
-/// The DispatchSources standing in for one libdbus watch (one per direction).
-private final class WatchSources {
-    private var sources: [DispatchSourceProtocol] = []
-    private var enabled = false
-
-    /// Each source watches its own duplicate of the socket, closed in the
-    /// source's cancel handler. libdispatch requires a watched fd to stay
-    /// open until then, but libdbus closes its socket right after removing a
-    /// watch; a later connection given the same fd number was then registered
-    /// against libdispatch's stale entry and never saw an event (its Hello
-    /// timed out in about 1 % of connects).
-    init(fd: Int32, flags: UInt32, queue: DispatchQueue, handler: @escaping (UInt32) -> Void) {
-        if flags & DBUS_WATCH_READABLE.rawValue != 0 {
-            let (watched, owned) = WatchSources.duplicate(fd)
-            let source = DispatchSource.makeReadSource(fileDescriptor: watched, queue: queue)
-            source.setEventHandler { handler(DBUS_WATCH_READABLE.rawValue) }
-            if owned { source.setCancelHandler { _ = close(watched) } }
-            sources.append(source)
-        }
-        if flags & DBUS_WATCH_WRITABLE.rawValue != 0 {
-            let (watched, owned) = WatchSources.duplicate(fd)
-            let source = DispatchSource.makeWriteSource(fileDescriptor: watched, queue: queue)
-            source.setEventHandler { handler(DBUS_WATCH_WRITABLE.rawValue) }
-            if owned { source.setCancelHandler { _ = close(watched) } }
-            sources.append(source)
-        }
-    }
-
-    /// A duplicate of `fd` (owned: close it), or `fd` itself if dup fails.
-    private static func duplicate(_ fd: Int32) -> (fd: Int32, owned: Bool) {
-        let copy = dup(fd)
-        return copy >= 0 ? (copy, true) : (fd, false)
-    }
-
-    /// Suspend and resume must balance; a source is created suspended.
-    func setEnabled(_ on: Bool) {
-        guard on != enabled else { return }
-        enabled = on
-        for source in sources {
-            if on { source.resume() } else { source.suspend() }
-        }
-    }
-
-    /// A suspended source must be resumed before it is released, or
-    /// libdispatch traps; cancelling first guarantees no handler runs.
-    func cancel() {
-        for source in sources {
-            source.cancel()
-            if !enabled { source.resume() }
-        }
-        sources.removeAll()
     }
 }
 

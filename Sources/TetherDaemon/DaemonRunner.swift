@@ -1,6 +1,7 @@
 import BlueZ
 import DBus
 import Dispatch
+import EventLoop
 import Foundation
 import Logging
 import Synchronization
@@ -53,35 +54,42 @@ public enum DaemonRunner {
             logger.error("readings log: \(message)", metadata: ["event": "reading-gap"])
         }
 
-        let (stops, stop) = AsyncStream.makeStream(of: Stop.self)
+        // One loop runs the bus connection, the link service and the
+        // control object: every task below prefers it, so none of them hops
+        // threads to talk to another.
+        let loop = EventLoop(name: "tether")
+        loop.moderation = .milliseconds(4)
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
-            recorder: recorder, logger: logger, notifier: notifier
+            recorder: recorder, logger: logger, notifier: notifier, loop: loop
         )
-        let work = Task {
-            if let code = await session.serve() { stop.yield(.fatal(code)) }
-        }
-        let signals = Task {
-            stop.yield(.signal(await TerminationSignal.wait()))
-        }
-        let pet = watchdog.map { timeout in
-            Task { await session.petWatchdog(every: timeout / 2) }
-        }
-        var code = Exit.ok
-        for await reason in stops {
-            switch reason {
-            case .signal(let name):
-                logger.notice("received \(name), stopping")
-            case .fatal(let fatal):
-                code = fatal
+        let code = await withTaskExecutorPreference(loop) {
+            await withTaskGroup(of: Stop?.self) { group -> Int32 in
+                group.addTask { await session.serve().map { .fatal($0) } }
+                group.addTask { .signal(await TerminationSignal.wait()) }
+                if let watchdog {
+                    group.addTask {
+                        await session.petWatchdog(every: watchdog / 2)
+                        return nil
+                    }
+                }
+                var code = Exit.ok
+                while let next = await group.next() {
+                    guard let reason = next else { continue }
+                    switch reason {
+                    case .signal(let name):
+                        logger.notice("received \(name), stopping")
+                    case .fatal(let fatal):
+                        code = fatal
+                    }
+                    break
+                }
+                _ = notifier.stopping()
+                // The link service drains what reached its socket before it leaves the bus.
+                group.cancelAll()
+                return code
             }
-            break
         }
-        _ = notifier.stopping()
-        signals.cancel()
-        pet?.cancel()
-        work.cancel()
-        await work.value
         recorder.close()
         let stats = recorder.stats
         guard stats.pending == 0 else {
@@ -89,6 +97,7 @@ public enum DaemonRunner {
             return Exit.ioError
         }
         logger.notice("stopped; \(stats.written) readings written, last seq \(stats.lastSeq)")
+        loop.stop()
         return code
     }
 }
@@ -102,13 +111,15 @@ private final class Session: Sendable {
     let recorder: ReadingRecorder
     let logger: Logger
     let notifier: SystemdNotifier
+    let loop: EventLoop
     /// The link being served right now; nil while (re)connecting to the bus.
     private let current = Mutex<(any ControlledLink)?>(nil)
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
-        notifier: SystemdNotifier
+        notifier: SystemdNotifier, loop: EventLoop
     ) {
+        self.loop = loop
         self.config = config
         self.address = address
         self.busAddress = busAddress
@@ -128,9 +139,9 @@ private final class Session: Sendable {
             let bus: Bus
             do {
                 if let busAddress {
-                    bus = try await Bus.connect(address: busAddress)
+                    bus = try await Bus.connect(address: busAddress, on: loop)
                 } else {
-                    bus = try await Bus.system()
+                    bus = try await Bus.system(on: loop)
                 }
             } catch {
                 // Say so at once, then once a minute while it lasts.
@@ -146,7 +157,7 @@ private final class Session: Sendable {
             lastWarning = nil
             delay = .milliseconds(500)
 
-            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock())
+            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {
                 try await control.export()
@@ -176,19 +187,21 @@ private final class Session: Sendable {
                 )
             }
             current.withLock { $0 = service }
-            let publisher = Task {
-                for await change in service.changes {
-                    await control.publish(change)
-                    _ = notifier.status(change.status.summary())
+            await withTaskGroup(of: Void.self) { group in
+                // Ends when the service does (it finishes `changes`).
+                group.addTask { [notifier] in
+                    for await change in service.changes {
+                        await control.publish(change)
+                        _ = notifier.status(change.status.summary())
+                    }
                 }
+                do {
+                    try await service.run()
+                } catch where !Task.isCancelled {
+                    logger.error("cannot watch bluetoothd: \(error)")
+                } catch {}
             }
-            do {
-                try await service.run()
-            } catch where !Task.isCancelled {
-                logger.error("cannot watch bluetoothd: \(error)")
-            } catch {}
             current.withLock { $0 = nil }
-            await publisher.value
             await bus.close()
             if !Task.isCancelled {
                 logger.warning("lost the D-Bus connection; reconnecting")

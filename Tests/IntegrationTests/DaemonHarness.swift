@@ -16,7 +16,7 @@ final class DaemonHarness: @unchecked Sendable {
     let simulator: Simulator
     var config: TetherConfig
     private(set) var recorder: ReadingRecorder?
-    private(set) var service: LinkService<ContinuousClock>?
+    private(set) var service: LinkService?
     private var serviceTask: Task<Void, Never>?
     private var daemonBus: Bus?
     private var publisher: Task<Void, Never>?
@@ -66,7 +66,7 @@ final class DaemonHarness: @unchecked Sendable {
         let logger = Logger(label: "tether-test") { label in
             MultiplexLogHandler([CapturingLogHandler(capture: capture)] + extra.map { $0(label) })
         }
-        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, clock: ContinuousClock(), seed: 7)
+        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, seed: 7)
         self.recorder = recorder
         self.service = service
         daemonBus = bus

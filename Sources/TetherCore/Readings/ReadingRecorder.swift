@@ -124,6 +124,22 @@ public final class ReadingRecorder: @unchecked Sendable {
         }
     }
 
+    /// Queues `readings` and writes them at once, on the calling thread, in
+    /// one write(2) (the daemon's event loop calls this once per turn with
+    /// the turn's readings: no thread hop, no wake-up of another thread).
+    /// While writes fail they wait for the retry timer, as with `record`.
+    public func write(_ readings: [Reading]) {
+        let drainNow = lock.withLock { () -> Bool in
+            guard !state.closed else { return false }
+            for reading in readings { state.backlog.append(reading) }
+            trimBacklog()
+            guard !state.drainScheduled, !state.waitingForRetry else { return false }
+            state.drainScheduled = true
+            return true
+        }
+        if drainNow { onQueue { drain() } }
+    }
+
     /// Writes everything pending and fsyncs, synchronously (e.g. on SIGTERM).
     /// If the disk is failing the readings stay pending and the error is reported.
     public func flush() {

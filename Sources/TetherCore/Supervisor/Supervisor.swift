@@ -104,6 +104,9 @@ public struct Supervisor: Sendable {
     /// The current attempt saw Connected=true (the Connect reply and the
     /// property change reach us by different paths, in either order).
     private var connectedSeen = false
+    /// Someone asked for a reconnect and waits to hear that its attempt
+    /// started (`.answerReconnect`), or why none can.
+    private var reconnectAwaitingAttempt = false
     /// A reconnect was asked for while an escalation step ran.
     private var reconnectAfterEscalation = false
     /// The adapter is off because an escalation step left it off.
@@ -137,7 +140,26 @@ public struct Supervisor: Sendable {
         case .timerFired(let timer): timerFired(timer)
         case .reconnectRequested: reconnectRequested()
         }
+        answerReconnectIfDecided()
         return actions
+    }
+
+    /// A waiting reconnect request is answered once: when a connect attempt
+    /// starts, or when bluetoothd or the adapter goes away first.
+    private mutating func answerReconnectIfDecided() {
+        guard reconnectAwaitingAttempt else { return }
+        if actions.contains(where: { if case .answerReconnect = $0 { true } else { false } }) {
+            reconnectAwaitingAttempt = false
+        } else if actions.contains(where: { if case .connect = $0 { true } else { false } }) {
+            reconnectAwaitingAttempt = false
+            actions.append(.answerReconnect(.started(attempt: status.windowAttempt)))
+        } else if state == .waitingForBluez {
+            reconnectAwaitingAttempt = false
+            actions.append(.answerReconnect(.notReady("bluetoothd went away")))
+        } else if state == .waitingForAdapter {
+            reconnectAwaitingAttempt = false
+            actions.append(.answerReconnect(.notReady("the adapter went away or was powered off")))
+        }
     }
 
     // MARK: Observations
@@ -342,10 +364,11 @@ public struct Supervisor: Sendable {
         stopDiscoveryIfRunning()
         actions.append(.report(.connected(attempt: attempts)))
         enter(.online, "subscribed")
-        if settings.keepaliveEnabled { startTimer(.keepalive, after: settings.keepaliveInterval) }
+        // The first poll goes out at once: the dongle's idle clock has run
+        // since the connect, and resolving services can take seconds.
+        if settings.keepaliveEnabled { poll() }
     }
 
-    /// The link went down while it was up or coming up.
     /// The link went down while it was up or coming up. A drop while coming
     /// up is a failed attempt of the current window; a drop from online opens
     /// a new window, whose first attempt comes at once unless the link has
@@ -536,9 +559,13 @@ public struct Supervisor: Sendable {
     // MARK: Manual reconnect
 
     private mutating func reconnectRequested() {
+        reconnectAwaitingAttempt = true
         switch state {
-        case .waitingForBluez, .waitingForAdapter:
-            return  // nothing to connect with; the state says why
+        case .waitingForBluez:
+            return actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
+        case .waitingForAdapter:
+            let why = observation.adapterPresent ? "the adapter is powered off" : "no Bluetooth adapter"
+            return actions.append(.answerReconnect(.notReady(why)))
         case .online, .subscribing, .resolving:
             shortSessions = 0
             forceReconnect(cause: "reconnect requested")

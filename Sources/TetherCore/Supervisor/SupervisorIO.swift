@@ -111,4 +111,14 @@ public enum SupervisorAction: Sendable, Equatable {
     case cancelTimer(SupervisorTimer)
     case transition(from: SupervisorState, to: SupervisorState, cause: String)
     case report(SupervisorReport)
+    /// The answer to a `.reconnectRequested`: decided here, once.
+    case answerReconnect(ReconnectAnswer)
+}
+
+/// What became of a reconnect request.
+public enum ReconnectAnswer: Sendable, Equatable {
+    /// A connect attempt started; its number in the new window.
+    case started(attempt: Int)
+    /// Nothing to connect with; says why.
+    case notReady(String)
 }

@@ -1,0 +1,132 @@
+import DBus
+import EventLoop
+
+/// Watches bluetoothd on a bus, synchronously on the bus's event loop: its
+/// name, its object tree and property changes become `BlueZEvent`s handed
+/// to `onEvent` in bus order, with no task or buffer in between.
+///
+/// Threading: confined to the bus's loop: every method runs there, and the
+/// bus's callbacks (which it registers) run there too. It is
+/// `@unchecked Sendable` only so those callbacks may capture it.
+///
+/// Invariants:
+/// - events come only from the current owner of org.bluez; a restart shows
+///   as `serviceVanished` then `serviceAppeared` with a fresh snapshot;
+/// - while a snapshot (GetManagedObjects) is in flight, the owner's signals
+///   are skipped: bluetoothd answers after emitting them, so the snapshot
+///   already holds what they said.
+public final class BlueZMonitor: @unchecked Sendable {
+    private let client: BlueZClient
+    private let onEvent: (BlueZEvent) -> Void
+    private var owner: String?
+    private var snapshotPending = false
+    private var generation = 0
+    private var handlerID: Int?
+
+    public var currentOwner: String? { owner }
+
+    public init(client: BlueZClient, onEvent: @escaping (BlueZEvent) -> Void) {
+        self.client = client
+        self.onEvent = onEvent
+    }
+
+    private var loop: EventLoop { client.bus.loop }
+
+    /// Installs the match rules (awaiting the bus), then asks who owns org.bluez.
+    /// The first event is `serviceAppeared` if bluetoothd is on the bus.
+    public func start(_ deliver: @escaping @Sendable (Message) -> Void) async throws(BlueZError) {
+        do {
+            handlerID = try await client.bus.addSignalHandler(matchingAny: Self.rules, deliver)
+        } catch {
+            throw BlueZError(error)
+        }
+    }
+
+    /// Called after `start` on the loop: asks the bus who owns org.bluez.
+    public func queryOwner(attempt: Int = 0) {
+        let generation = self.generation
+        // Replies run on the loop.
+        let send: @Sendable (Result<Message, DBusError>) -> Void = { [self] result in
+            guard generation == self.generation, self.owner == nil else { return }
+            switch result {
+            case .success(let reply):
+                if let name = reply.body.first?.string { self.appeared(name) }
+            case .failure(.remote(let name, _)) where name == DBusErrorName.nameHasNoOwner:
+                break
+            case .failure:
+                if attempt < 2 { self.loop.schedule(after: .milliseconds(100 << attempt)) { self.queryOwner(attempt: attempt + 1) } }
+            }
+        }
+        client.bus.assumeIsolated { bus in
+            bus.startCall(
+                destination: "org.freedesktop.DBus", path: "/org/freedesktop/DBus", interface: "org.freedesktop.DBus",
+                method: "GetNameOwner", [.string(BlueZ.service)], completion: send
+            )
+        }
+    }
+
+    /// Removes the match rules; when it returns, every signal the bus routed
+    /// here before has been handled.
+    public func stop() async {
+        guard let handlerID else { return }
+        self.handlerID = nil
+        await client.bus.removeSignalHandler(handlerID)
+    }
+
+    static let rules = [
+        MatchRule(sender: BlueZ.service, interface: StandardInterface.objectManager, path: .root),
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
+            pathNamespace: "/org/bluez"
+        ),
+        MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged", arg0: BlueZ.service),
+    ]
+
+    /// One signal from the bus, on the loop.
+    public func handle(_ signal: Message) {
+        if signal.member == "NameOwnerChanged", signal.interface == "org.freedesktop.DBus" {
+            let newOwner = signal.body.count >= 3 ? (signal.body[2].string ?? "") : ""
+            // The owner we announced may reach us again as a NameOwnerChanged from before we asked.
+            if newOwner == owner { return }
+            if owner != nil {
+                owner = nil
+                generation += 1
+                snapshotPending = false
+                onEvent(.serviceVanished)
+            }
+            if !newOwner.isEmpty { appeared(newOwner) }
+            return
+        }
+        guard let owner, signal.sender == owner, !snapshotPending else { return }
+        if let event = BlueZClient.event(from: signal) { onEvent(event) }
+    }
+
+    private func appeared(_ newOwner: String) {
+        owner = newOwner
+        generation += 1
+        snapshot(attempt: 0)
+    }
+
+    /// bluetoothd takes its name before it exports its objects: retried briefly.
+    private func snapshot(attempt: Int) {
+        snapshotPending = true
+        let generation = self.generation
+        client.send(.getManagedObjects) { [self] result in
+            guard generation == self.generation, let owner = self.owner else { return }
+            if case .success(let body) = result, let first = body.first,
+               let tree = try? ObjectTree(managedObjects: first)
+            {
+                snapshotPending = false
+                onEvent(.serviceAppeared(owner: owner, tree: tree))
+            } else if attempt < 4 {
+                loop.schedule(after: .milliseconds(100 << attempt)) { [self] in
+                    guard generation == self.generation else { return }
+                    snapshot(attempt: attempt + 1)
+                }
+            } else {
+                snapshotPending = false
+                onEvent(.serviceAppeared(owner: owner, tree: ObjectTree()))
+            }
+        }
+    }
+}

@@ -1,0 +1,85 @@
+import DBus
+
+/// One call to bluetoothd, as a value: what the daemon's action lane sends.
+///
+/// `BlueZClient.send(_:completion:)` puts the call on the bus at once and
+/// returns; the reply comes back through `completion` on the bus's loop.
+/// Requests sent one after another reach bluetoothd in that order, whatever
+/// their replies do: a `Disconnect` that cancels a stuck `Connect` is never
+/// overtaken by the next `Connect`.
+public enum BlueZRequest: Sendable, Equatable {
+    case connect(ObjectPath, timeout: Duration)
+    case disconnect(ObjectPath)
+    case startNotify(ObjectPath)
+    case writeValue(ObjectPath, [UInt8], type: WriteType, timeout: Duration)
+    case readValue(ObjectPath, timeout: Duration)
+    case setPowered(ObjectPath, Bool)
+    case setDiscoveryFilter(ObjectPath, uuids: [String])
+    case startDiscovery(ObjectPath)
+    case stopDiscovery(ObjectPath)
+    case getManagedObjects
+
+    /// The D-Bus member called, for logs and tests.
+    public var method: String {
+        switch self {
+        case .connect: "Connect"
+        case .disconnect: "Disconnect"
+        case .startNotify: "StartNotify"
+        case .writeValue: "WriteValue"
+        case .readValue: "ReadValue"
+        case .setPowered: "Set(Powered)"
+        case .setDiscoveryFilter: "SetDiscoveryFilter"
+        case .startDiscovery: "StartDiscovery"
+        case .stopDiscovery: "StopDiscovery"
+        case .getManagedObjects: "GetManagedObjects"
+        }
+    }
+}
+
+extension BlueZClient {
+    /// Sends `request` now; `completion` runs on the bus's loop with the
+    /// reply's body or the classified error. Call on the bus's loop.
+    public func send(
+        _ request: BlueZRequest, completion: @escaping @Sendable (Result<[DBusValue], BlueZError>) -> Void
+    ) {
+        let (path, interface, member, arguments, timeout) = shape(of: request)
+        bus.assumeIsolated { bus in
+            bus.startCall(
+                destination: BlueZ.service, path: path, interface: interface, method: member, arguments,
+                timeout: timeout
+            ) { result in
+                completion(result.map(\.body).mapError(BlueZError.init))
+            }
+        }
+    }
+
+    private func shape(of request: BlueZRequest)
+        -> (ObjectPath, String, String, [DBusValue], Duration)
+    {
+        switch request {
+        case .connect(let device, let timeout):
+            (device, BlueZ.deviceInterface, "Connect", [], timeout)
+        case .disconnect(let device):
+            (device, BlueZ.deviceInterface, "Disconnect", [], callTimeout)
+        case .startNotify(let characteristic):
+            (characteristic, BlueZ.gattCharacteristicInterface, "StartNotify", [], callTimeout)
+        case .writeValue(let characteristic, let bytes, let type, let timeout):
+            (characteristic, BlueZ.gattCharacteristicInterface, "WriteValue",
+             [.bytes(bytes), .vardict(["type": .string(type.rawValue)])], timeout)
+        case .readValue(let characteristic, let timeout):
+            (characteristic, BlueZ.gattCharacteristicInterface, "ReadValue", [.vardict([:])], timeout)
+        case .setPowered(let adapter, let on):
+            (adapter, StandardInterface.properties, "Set",
+             [.string(BlueZ.adapterInterface), .string("Powered"), .variant(.boolean(on))], callTimeout)
+        case .setDiscoveryFilter(let adapter, let uuids):
+            (adapter, BlueZ.adapterInterface, "SetDiscoveryFilter",
+             [.vardict(Self.discoveryFilter(uuids: uuids))], callTimeout)
+        case .startDiscovery(let adapter):
+            (adapter, BlueZ.adapterInterface, "StartDiscovery", [], callTimeout)
+        case .stopDiscovery(let adapter):
+            (adapter, BlueZ.adapterInterface, "StopDiscovery", [], callTimeout)
+        case .getManagedObjects:
+            (.root, StandardInterface.objectManager, "GetManagedObjects", [], callTimeout)
+        }
+    }
+}

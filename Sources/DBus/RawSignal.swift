@@ -1,0 +1,67 @@
+import CDBus
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// An incoming signal before it is decoded, for a fast path that needs one
+/// or two fields of a hot signal without building `DBusValue` trees.
+///
+/// Valid only during the interceptor call that receives it: it borrows
+/// libdbus's message, which is freed afterwards.
+public struct RawSignal {
+    let raw: OpaquePointer
+
+    public func hasPath(_ path: String) -> Bool { dbus_message_has_path(raw, path) != 0 }
+    public func hasSender(_ sender: String) -> Bool { dbus_message_has_sender(raw, sender) != 0 }
+    public func `is`(interface: String, member: String) -> Bool { dbus_message_is_signal(raw, interface, member) != 0 }
+
+    /// For `org.freedesktop.DBus.Properties.PropertiesChanged(s, a{sv}, as)`
+    /// on `interface` whose changes are exactly one property `name` holding a
+    /// byte array (`ay`) and nothing invalidated: the bytes. Nil for any other
+    /// shape, which the caller then handles on the general path.
+    public func onlyByteArrayProperty(interface: String, name: String) -> [UInt8]? {
+        var top = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &top) != 0, dbus_message_iter_get_arg_type(&top) == CDBUS_TYPE_STRING else {
+            return nil
+        }
+        var interfaceName: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&top, &interfaceName)
+        guard let interfaceName, strcmp(interfaceName, interface) == 0, dbus_message_iter_next(&top) != 0,
+              dbus_message_iter_get_arg_type(&top) == CDBUS_TYPE_ARRAY
+        else { return nil }
+        var dict = DBusMessageIter()
+        dbus_message_iter_recurse(&top, &dict)
+        guard dbus_message_iter_get_arg_type(&dict) == CDBUS_TYPE_DICT_ENTRY else { return nil }
+        var entry = DBusMessageIter()
+        dbus_message_iter_recurse(&dict, &entry)
+        guard dbus_message_iter_get_arg_type(&entry) == CDBUS_TYPE_STRING else { return nil }
+        var key: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&entry, &key)
+        guard let key, strcmp(key, name) == 0, dbus_message_iter_next(&entry) != 0,
+              dbus_message_iter_get_arg_type(&entry) == CDBUS_TYPE_VARIANT
+        else { return nil }
+        var variant = DBusMessageIter()
+        dbus_message_iter_recurse(&entry, &variant)
+        guard dbus_message_iter_get_arg_type(&variant) == CDBUS_TYPE_ARRAY,
+              dbus_message_iter_get_element_type(&variant) == CDBUS_TYPE_BYTE
+        else { return nil }
+        // One property only: a Value flushed together with other changes
+        // (Notifying=true right after StartNotify) takes the general path.
+        guard dbus_message_iter_next(&dict) == 0 else { return nil }
+        // Nothing invalidated.
+        guard dbus_message_iter_next(&top) != 0, dbus_message_iter_get_arg_type(&top) == CDBUS_TYPE_ARRAY else { return nil }
+        var invalidated = DBusMessageIter()
+        dbus_message_iter_recurse(&top, &invalidated)
+        guard dbus_message_iter_get_arg_type(&invalidated) == CDBUS_TYPE_INVALID else { return nil }
+        var bytes = DBusMessageIter()
+        dbus_message_iter_recurse(&variant, &bytes)
+        var base: UnsafeMutableRawPointer?
+        var count: Int32 = 0
+        // get_fixed_array on an empty array leaves base nil with count 0.
+        withUnsafeMutablePointer(to: &base) { pointer in
+            dbus_message_iter_get_fixed_array(&bytes, pointer, &count)
+        }
+        guard count > 0, let base else { return [] }
+        return Array(UnsafeRawBufferPointer(start: base, count: Int(count)))
+    }
+}

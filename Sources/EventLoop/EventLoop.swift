@@ -1,0 +1,369 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import CEventLoop
+import Synchronization
+
+/// One thread, one epoll set: an executor for Swift concurrency and a
+/// reactor for file descriptors and monotonic timers.
+///
+/// Threading rules:
+/// - `enqueue` (Swift jobs) and `execute` may be called from any thread; the
+///   work runs on the loop's thread, in the order it was submitted.
+/// - `watch`, `setInterest`, `removeWatch`, `schedule`, `cancelTimer`,
+///   the turn-end hooks and the handlers they take run on the loop's thread only
+///   (`precondition(inLoop)`).
+///
+/// Invariants:
+/// - the thread sleeps in `epoll_wait` whenever it has nothing to run: no
+///   polling; an idle loop with no timers never wakes;
+/// - a submission from another thread writes the eventfd only if the loop is
+///   asleep and nobody has woken it yet, so a burst costs one wake-up;
+/// - each turn runs, in order: the submitted work, the due timers, the
+///   turn-end hooks (e.g. "write the readings the last batch produced in one
+///   write"), then it sleeps, then the ready descriptors' handlers.
+///
+/// Load moderation: when two turns in a row handled descriptors flagged as
+/// busy (`noteBusy()`) within `moderation` of each other, the loop waits out
+/// the rest of `moderation` before it looks at descriptors again, so a dense
+/// stream is taken in batches instead of one wake-up per message. It never
+/// delays timers, and a quiet stream is never delayed at all.
+public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
+    // @unchecked: `inbox` is a Mutex; everything else is touched on the loop's thread only.
+
+    public typealias Handler = (Readiness) -> Void
+
+    /// What a watched descriptor is ready for (or interested in).
+    public struct Readiness: OptionSet, Sendable {
+        public let rawValue: UInt32
+        public init(rawValue: UInt32) { self.rawValue = rawValue }
+        public static let readable = Readiness(rawValue: UInt32(EPOLLIN.rawValue))
+        public static let writable = Readiness(rawValue: UInt32(EPOLLOUT.rawValue))
+        /// Hang-up or error: reported whatever the interest.
+        public static let hangup = Readiness(rawValue: UInt32(EPOLLHUP.rawValue) | UInt32(EPOLLERR.rawValue))
+    }
+
+    public struct WatchID: Hashable, Sendable { let raw: UInt64 }
+    public struct TimerID: Hashable, Sendable { let raw: UInt64 }
+
+    private struct Watch {
+        var fd: Int32
+        var interest: Readiness
+        var handler: Handler
+    }
+
+    private struct Timer {
+        var deadline: MonotonicInstant
+        var handler: () -> Void
+    }
+
+    private enum Work {
+        case job(UnownedJob)
+        case closure(@Sendable () -> Void)
+    }
+
+    private struct Inbox {
+        var work: [Work] = []
+        /// The loop is in (or about to enter) epoll_wait.
+        var sleeping = false
+        /// The eventfd has been written since the loop last woke.
+        var wakeSent = false
+        var stopRequested = false
+    }
+
+    public let name: String
+    private let epollFD: Int32
+    private let wakeFD: Int32
+    private let inbox = Mutex(Inbox())
+    private let threadID = Atomic<UInt>(0)
+
+    // Loop-thread state.
+    private var watches: [UInt64: Watch] = [:]
+    /// Watches per descriptor: epoll registers a descriptor once, libdbus may watch it twice (read, write).
+    private var watchesByFD: [Int32: [UInt64]] = [:]
+    private var timers: [UInt64: Timer] = [:]
+    private var nextID: UInt64 = 1
+    private var turnEndHooks: [(id: Int, hook: () -> Void)] = []
+    private var busyThisTurn = false
+    private var lastBusyTurn: MonotonicInstant?
+    /// See the type's note on load moderation; zero turns it off.
+    public var moderation: Duration = .zero
+
+    /// Starts a loop on a new thread.
+    public init(name: String) {
+        self.name = name
+        epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
+        wakeFD = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
+        precondition(epollFD >= 0 && wakeFD >= 0, "epoll_create1/eventfd failed: errno \(errno)")
+        var event = epoll_event()
+        event.events = EPOLLIN.rawValue
+        event.data.u64 = 0
+        precondition(epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) == 0)
+        startThread()
+    }
+
+    /// The process-wide loop for connections that were not given one (the
+    /// command-line clients, tests, the simulator).
+    public static let shared = EventLoop(name: "event-loop")
+
+    /// Whether the caller runs on this loop's thread.
+    public var inLoop: Bool { threadID.load(ordering: .acquiring) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
+
+    // MARK: Executor
+
+    public func enqueue(_ job: consuming ExecutorJob) {
+        submit(.job(UnownedJob(job)))
+    }
+
+    public func asUnownedSerialExecutor() -> UnownedSerialExecutor {
+        UnownedSerialExecutor(ordinary: self)
+    }
+
+    public func asUnownedTaskExecutor() -> UnownedTaskExecutor {
+        UnownedTaskExecutor(ordinary: self)
+    }
+
+    public func checkIsolated() {
+        precondition(inLoop, "not on the event loop \(name)")
+    }
+
+    /// Runs `body` on the loop's thread, after the work submitted before it.
+    public func execute(_ body: @escaping @Sendable () -> Void) {
+        submit(.closure(body))
+    }
+
+    /// Asks the loop to end after the current turn; its thread exits.
+    public func stop() {
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.stopRequested = true
+            return !inbox.wakeSent
+        }
+        if wake { signalWake() }
+    }
+
+    private func submit(_ work: Work) {
+        let wake = inbox.withLock { inbox -> Bool in
+            inbox.work.append(work)
+            guard inbox.sleeping, !inbox.wakeSent else { return false }
+            inbox.wakeSent = true
+            return true
+        }
+        if wake { signalWake() }
+    }
+
+    private func signalWake() {
+        var one: UInt64 = 1
+        _ = withUnsafeBytes(of: &one) { write(wakeFD, $0.baseAddress, 8) }
+    }
+
+    // MARK: Descriptors (loop thread only)
+
+    /// Watches `fd` for `interest`; `handler` runs on the loop with what it is ready for.
+    public func watch(_ fd: Int32, interest: Readiness, _ handler: @escaping Handler) -> WatchID {
+        checkIsolated()
+        let id = nextID
+        nextID += 1
+        watches[id] = Watch(fd: fd, interest: interest, handler: handler)
+        watchesByFD[fd, default: []].append(id)
+        register(fd)
+        return WatchID(raw: id)
+    }
+
+    public func setInterest(_ watch: WatchID, _ interest: Readiness) {
+        checkIsolated()
+        guard var entry = watches[watch.raw], entry.interest != interest else { return }
+        entry.interest = interest
+        watches[watch.raw] = entry
+        register(entry.fd)
+    }
+
+    /// Stops watching; call before the descriptor is closed.
+    public func removeWatch(_ watch: WatchID) {
+        checkIsolated()
+        guard let entry = watches.removeValue(forKey: watch.raw) else { return }
+        watchesByFD[entry.fd]?.removeAll { $0 == watch.raw }
+        if watchesByFD[entry.fd]?.isEmpty ?? true {
+            watchesByFD[entry.fd] = nil
+            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, entry.fd, nil)
+        } else {
+            register(entry.fd)
+        }
+    }
+
+    /// (Re)registers `fd` with the union of its watches' interests.
+    private func register(_ fd: Int32) {
+        let ids = watchesByFD[fd] ?? []
+        var mask: UInt32 = 0
+        for id in ids { mask |= watches[id]?.interest.rawValue ?? 0 }
+        guard mask != 0 else {
+            // Registered with no interest, epoll would still report a hang-up,
+            // level-triggered, on every turn: a busy loop. Unregister instead.
+            _ = epoll_ctl(epollFD, EPOLL_CTL_DEL, fd, nil)
+            return
+        }
+        var event = epoll_event()
+        event.events = mask
+        event.data.u64 = UInt64(UInt32(bitPattern: fd)) + 1
+        if epoll_ctl(epollFD, EPOLL_CTL_MOD, fd, &event) != 0 {
+            _ = epoll_ctl(epollFD, EPOLL_CTL_ADD, fd, &event)
+        }
+    }
+
+    /// Marks this turn as one that handled a stream's data; see load moderation.
+    public func noteBusy() {
+        busyThisTurn = true
+    }
+
+    // MARK: Timers (loop thread only)
+
+    /// Runs `handler` on the loop at `deadline` (monotonic clock).
+    @discardableResult
+    public func schedule(at deadline: MonotonicInstant, _ handler: @escaping () -> Void) -> TimerID {
+        checkIsolated()
+        let id = nextID
+        nextID += 1
+        timers[id] = Timer(deadline: deadline, handler: handler)
+        return TimerID(raw: id)
+    }
+
+    @discardableResult
+    public func schedule(after delay: Duration, _ handler: @escaping () -> Void) -> TimerID {
+        schedule(at: .now + delay, handler)
+    }
+
+    public func cancelTimer(_ timer: TimerID) {
+        checkIsolated()
+        timers[timer.raw] = nil
+    }
+
+    /// Runs `hook` at the start of every turn after one that ran handlers or
+    /// work, i.e. once per batch of events; returns a token for removal.
+    public func addTurnEndHook(_ hook: @escaping () -> Void) -> Int {
+        checkIsolated()
+        let id = Int(nextID)
+        nextID += 1
+        turnEndHooks.append((id, hook))
+        return id
+    }
+
+    public func removeTurnEndHook(_ id: Int) {
+        checkIsolated()
+        turnEndHooks.removeAll { $0.id == id }
+    }
+
+    // MARK: The loop
+
+    private func startThread() {
+        let box = Unmanaged.passRetained(self).toOpaque()
+        var thread = pthread_t()
+        let result = pthread_create(&thread, nil, { raw in
+            guard let raw else { return nil }
+            let loop = Unmanaged<EventLoop>.fromOpaque(raw).takeRetainedValue()
+            loop.threadID.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)
+            // Shown by top -H, perf and /proc/PID/task/*/comm; the kernel takes 15 bytes.
+            _ = pthread_setname_np(pthread_self(), String(loop.name.utf8.prefix(15)) ?? "event-loop")
+            loop.run()
+            return nil
+        }, box)
+        precondition(result == 0, "pthread_create failed: \(result)")
+        pthread_detach(thread)
+    }
+
+    private func run() {
+        var events = [epoll_event](repeating: epoll_event(), count: 64)
+        let executor = asUnownedSerialExecutor()
+        let taskExecutor = asUnownedTaskExecutor()
+        while true {
+            // 1. Submitted work, including what it submits in turn.
+            while true {
+                let batch = inbox.withLock { inbox -> [Work] in
+                    defer { inbox.work.removeAll(keepingCapacity: true) }
+                    return inbox.work
+                }
+                if batch.isEmpty { break }
+                for work in batch {
+                    switch work {
+                    case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
+                    case .closure(let body): body()
+                    }
+                }
+            }
+            // 2. Due timers, earliest first.
+            runDueTimers()
+            // 3. Turn-end hooks (a turn's readings are written here, in one batch).
+            for entry in turnEndHooks { entry.hook() }
+
+            // Moderation: a dense stream is read in batches.
+            let turnStart = MonotonicInstant.now
+            if busyThisTurn {
+                if let last = lastBusyTurn, moderation > .zero, last.duration(to: turnStart) < moderation {
+                    let until = min(last + moderation, nextTimerDeadline() ?? (last + moderation))
+                    MonotonicInstant.sleep(until: until)
+                }
+                lastBusyTurn = .now
+            }
+            busyThisTurn = false
+
+            // 4. Sleep until a descriptor, a submission or a timer.
+            let stop = inbox.withLock { inbox -> Bool? in
+                if inbox.stopRequested { return true }
+                if !inbox.work.isEmpty { return false }
+                inbox.sleeping = true
+                return nil
+            }
+            if stop == true { break }
+            let timeout: Int32
+            if stop == false {
+                timeout = 0
+            } else if let deadline = nextTimerDeadline() {
+                timeout = MonotonicInstant.now.millisecondsUntil(deadline)
+            } else {
+                timeout = -1
+            }
+            let count = events.withUnsafeMutableBufferPointer { buffer in
+                epoll_wait(epollFD, buffer.baseAddress, Int32(buffer.count), timeout)
+            }
+            inbox.withLock { inbox in
+                inbox.sleeping = false
+                inbox.wakeSent = false
+            }
+            guard count > 0 else { continue }
+            for index in 0..<Int(count) {
+                let event = events[index]
+                let key = event.data.u64
+                if key == 0 {
+                    var value: UInt64 = 0
+                    _ = withUnsafeMutableBytes(of: &value) { read(wakeFD, $0.baseAddress, 8) }
+                    continue
+                }
+                let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: key - 1))
+                let ready = Readiness(rawValue: event.events)
+                // A handler may remove watches (its own or others'): look each up again.
+                for id in watchesByFD[fd] ?? [] {
+                    guard let watch = watches[id], !watch.interest.isEmpty else { continue }
+                    let relevant = ready.intersection(watch.interest.union(.hangup))
+                    if !relevant.isEmpty { watch.handler(relevant) }
+                }
+            }
+        }
+        close(wakeFD)
+        close(epollFD)
+        threadID.store(0, ordering: .releasing)
+    }
+
+    private func nextTimerDeadline() -> MonotonicInstant? {
+        timers.values.lazy.map(\.deadline).min()
+    }
+
+    private func runDueTimers() {
+        while !timers.isEmpty {
+            let now = MonotonicInstant.now
+            guard let (id, timer) = timers.filter({ $0.value.deadline <= now }).min(by: { $0.value.deadline < $1.value.deadline })
+            else { return }
+            timers[id] = nil
+            timer.handler()
+        }
+    }
+}

@@ -1,0 +1,272 @@
+import BlueZ
+import DBus
+import EventLoop
+import Foundation
+import HCI
+import Logging
+import TetherCore
+
+/// Carries out the supervisor's BlueZ actions, in the order it decided them.
+///
+/// Each action is put on the bus the moment it is performed (a libdbus send,
+/// not a task), so requests reach bluetoothd in decision order by
+/// construction: the socket is written in order and bluetoothd serves one
+/// client's calls in order. Waiting is for replies only, which come back on
+/// the loop and are turned into supervisor events through `finish`. A slow
+/// call (a 20 s Connect) therefore holds nothing up.
+///
+/// Threading: confined to the loop; `@unchecked Sendable` only so that bus
+/// replies, which run on that loop, may capture it.
+final class ActionLane: @unchecked Sendable {
+    private let client: BlueZClient
+    private let loop: EventLoop
+    private let config: TetherConfig
+    private let finish: (SupervisorEvent) -> Void
+    /// What bluetoothd's tree resolves to now; set by the service on every change.
+    var resolution = LinkResolver.Resolution()
+    /// A reading taken by a read-mode keep-alive poll.
+    var onReading: ((Reading) -> Void)?
+    /// Incremented by `cancelAll`: replies to requests sent before are dropped.
+    private var generation = 0
+    private var escalation: EscalationInFlight?
+
+    /// An escalation step between its last call and the adapter showing powered again.
+    private struct EscalationInFlight {
+        var step: EscalationStep
+        var result: Result<Void, LinkFailure>?
+        var deadline: EventLoop.TimerID?
+    }
+
+    init(client: BlueZClient, loop: EventLoop, config: TetherConfig, finish: @escaping (SupervisorEvent) -> Void) {
+        self.client = client
+        self.loop = loop
+        self.config = config
+        self.finish = finish
+    }
+
+    /// Stops reporting replies (the service is ending).
+    func cancelAll() {
+        generation += 1
+        if let deadline = escalation?.deadline { loop.cancelTimer(deadline) }
+        escalation = nil
+    }
+
+    /// Sends `request` now; `completion` runs on the loop with its reply,
+    /// unless the lane was cancelled meanwhile.
+    private func send(_ request: BlueZRequest, _ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void) {
+        let sent = generation
+        let box = LoopBound(completion)
+        client.send(request) { [weak self] result in
+            guard let self, sent == self.generation else { return }
+            box.value(result)
+        }
+    }
+
+    func perform(_ action: SupervisorAction) {
+        switch action {
+        case .connect(let id, let timeout):
+            guard let device = resolution.device?.path else {
+                return finish(.connectFinished(attempt: id, .failure(LinkFailure(.transient, "the dongle is not known"))))
+            }
+            // A little longer than the supervisor's own deadline, which
+            // cancels the attempt properly (Disconnect) when it fires.
+            send(.connect(device, timeout: timeout + .seconds(1))) { [finish] result in
+                finish(.connectFinished(attempt: id, result.map { _ in () }.mapError(Self.failure)))
+            }
+        case .disconnect:
+            guard let device = resolution.device?.path else { return }
+            send(.disconnect(device)) { [logger] result in
+                if case .failure(let error) = result { logger.debug("Disconnect: \(error)") }
+            }
+        case .subscribe(let id):
+            subscribe(id)
+        case .poll(let id, let timeout):
+            poll(id, timeout: timeout)
+        case .startDiscovery:
+            guard let adapter = resolution.adapter?.path else {
+                return finish(.discoveryFailed(LinkFailure(.transient, "no adapter")))
+            }
+            // Both at once: the filter is served first (one client's calls are
+            // served in order), and a StopDiscovery decided next cannot
+            // overtake the start.
+            let uuids = config.dongle.serviceUUID.map { [$0] } ?? []
+            send(.setDiscoveryFilter(adapter, uuids: uuids)) { [logger] result in
+                if case .failure(let error) = result { logger.warning("SetDiscoveryFilter: \(error); discovering unfiltered") }
+            }
+            send(.startDiscovery(adapter)) { [finish] result in
+                switch result {
+                case .success: break
+                case .failure(let error) where error.name == BlueZ.ErrorName.inProgress: break  // already discovering for us
+                case .failure(let error): finish(.discoveryFailed(Self.failure(error)))
+                }
+            }
+        case .stopDiscovery:
+            guard let adapter = resolution.adapter?.path else { return }
+            send(.stopDiscovery(adapter)) { [logger] result in
+                if case .failure(let error) = result { logger.debug("StopDiscovery: \(error)") }
+            }
+        case .powerOn:
+            guard let adapter = resolution.adapter?.path else { return }
+            send(.setPowered(adapter, true)) { [logger] result in
+                if case .failure(let error) = result {
+                    logger.error("cannot power the adapter on: \(error)", metadata: ["error": "\(error)"])
+                }
+            }
+        case .escalate(let step):
+            escalate(step)
+        case .startTimer, .cancelTimer, .transition, .report, .answerReconnect:
+            break  // the service's
+        }
+    }
+
+    private var logger: Logger { Logger(label: "tether.lane") }
+
+    // MARK: Subscribing
+
+    /// StartNotify on every notify characteristic, all sent at once; done
+    /// when every reply is in. `InProgress` is our own earlier StartNotify
+    /// still being served: success for us.
+    private func subscribe(_ id: Int) {
+        let characteristics = resolution.notify
+        guard !characteristics.isEmpty else { return finish(.subscribeFinished(attempt: id, .success(()))) }
+        var outstanding = characteristics.count
+        var failure: LinkFailure?
+        for characteristic in characteristics {
+            send(.startNotify(characteristic.path)) { [finish] result in
+                if case .failure(let error) = result, error.name != BlueZ.ErrorName.inProgress, failure == nil {
+                    failure = Self.failure(error)
+                }
+                outstanding -= 1
+                if outstanding == 0 {
+                    finish(.subscribeFinished(attempt: id, failure.map { .failure($0) } ?? .success(())))
+                }
+            }
+        }
+    }
+
+    // MARK: Keep-alive
+
+    private func poll(_ id: Int, timeout: Duration) {
+        guard let characteristic = resolution.keepalive, let device = resolution.device else {
+            return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
+        }
+        if let bytes = config.keepalive.write {
+            let type: WriteType = config.keepalive.writeType == .command ? .command : .request
+            send(.writeValue(characteristic.path, bytes, type: type, timeout: timeout)) { [finish] result in
+                finish(.pollFinished(poll: id, result.map { _ in () }.mapError(Self.failure)))
+            }
+        } else {
+            send(.readValue(characteristic.path, timeout: timeout)) { [finish, weak self] result in
+                switch result {
+                case .success(let body):
+                    guard let bytes = body.first?.bytes else {
+                        return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "ReadValue reply is not ay"))))
+                    }
+                    self?.onReading?(Reading(
+                        receivedAt: Date(), device: device.address, characteristic: characteristic.uuid, source: .read,
+                        payload: bytes
+                    ))
+                    finish(.pollFinished(poll: id, .success(())))
+                case .failure(let error):
+                    finish(.pollFinished(poll: id, .failure(Self.failure(error))))
+                }
+            }
+        }
+    }
+
+    // MARK: Escalation
+
+    private func escalate(_ step: EscalationStep) {
+        guard let adapter = resolution.adapter else {
+            return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
+        }
+        escalation = EscalationInFlight(step: step)
+        switch step {
+        case .powerCycle:
+            logger.warning("escalating: power-cycle on \(adapter.interfaceName)", metadata: ["event": "escalation"])
+            send(.setPowered(adapter.path, false)) { [self] off in
+                loop.schedule(after: .milliseconds(500)) { [self] in
+                    powerOn(adapter.path, attempt: 1, offResult: off.map { _ in () }.mapError(Self.failure))
+                }
+            }
+        case .hciReset:
+            break  // run off the loop by the service, which calls `escalationStepDone`
+        }
+    }
+
+    /// Whatever happened, the adapter must end up on: a wedged controller is
+    /// why we are here, so try more than once.
+    private func powerOn(_ adapter: ObjectPath, attempt: Int, offResult: Result<Void, LinkFailure>) {
+        send(.setPowered(adapter, true)) { [self] result in
+            switch result {
+            case .success:
+                escalationStepDone(.powerCycle, offResult)
+            case .failure(let error) where attempt < 3:
+                _ = error
+                loop.schedule(after: .seconds(1)) { [self] in powerOn(adapter, attempt: attempt + 1, offResult: offResult) }
+            case .failure(let error):
+                escalationStepDone(.powerCycle, .failure(Self.failure(error)))
+            }
+        }
+    }
+
+    /// The step's calls are done; report once bluetoothd shows the adapter
+    /// powered again (or after 10 s), so the supervisor judges the result,
+    /// not a race.
+    func escalationStepDone(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
+        guard var current = escalation, current.step == step else { return }
+        current.result = result
+        if resolution.observation.adapterPowered {
+            escalation = nil
+            return finish(.escalationFinished(step, result))
+        }
+        current.deadline = loop.schedule(after: .seconds(10)) { [self] in
+            guard let pending = escalation, let result = pending.result else { return }
+            escalation = nil
+            finish(.escalationFinished(pending.step, result))
+        }
+        escalation = current
+    }
+
+    /// Called on every change of the observation.
+    func observationChanged(_ observation: LinkObservation) {
+        guard observation.adapterPowered, let pending = escalation, let result = pending.result else { return }
+        if let deadline = pending.deadline { loop.cancelTimer(deadline) }
+        escalation = nil
+        finish(.escalationFinished(pending.step, result))
+    }
+
+    /// The configured characteristics the connected dongle does not export,
+    /// to explain an attempt that timed out waiting for services.
+    func missingCharacteristics() -> [String]? {
+        guard resolution.observation.servicesResolved, !resolution.observation.characteristicsReady else { return nil }
+        var missing = config.dongle.notify.filter { uuid in !resolution.notify.contains { $0.uuid == uuid } }
+        if config.keepalive.enabled, resolution.keepalive == nil {
+            missing.append(config.keepalive.characteristic)
+        }
+        return missing
+    }
+
+    static func failure(_ error: BlueZError) -> LinkFailure {
+        let kind: LinkFailure.Kind = switch error.disposition {
+        case .transient: .transient
+        case .needsCancel: .needsCancel
+        case .fatal: .fatal
+        }
+        return LinkFailure(kind, error.description)
+    }
+}
+
+/// A value that only the loop touches, carried through a `@Sendable`
+/// callback that runs on that loop (a bus reply).
+final class LoopBound<Value>: @unchecked Sendable {
+    let value: Value
+    init(_ value: Value) { self.value = value }
+}
+
+/// An HCI reset through libbluetooth, as an escalation result.
+enum HCIReset {
+    static func run(_ interfaceName: String) -> Result<Void, LinkFailure> {
+        HCIController.reset(interfaceName).mapError { LinkFailure(.fatal, $0.description) }
+    }
+}

@@ -1,0 +1,56 @@
+import Logging
+import TetherCore
+
+/// The daemon's account of what the supervisor decided: one log line per
+/// transition and report, with journald fields (TETHER_EVENT, TETHER_STATE,
+/// TETHER_DEVICE…), so `journalctl TETHER_EVENT=disconnected` finds every drop.
+struct LinkReportLog: Sendable {
+    let logger: Logger
+
+    func transition(from: SupervisorState, to: SupervisorState, cause: String, device: String?) {
+        var metadata: Logger.Metadata = ["state": "\(to.rawValue)", "event": "state-changed"]
+        if let device { metadata["device"] = "\(device)" }
+        logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: metadata)
+    }
+
+    /// - Parameter missing: configured characteristics the connected dongle
+    ///   does not export, to explain an attempt that timed out waiting for them.
+    func report(_ report: SupervisorReport, state: SupervisorState, device: String?, missing: [String]?) {
+        var metadata: Logger.Metadata = ["event": "\(report.eventName)", "state": "\(state.rawValue)"]
+        if let device { metadata["device"] = "\(device)" }
+        func with(_ extra: Logger.Metadata) -> Logger.Metadata { metadata.merging(extra) { $1 } }
+        switch report {
+        case .connected(let attempt):
+            logger.notice("online\(device.map { " with \($0)" } ?? "")", metadata: with(["attempt": "\(attempt)"]))
+        case .disconnected(let unexpected):
+            if unexpected {
+                logger.warning("link lost", metadata: metadata)
+            } else {
+                logger.info("disconnected", metadata: metadata)
+            }
+        case .reconnectAttempt(let attempt, let blind):
+            logger.info("\(blind ? "blind " : "")connect attempt \(attempt)", metadata: with(["attempt": "\(attempt)"]))
+        case .attemptFailed(let attempt, var error):
+            if let missing, !missing.isEmpty {
+                error += " (not found on the dongle: \(missing.joined(separator: ", ")))"
+            }
+            logger.warning("attempt \(attempt) failed: \(error)", metadata: with(["attempt": "\(attempt)", "error": "\(error)"]))
+        case .windowExhausted(let attempts):
+            logger.error("retry window exhausted after \(attempts) attempts", metadata: with(["attempt": "\(attempts)"]))
+        case .escalation(let step, let outcome):
+            logger.warning("\(step.rawValue): \(outcome)", metadata: metadata)
+        case .bluezVanished:
+            logger.warning("bluetoothd went away", metadata: metadata)
+        case .bluezAppeared:
+            logger.notice("bluetoothd is back", metadata: metadata)
+        case .adapterUnavailable:
+            logger.warning("adapter unavailable: waiting for it to be powered", metadata: metadata)
+        case .discoveryFailed(let error):
+            logger.warning("discovery failed: \(error); retrying", metadata: with(["error": "\(error)"]))
+        case .adapterLeftOff:
+            logger.error("the adapter is still off after an escalation; powering it on again", metadata: metadata)
+        case .linkCheckFailed(let consecutive, let error):
+            logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
+        }
+    }
+}

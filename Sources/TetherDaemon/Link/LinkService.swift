@@ -1,0 +1,400 @@
+import BlueZ
+import DBus
+import EventLoop
+import Foundation
+import Logging
+import Synchronization
+import TetherCore
+
+/// Runs the supervisor against bluetoothd on one event loop: the adapter
+/// layer between the pure `Supervisor` and the world.
+///
+/// Threading: everything below runs on `loop`'s thread, one event at a time:
+/// bluetoothd's signals (handed over synchronously by the bus), the
+/// supervisor, the BlueZ calls it decides (`ActionLane`), their replies, the
+/// timers, and the hand-off of each turn's readings to the recorder. Only
+/// `status`, `reconnect`, `ping`, `changes` and `run` may be used from other
+/// threads; they hop onto the loop. The one blocking job, an HCI reset,
+/// runs on a child task off the loop.
+///
+/// Invariants:
+/// - effects reach bluetoothd in the order the supervisor decided them: each
+///   action is sent on the bus when it is performed, before the next one,
+///   and replies come back as events (`ActionLane`);
+/// - an event that arrives while another is being handled (a reply that
+///   completes at once) waits for it: actions are never interleaved;
+/// - every task is a child of `run()`'s task group: cancelling `run()` ends
+///   them all, after the signals that already reached the socket have been
+///   recorded (see `run`).
+public final class LinkService: @unchecked Sendable {
+    // @unchecked: the loop-confined state below is touched on `loop` only;
+    // `shared` is a Mutex.
+
+    public typealias Status = LinkStatus
+
+    private struct Shared {
+        var adapter: String?
+        var device: String?
+        var supervisor = Supervisor.Status()
+        var connectedSince: Date?
+        var lastReadingAt: Date?
+        var stopped = false
+    }
+
+    public let loop: EventLoop
+    private let config: TetherConfig
+    private let client: BlueZClient
+    private let recorder: ReadingRecorder
+    private let report: LinkReportLog
+    private let resolver: LinkResolver
+    private let shared = Mutex(Shared())
+    private let start = MonotonicInstant.now
+    private let changeInput: AsyncStream<LinkStatusChange>.Continuation
+    private let blockingInput: AsyncStream<BlockingJob>.Continuation
+    private let blockingJobs: AsyncStream<BlockingJob>
+
+    /// Every change of state, attempt, error or schedule, newest kept if the
+    /// consumer (control API, sd_notify) falls behind. One consumer.
+    public let changes: AsyncStream<LinkStatusChange>
+
+    // MARK: Loop-confined state
+
+    private var supervisor: Supervisor
+    private let timers: SupervisorTimers
+    private let requests: ReconnectRequests
+    private var lane: ActionLane!
+    private var monitor: BlueZMonitor!
+    private var tree = ObjectTree()
+    private var bluezPresent = false
+    private var resolution = LinkResolver.Resolution()
+    private var lastObservation: LinkObservation?
+    /// Notify characteristics by object path, for the readings' fast path.
+    private var notifyPaths: [(path: String, uuid: String)] = []
+    private var deviceAddress: String
+    /// Readings taken this loop turn, written in one batch at its end.
+    private var turnReadings: [Reading] = []
+    private var turnEndHook: Int?
+    private var queuedEvents: [SupervisorEvent] = []
+    private var handlingEvent = false
+    private var published: PublishedFields?
+
+    public init(
+        config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger,
+        seed: UInt64 = UInt64.random(in: .min ... .max)
+    ) {
+        loop = bus.loop
+        self.config = config
+        client = BlueZClient(bus: bus)
+        self.recorder = recorder
+        report = LinkReportLog(logger: logger)
+        resolver = LinkResolver(config: config)
+        supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
+        timers = SupervisorTimers(loop: bus.loop)
+        requests = ReconnectRequests(loop: bus.loop)
+        deviceAddress = config.dongle.address ?? ""
+        (changes, changeInput) = AsyncStream.makeStream(of: LinkStatusChange.self, bufferingPolicy: .bufferingNewest(32))
+        (blockingJobs, blockingInput) = AsyncStream.makeStream(of: BlockingJob.self, bufferingPolicy: .unbounded)
+        shared.withLock { $0.device = config.dongle.address }
+    }
+
+    // MARK: Running
+
+    /// Runs until the task is cancelled or the bus connection closes. On
+    /// cancellation it first removes its match rules and waits for the bus's
+    /// answer, so every notification the bus routed to it before is recorded.
+    public func run() async throws(BlueZError) {
+        await onLoop { [self] in
+            lane = ActionLane(client: client, loop: loop, config: config) { [unowned self] event in deliver(event) }
+            lane.onReading = { [unowned self] reading in take(reading) }
+            monitor = BlueZMonitor(client: client) { [unowned self] event in apply(event) }
+            client.bus.assumeIsolated { bus in
+                bus.setSignalInterceptor { [unowned self] signal in intercept(signal) }
+            }
+            turnEndHook = loop.addTurnEndHook { [unowned self] in writeTurnReadings() }
+        }
+        do {
+            try await monitor.start { [unowned self] message in monitor.handle(message) }
+        } catch {
+            await onLoop { [self] in tearDown() }
+            throw error
+        }
+        await onLoop { [self] in monitor.queryOwner() }
+
+        await withTaskGroup(of: Void.self) { group in
+            group.addTask(executorPreference: globalConcurrentExecutor) { [self] in await runBlockingJobs() }
+            group.addTask { [client] in await client.bus.waitUntilClosed() }
+            group.addTask { await waitForCancellation() }
+            // Cancellation or the bus going away ends the service.
+            _ = await group.next()
+            // Signals already routed to us are handled before the rules go.
+            await monitor.stop()
+            await onLoop { [self] in tearDown() }
+            blockingInput.finish()
+            group.cancelAll()
+        }
+        changeInput.finish()
+    }
+
+    private func tearDown() {
+        writeTurnReadings()
+        if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
+        turnEndHook = nil
+        client.bus.assumeIsolated { $0.setSignalInterceptor(nil) }
+        timers.cancelAll()
+        lane?.cancelAll()
+        shared.withLock { $0.stopped = true }
+        requests.answerAll(.notReady("the daemon is stopping"))
+    }
+
+    /// Runs `body` on the loop and waits for it.
+    private func onLoop(_ body: @escaping @Sendable () -> Void) async {
+        await withCheckedContinuation { (continuation: CheckedContinuation<Void, Never>) in
+            loop.execute {
+                body()
+                continuation.resume()
+            }
+        }
+    }
+
+    // MARK: Control API
+
+    /// Drops the link (if any) and starts a fresh retry window, as `tether
+    /// reconnect` asks. Returns once a connect attempt has started, when
+    /// there is nothing to connect with (the supervisor says why), or after
+    /// `limit` (an escalation step can hold the attempt back for seconds).
+    public func reconnect(waitingUpTo limit: Duration = .seconds(20)) async -> ReconnectOutcome {
+        await withCheckedContinuation { continuation in
+            loop.execute { [self] in
+                guard !shared.withLock({ $0.stopped }) else {
+                    return continuation.resume(returning: .notReady("the daemon is stopping"))
+                }
+                requests.park(continuation, limit: limit) { [unowned self] in .pending(supervisor.state) }
+                deliver(.reconnectRequested)
+            }
+        }
+    }
+
+    /// Calls `reply` from the loop, between two events: if it is not called,
+    /// the loop is stuck (the watchdog then stops petting systemd).
+    public func ping(_ reply: @escaping @Sendable () -> Void) {
+        loop.execute(reply)
+    }
+
+    public var status: Status {
+        let stats = recorder.stats
+        let sinceStart = start.duration(to: .now)
+        return shared.withLock { s in
+            Status(
+                state: s.supervisor.state, device: s.device, adapter: s.adapter, connectedSince: s.connectedSince,
+                lastReadingAt: s.lastReadingAt, readingsWritten: stats.written, reconnects: s.supervisor.reconnects,
+                windowAttempt: s.supervisor.windowAttempt,
+                nextAttemptIn: s.supervisor.nextAttemptAt.map { max(.zero, $0 - sinceStart) },
+                lastError: s.supervisor.lastError
+            )
+        }
+    }
+
+    // MARK: Readings
+
+    /// The fast path: a notification is a PropertiesChanged of Value alone on
+    /// a notify characteristic, from bluetoothd. Decoded in place; anything
+    /// else goes on to the general path.
+    private func intercept(_ signal: RawSignal) -> Bool {
+        guard !notifyPaths.isEmpty, signal.is(interface: StandardInterface.properties, member: "PropertiesChanged"),
+              let owner = monitor.currentOwner
+        else { return false }
+        for entry in notifyPaths where signal.hasPath(entry.path) {
+            guard signal.hasSender(owner),
+                  let bytes = signal.onlyByteArrayProperty(interface: BlueZ.gattCharacteristicInterface, name: "Value")
+            else { return false }
+            take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: entry.uuid, source: .notify, payload: bytes))
+            return true
+        }
+        return false
+    }
+
+    private func take(_ reading: Reading) {
+        turnReadings.append(reading)
+    }
+
+    /// At the end of each loop turn: this turn's readings, in one write.
+    private func writeTurnReadings() {
+        guard let last = turnReadings.last else { return }
+        recorder.write(turnReadings)
+        turnReadings.removeAll(keepingCapacity: true)
+        shared.withLock { $0.lastReadingAt = last.receivedAt }
+    }
+
+    // MARK: bluetoothd's view
+
+    private func apply(_ event: BlueZEvent) {
+        switch event {
+        case .valueChanged(let path, let bytes):
+            recordValue(path, bytes)
+            return
+        case .propertiesChanged(let path, BlueZ.gattCharacteristicInterface, let changed, _):
+            // bluetoothd flushes a notification's Value together with any
+            // property change still pending on the object (Notifying=true
+            // right after StartNotify): a reading all the same.
+            if let bytes = changed["Value"]?.bytes { recordValue(path, bytes) }
+        case .serviceAppeared:
+            bluezPresent = true
+        case .serviceVanished:
+            bluezPresent = false
+        case .signalsLost:
+            break
+        default:
+            break
+        }
+        tree.apply(event)
+        // In a crowded place discovery reports many other devices; their
+        // RSSI updates cannot change which adapter, dongle or
+        // characteristics we use, so they skip the re-resolution.
+        if case .propertiesChanged(let path, BlueZ.deviceInterface, _, _) = event,
+           let known = resolution.device?.path, path != known
+        {
+            return
+        }
+        resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
+        notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
+        if let address = resolution.device?.address { deviceAddress = address }
+        lane.resolution = resolution
+        shared.withLock { s in
+            s.adapter = resolution.adapter?.interfaceName
+            s.device = resolution.device?.address ?? config.dongle.address
+        }
+        if resolution.observation != lastObservation {
+            lastObservation = resolution.observation
+            deliver(.observed(resolution.observation))
+            lane.observationChanged(resolution.observation)
+        }
+        if isAdvertisement(event, device: resolution.device?.path) {
+            deliver(.advertising)
+        }
+    }
+
+    private func recordValue(_ path: ObjectPath, _ bytes: [UInt8]) {
+        guard let entry = notifyPaths.first(where: { $0.path == path.rawValue }) else { return }
+        take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: entry.uuid, source: .notify, payload: bytes))
+    }
+
+    /// An RSSI update (or a newly found device object with one) is the sign
+    /// that discovery saw the dongle advertise.
+    private func isAdvertisement(_ event: BlueZEvent, device: ObjectPath?) -> Bool {
+        guard let device else { return false }
+        switch event {
+        case .propertiesChanged(let path, let interface, let changed, _):
+            return path == device && interface == BlueZ.deviceInterface && changed["RSSI"] != nil
+        case .interfacesAdded(let path, let interfaces):
+            return path == device
+                && interfaces.stringKeyedDictionary?[BlueZ.deviceInterface]?.stringKeyedDictionary?["RSSI"] != nil
+        default:
+            return false
+        }
+    }
+
+    // MARK: The supervisor
+
+    /// Hands `event` to the supervisor and carries out its actions. An event
+    /// raised while that happens (a reply that completed at once) waits its
+    /// turn, so actions are performed in the order they were decided.
+    private func deliver(_ event: SupervisorEvent) {
+        queuedEvents.append(event)
+        guard !handlingEvent else { return }
+        handlingEvent = true
+        defer { handlingEvent = false }
+        var index = 0
+        while index < queuedEvents.count {
+            process(queuedEvents[index])
+            index += 1
+        }
+        queuedEvents.removeAll(keepingCapacity: true)
+    }
+
+    private func process(_ event: SupervisorEvent) {
+        let actions = supervisor.handle(event, at: start.duration(to: .now))
+        let status = supervisor.status
+        shared.withLock { s in
+            s.supervisor = status
+            if status.state == .online {
+                if s.connectedSince == nil { s.connectedSince = Date() }
+            } else {
+                s.connectedSince = nil
+            }
+        }
+        publishIfChanged(actions)
+        for action in actions {
+            switch action {
+            case .startTimer(let timer, let delay):
+                timers.start(timer, after: delay) { [unowned self] fired in deliver(.timerFired(fired)) }
+            case .cancelTimer(let timer):
+                timers.cancel(timer)
+            case .transition(let from, let to, let cause):
+                report.transition(from: from, to: to, cause: cause, device: resolution.device?.address ?? config.dongle.address)
+            case .report(let item):
+                report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics())
+            case .answerReconnect(.started(let attempt)):
+                requests.answerAll(.started(attempt: attempt))
+            case .answerReconnect(.notReady(let why)):
+                requests.answerAll(.notReady(why))
+            case .escalate(.hciReset):
+                guard let adapter = resolution.adapter else {
+                    deliver(.escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))))
+                    continue
+                }
+                report.logger.warning("escalating: hci-reset on \(adapter.interfaceName)", metadata: ["event": "escalation"])
+                blockingInput.yield(.hciReset(adapter.interfaceName))
+            default:
+                lane.perform(action)
+            }
+        }
+    }
+
+    /// The part of the status whose changes are announced (PropertiesChanged,
+    /// STATUS=); readings counters change too often and are read on demand.
+    private struct PublishedFields: Equatable {
+        var supervisor: Supervisor.Status
+        var device: String?
+        var adapter: String?
+    }
+
+    private func publishIfChanged(_ actions: [SupervisorAction]) {
+        let current = PublishedFields(
+            supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
+            adapter: resolution.adapter?.interfaceName
+        )
+        guard current != published else { return }
+        published = current
+        var transition: (from: SupervisorState, to: SupervisorState, cause: String)?
+        for case .transition(let from, let to, let cause) in actions { transition = (from, to, cause) }
+        changeInput.yield(LinkStatusChange(status: status, transition: transition))
+    }
+
+    // MARK: Blocking work, off the loop
+
+    private enum BlockingJob: Sendable {
+        case hciReset(String)
+    }
+
+    /// A child task on the global executor: an HCI reset is an ioctl that can
+    /// block for seconds, which the loop must never do.
+    private func runBlockingJobs() async {
+        for await job in blockingJobs {
+            switch job {
+            case .hciReset(let name):
+                let result = HCIReset.run(name)
+                loop.execute { [self] in lane.escalationStepDone(.hciReset, result) }
+            }
+        }
+    }
+}
+
+/// Returns when the current task is cancelled.
+func waitForCancellation() async {
+    let (stream, continuation) = AsyncStream.makeStream(of: Void.self)
+    await withTaskCancellationHandler {
+        for await _ in stream {}
+    } onCancel: {
+        continuation.finish()
+    }
+}

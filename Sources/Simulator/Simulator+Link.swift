@@ -115,6 +115,7 @@ extension Simulator {
 
     func disconnectDevice(client: String) async throws {
         try ensureRunning()
+        log.record(.disconnectRequest) { $0.client = client }
         if let pending = pendingConnect {
             // Disconnect cancels a pending connect; that Connect fails.
             pendingConnect = nil

@@ -49,6 +49,9 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case connected
         case connectFailed = "connect-failed"
         case disconnected
+        /// A Device1.Disconnect call, logged as it is served (its order
+        /// against connect-request is what the daemon's ordering test checks).
+        case disconnectRequest = "disconnect-request"
         case write
         case read
         case notify

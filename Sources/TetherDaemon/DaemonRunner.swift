@@ -66,7 +66,7 @@ public enum DaemonRunner {
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
                 group.addTask { await session.serve().map { .fatal($0) } }
-                group.addTask { .signal(await TerminationSignal.wait()) }
+                group.addTask { await TerminationSignal.wait().map { .signal($0) } }
                 if let watchdog {
                     group.addTask {
                         await session.petWatchdog(every: watchdog / 2)
@@ -229,22 +229,36 @@ public enum TerminationSignal {
     }
     private static let kept = Kept()
 
-    public static func wait() async -> String {
-        await withCheckedContinuation { continuation in
-            let once = Mutex(false)
-            for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
-                signal(number, SIG_IGN)
-                let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                source.setEventHandler {
-                    let first = once.withLock { fired in
-                        defer { fired = true }
-                        return !fired
-                    }
-                    if first { continuation.resume(returning: name) }
-                }
-                source.resume()
-                kept.lock.withLock { kept.sources.append(source) }
+    /// The signal's name; nil if the task was cancelled first.
+    public static func wait() async -> String? {
+        let state = Mutex<(continuation: CheckedContinuation<String?, Never>?, done: Bool)>((nil, false))
+        let finish: @Sendable (String?) -> Void = { name in
+            let continuation = state.withLock { s -> CheckedContinuation<String?, Never>? in
+                guard !s.done else { return nil }
+                s.done = true
+                defer { s.continuation = nil }
+                return s.continuation
             }
+            continuation?.resume(returning: name)
+        }
+        return await withTaskCancellationHandler {
+            await withCheckedContinuation { continuation in
+                let early = state.withLock { s -> Bool in
+                    if s.done { return true }
+                    s.continuation = continuation
+                    return false
+                }
+                if early { return continuation.resume(returning: nil) }
+                for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
+                    signal(number, SIG_IGN)
+                    let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
+                    source.setEventHandler { finish(name) }
+                    source.resume()
+                    kept.lock.withLock { kept.sources.append(source) }
+                }
+            }
+        } onCancel: {
+            finish(nil)
         }
     }
 }

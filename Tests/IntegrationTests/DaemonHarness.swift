@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import EventLoop
 import Foundation
 import Logging
 import Simulator
@@ -19,6 +20,7 @@ final class DaemonHarness: @unchecked Sendable {
     private(set) var service: LinkService?
     private var serviceTask: Task<Void, Never>?
     private var daemonBus: Bus?
+    private var daemonLoop: EventLoop?
     private var publisher: Task<Void, Never>?
     private(set) var logLines = LogCapture()
     /// Log handlers added next to the capture (a journald handler, in the journald test).
@@ -60,7 +62,11 @@ final class DaemonHarness: @unchecked Sendable {
             retainSize: config.readings.retainSize
         )
         let recorder = ReadingRecorder(log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog) { _ in }
-        let bus = try await Bus.connect(address: busDaemon.address)
+        // The daemon has an event loop of its own, as `tether run` does.
+        let loop = EventLoop(name: "daemon-under-test")
+        loop.moderation = .milliseconds(4)
+        daemonLoop = loop
+        let bus = try await Bus.connect(address: busDaemon.address, on: loop)
         let capture = logLines
         let extra = extraLogHandlers
         let logger = Logger(label: "tether-test") { label in
@@ -97,6 +103,8 @@ final class DaemonHarness: @unchecked Sendable {
         recorder?.close()
         await daemonBus?.close()
         daemonBus = nil
+        daemonLoop?.stop()
+        daemonLoop = nil
     }
 
     func stop() async {

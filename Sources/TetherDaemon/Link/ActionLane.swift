@@ -22,6 +22,7 @@ final class ActionLane: @unchecked Sendable {
     private let loop: EventLoop
     private let config: TetherConfig
     private let finish: (SupervisorEvent) -> Void
+    private let logger: Logger
     /// What bluetoothd's tree resolves to now; set by the service on every change.
     var resolution = LinkResolver.Resolution()
     /// A reading taken by a read-mode keep-alive poll.
@@ -37,7 +38,11 @@ final class ActionLane: @unchecked Sendable {
         var deadline: EventLoop.TimerID?
     }
 
-    init(client: BlueZClient, loop: EventLoop, config: TetherConfig, finish: @escaping (SupervisorEvent) -> Void) {
+    init(
+        client: BlueZClient, loop: EventLoop, config: TetherConfig, logger: Logger,
+        finish: @escaping (SupervisorEvent) -> Void
+    ) {
+        self.logger = logger
         self.client = client
         self.loop = loop
         self.config = config
@@ -119,7 +124,6 @@ final class ActionLane: @unchecked Sendable {
         }
     }
 
-    private var logger: Logger { Logger(label: "tether.lane") }
 
     // MARK: Subscribing
 

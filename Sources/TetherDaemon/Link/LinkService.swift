@@ -104,7 +104,9 @@ public final class LinkService: @unchecked Sendable {
     /// answer, so every notification the bus routed to it before is recorded.
     public func run() async throws(BlueZError) {
         await onLoop { [self] in
-            lane = ActionLane(client: client, loop: loop, config: config) { [unowned self] event in deliver(event) }
+            lane = ActionLane(client: client, loop: loop, config: config, logger: report.logger) { [unowned self] event in
+                deliver(event)
+            }
             lane.onReading = { [unowned self] reading in take(reading) }
             monitor = BlueZMonitor(client: client) { [unowned self] event in apply(event) }
             client.bus.assumeIsolated { bus in
@@ -343,6 +345,7 @@ public final class LinkService: @unchecked Sendable {
                     continue
                 }
                 report.logger.warning("escalating: hci-reset on \(adapter.interfaceName)", metadata: ["event": "escalation"])
+                lane.perform(action)  // marks the step in flight; its result comes from the blocking job
                 blockingInput.yield(.hciReset(adapter.interfaceName))
             default:
                 lane.perform(action)

@@ -47,14 +47,6 @@ public struct Supervisor: Sendable {
             self.keepaliveTimeout = keepaliveTimeout
             self.escalation = escalation
         }
-
-        public init(config: TetherConfig) {
-            self.init(
-                policy: config.reconnect.policy, keepaliveEnabled: config.keepalive.enabled,
-                keepaliveInterval: config.keepalive.interval, keepaliveTimeout: config.keepalive.timeout,
-                escalation: config.reconnect.escalate
-            )
-        }
     }
 
     /// What `tether status` and the control API show.
@@ -279,7 +271,7 @@ public struct Supervisor: Sendable {
         } else {
             status.nextAttemptAt = now + delay
             startTimer(.retry, after: delay)
-            enter(.backingOff, "\(cause); attempt \(n) in \(DurationText.rounded(delay))")
+            enter(.backingOff, "\(cause); attempt \(n) in \(delay.roundedText)")
         }
     }
 
@@ -493,7 +485,7 @@ public struct Supervisor: Sendable {
         status.nextAttemptAt = now + policy.cooldown
         startTimer(.retry, after: policy.cooldown)
         startDiscoveryIfStopped()
-        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(DurationText.rounded(policy.cooldown))")
+        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(policy.cooldown.roundedText)")
     }
 
     private mutating func enterSearching(cause: String) {
@@ -519,10 +511,10 @@ public struct Supervisor: Sendable {
             switch state {
             case .connecting:
                 connectInFlight = nil
-                attemptFailed(LinkFailure(.needsCancel, "no connection within \(DurationText.rounded(policy.connectTimeout))"), cancel: true)
+                attemptFailed(LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)"), cancel: true)
             case .resolving, .subscribing:
                 subscribeInFlight = nil
-                attemptFailed(LinkFailure(.transient, "services not ready within \(DurationText.rounded(policy.connectTimeout))"), cancel: true)
+                attemptFailed(LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)"), cancel: true)
             default:
                 break
             }
@@ -531,7 +523,7 @@ public struct Supervisor: Sendable {
         case .pollDeadline:
             guard pollInFlight != nil else { return }
             pollInFlight = nil
-            pollFailed("no reply within \(DurationText.rounded(settings.keepaliveTimeout))")
+            pollFailed("no reply within \(settings.keepaliveTimeout.roundedText)")
         case .discoveryRetry:
             if state == .searching || state == .coolingDown { startDiscoveryIfStopped() }
         case .powerOn:

@@ -57,8 +57,12 @@ public enum SupervisorEvent: Sendable {
     case reconnectRequested
 }
 
-/// Escalation steps after an exhausted window.
-public typealias EscalationStep = TetherConfig.EscalationStep
+/// Escalation steps after an exhausted window (`reconnect.escalate` in the
+/// config); raw values are the config's spellings.
+public enum EscalationStep: String, Sendable, Equatable {
+    case powerCycle = "power-cycle"
+    case hciReset = "hci-reset"
+}
 
 /// Something notable for the logs and metrics (journald's TETHER_EVENT).
 public enum SupervisorReport: Sendable, Equatable {

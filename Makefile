@@ -80,15 +80,17 @@ test: deps
 	$(SWIFT) build --build-tests
 	$(SWIFT) test --skip-build --no-parallel
 
+# The demo and the soak are in tether-dev, the development tools (`swift build`
+# builds it next to tether, which they start for `tether run`).
 demo: build
-	$$($(SWIFT) build --show-bin-path)/tether demo
+	$$($(SWIFT) build --show-bin-path)/tether-dev demo
 
-# Chaos soak against the simulator (`tether soak --help`): random faults for
+# Chaos soak against the simulator (`tether-dev soak --help`): random faults for
 # DURATION, then its invariants; exits non-zero on any violation. As root it
 # also fills the readings directory (a tmpfs it mounts). CI runs DURATION=2m.
 DURATION ?= 10m
 soak: build
-	$$($(SWIFT) build --show-bin-path)/tether soak --duration $(DURATION)
+	$$($(SWIFT) build --show-bin-path)/tether-dev soak --duration $(DURATION)
 
 # End-to-end against the real bluetoothd and the kernel's Bluetooth stack in
 # a QEMU guest, with a Bumble dongle on an emulated controller (see

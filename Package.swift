@@ -9,20 +9,27 @@ import PackageDescription
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   BlueZ               a typed client for org.bluez
-//   TetherCore          pure logic: config, retry policy, supervisor state machine, readings log
-//   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests and the demo
+//   LinkSupervisor      the supervisor state machine and retry policy: standard library only
+//   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
+//   Readings            the readings log: records, recorder, reader, follower (Foundation only)
+//   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests, the demo and the soak
 //   Systemd             sd_notify and journald's native protocol (a swift-log backend)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
-//   tether              the command-line front end
+//   CommandLineArguments  argument types shared by the two executables (durations)
+//   tether              the command-line front end: the product binary a gateway runs
+//   tether-dev          development tools: `simulate`, `demo`, `soak` (not installed; no simulator in tether)
 let package = Package(
     name: "Tether",
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "tether", targets: ["tether"]),
+        .executable(name: "tether-dev", targets: ["tether-dev"]),
         // For the libFuzzer targets in Fuzz/, a separate package that depends on this one.
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "BlueZ", targets: ["BlueZ"]),
-        .library(name: "TetherCore", targets: ["TetherCore"]),
+        .library(name: "LinkSupervisor", targets: ["LinkSupervisor"]),
+        .library(name: "Configuration", targets: ["Configuration"]),
+        .library(name: "Readings", targets: ["Readings"]),
     ],
     dependencies: [
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
@@ -47,13 +54,9 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"]),
         .target(name: "HCI", dependencies: ["CBluetooth"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"]),
-        .target(
-            name: "TetherCore",
-            dependencies: [
-                .product(name: "TOMLKit", package: "TOMLKit"),
-                .product(name: "Logging", package: "swift-log"),
-            ]
-        ),
+        .target(name: "LinkSupervisor"),
+        .target(name: "Configuration", dependencies: ["LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
+        .target(name: "Readings"),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ"]),
         .target(
             name: "Systemd",
@@ -62,27 +65,45 @@ let package = Package(
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "EventLoop", "BlueZ", "HCI", "TetherCore", "Systemd",
+                "DBus", "EventLoop", "BlueZ", "HCI", "LinkSupervisor", "Configuration", "Readings", "Systemd",
                 .product(name: "Logging", package: "swift-log"),
             ]
+        ),
+        .target(
+            name: "CommandLineArguments",
+            dependencies: ["Configuration", .product(name: "ArgumentParser", package: "swift-argument-parser")]
         ),
         .executableTarget(
             name: "tether",
             dependencies: [
-                "TetherDaemon", "Simulator", "TetherCore", "DBus",
+                "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .executableTarget(
+            name: "tether-dev",
+            dependencies: [
+                "TetherDaemon", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments",
+                "DBus", "ChildProcess",
+                .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
         .target(name: "TestSupport", dependencies: ["DBus", "CSystemd"], path: "Tests/TestSupport"),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "TestSupport"]),
-        .testTarget(name: "TetherCoreTests", dependencies: ["TetherCore"]),
+        .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
+        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
+        // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
+        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
         .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(
             name: "IntegrationTests",
-            dependencies: ["TetherDaemon", "TetherCore", "Simulator", "BlueZ", "DBus", "Systemd", "TestSupport"]
+            dependencies: [
+                "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
+                "TestSupport",
+            ]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -29,11 +29,14 @@ let package = Package(
         ),
         .executableTarget(
             name: "FuzzConfig",
-            dependencies: ["FuzzSupport", .product(name: "TetherCore", package: "Tether")]
+            dependencies: [
+                "FuzzSupport",
+                .product(name: "Configuration", package: "Tether"), .product(name: "LinkSupervisor", package: "Tether"),
+            ]
         ),
         .executableTarget(
             name: "FuzzReadingLog",
-            dependencies: ["FuzzSupport", .product(name: "TetherCore", package: "Tether")]
+            dependencies: ["FuzzSupport", .product(name: "Readings", package: "Tether")]
         ),
     ],
     swiftLanguageModes: [.v6]

@@ -6,13 +6,15 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-60}
 rate=${2:-10}
+# tether runs the daemon; tether-dev (built next to it) the simulator.
 bin=${TETHER_BIN:-$(swift build -c release --show-bin-path)/tether}
-[ -x "$bin" ] || swift build -c release
+dev_bin=${TETHER_DEV_BIN:-$(dirname "$bin")/tether-dev}
+[ -x "$bin" ] && [ -x "$dev_bin" ] || swift build -c release
 work=$(mktemp -d /tmp/tether-footprint.XXXXXX)
 cleanup() { kill "${daemon:-}" "${sim:-}" 2>/dev/null || true; wait 2>/dev/null || true; rm -rf "$work"; }
 trap cleanup EXIT
 
-"$bin" simulate --spawn-bus "$work/bus" --sleep-after "$([ "${KEEPALIVE:-on}" = off ] && echo 1h || echo 3s)" --notify-rate "$rate" >/dev/null 2>"$work/sim.log" &
+"$dev_bin" simulate --spawn-bus "$work/bus" --sleep-after "$([ "${KEEPALIVE:-on}" = off ] && echo 1h || echo 3s)" --notify-rate "$rate" >/dev/null 2>"$work/sim.log" &
 sim=$!
 for _ in $(seq 50); do [ -s "$work/bus/address" ] && break; sleep 0.1; done
 address=$(cat "$work/bus/address")

@@ -1,10 +1,11 @@
 #!/usr/bin/env python3
-"""Benchmarks of `tether run` against `tether simulate`, side by side with the
+"""Benchmarks of `tether run` against `tether-dev simulate`, side by side with the
 bleak peer (bench/peer_bleak.py). Standard library only; `make bench` runs it.
 
     bench/run.py [footprint|ingest|keepalive|recovery|startup ...]
 
-Environment: TETHER_BIN, PEER_PYTHON, BENCH_OUT (default .build/bench),
+Environment: TETHER_BIN, TETHER_DEV_BIN (default: tether-dev next to
+TETHER_BIN), PEER_PYTHON, BENCH_OUT (default .build/bench),
 BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
 BENCH_KEEPALIVE_DURATION (10m), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
@@ -27,6 +28,8 @@ import time
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.environ.get("TETHER_BIN") or os.path.join(ROOT, ".build/release/tether")
+# The simulator is in the development tools, built next to tether.
+DEV_BIN = os.environ.get("TETHER_DEV_BIN") or os.path.join(os.path.dirname(BIN), "tether-dev")
 PEER_PY = os.environ.get("PEER_PYTHON") or os.path.join(ROOT, ".build/bench-venv/bin/python")
 PEER = os.path.join(ROOT, "bench/peer_bleak.py")
 OUT = os.environ.get("BENCH_OUT") or os.path.join(ROOT, ".build/bench")
@@ -89,7 +92,7 @@ class Sim:
     def __init__(self, work, *args):
         os.makedirs(f"{work}/bus", exist_ok=True)
         self.events = f"{work}/events.jsonl"
-        self.proc = spawn([BIN, "simulate", "--spawn-bus", f"{work}/bus", "--event-log", self.events, *args],
+        self.proc = spawn([DEV_BIN, "simulate", "--spawn-bus", f"{work}/bus", "--event-log", self.events, *args],
                           out=open(f"{work}/sim.log", "w"))
         path = f"{work}/bus/address"
         if not wait_for(lambda: os.path.exists(path) and open(path).read().endswith("\n"), 10):

@@ -1,3 +1,5 @@
+import LinkSupervisor
+
 /// The daemon's configuration: which dongle to keep connected, how to keep it awake,
 /// how to reconnect, and where to log readings. Build one from TOML with `load`/`parse`,
 /// or in code with `defaults(address:)` and then adjust fields.
@@ -65,10 +67,8 @@ public struct TetherConfig: Sendable, Equatable {
         }
     }
 
-    public enum EscalationStep: String, Sendable, Equatable {
-        case powerCycle = "power-cycle"
-        case hciReset = "hci-reset"
-    }
+    /// The supervisor's escalation steps, spelled as in `reconnect.escalate`.
+    public typealias EscalationStep = LinkSupervisor.EscalationStep
 
     /// `[reconnect]`: the retry policy's keys, plus the escalation steps.
     /// The policy's fields read and write through this section

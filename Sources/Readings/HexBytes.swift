@@ -1,5 +1,6 @@
 /// Lowercase hex encoding for payloads (readings log) and hex decoding for
-/// configured write values; hand-rolled because it sits on the logging hot path.
+/// the log's records (the config has its own, `HexText`); hand-rolled because
+/// it sits on the logging hot path.
 enum HexBytes {
     private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 

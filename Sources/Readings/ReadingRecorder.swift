@@ -235,10 +235,19 @@ public final class ReadingRecorder: @unchecked Sendable {
                 state.waitingForRetry = true
                 return state.backlog.count
             }
-            report("\(message); keeping \(pending) readings in memory (at most \(maxBacklog)) and retrying every \(DurationText.format(retryInterval))")
+            report("\(message); keeping \(pending) readings in memory (at most \(maxBacklog)) and retrying every \(retryIntervalText)")
             armRetryTimer()
             return false
         }
+    }
+
+    /// The retry interval as the config spells durations ("1s", "250ms"), to
+    /// whole milliseconds (the config's `DurationText` is in another module,
+    /// which the readings log does not depend on).
+    private var retryIntervalText: String {
+        let (seconds, attoseconds) = retryInterval.components
+        let milliseconds = attoseconds / 1_000_000_000_000_000
+        return milliseconds == 0 ? "\(seconds)s" : "\(seconds * 1000 + milliseconds)ms"
     }
 
     /// Drops the oldest readings beyond `maxBacklog`, remembering them for the gap record. Call with `lock` held.

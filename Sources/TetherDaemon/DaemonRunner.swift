@@ -1,12 +1,13 @@
 import BlueZ
+import Configuration
 import DBus
 import Dispatch
 import EventLoop
 import Foundation
 import Logging
+import Readings
 import Synchronization
 import Systemd
-import TetherCore
 
 /// `tether run`: the daemon's life from start to SIGTERM.
 public enum DaemonRunner {

@@ -1,6 +1,7 @@
 import BlueZ
+import Configuration
 import DBus
-import TetherCore
+import LinkSupervisor
 
 /// Finds, in bluetoothd's object tree, the adapter, the dongle and the
 /// characteristics the config asks for, and sums them up as the

@@ -1,5 +1,6 @@
+import Configuration
 import Foundation
-import TetherCore
+import LinkSupervisor
 
 /// A snapshot of one `LinkService`, for the control API, `STATUS=` and tests.
 public struct LinkStatus: Sendable, Equatable {

@@ -1,7 +1,7 @@
+import Configuration
 import Logging
 import Synchronization
 import Systemd
-import TetherCore
 
 /// Pets systemd's watchdog (`WATCHDOG=1`) only while the supervisor loop
 /// answers: each tick asks the loop to call back between two events, and

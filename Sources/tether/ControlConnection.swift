@@ -1,7 +1,7 @@
 import ArgumentParser
+import Configuration
 import DBus
 import Foundation
-import TetherCore
 import TetherDaemon
 
 /// Connects the CLI to a daemon's control object on the system bus (or

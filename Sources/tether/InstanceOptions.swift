@@ -1,5 +1,5 @@
 import ArgumentParser
-import TetherCore
+import Configuration
 
 /// `--instance NAME`: which daemon a command is about, when a gateway runs
 /// one per dongle (`tether@NAME.service`, config `/etc/tether/NAME.toml`).

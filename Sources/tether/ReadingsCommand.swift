@@ -1,7 +1,9 @@
 import ArgumentParser
+import CommandLineArguments
+import Configuration
 import Dispatch
 import Foundation
-import TetherCore
+import Readings
 
 #if canImport(Glibc)
 import Glibc

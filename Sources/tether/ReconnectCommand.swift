@@ -1,6 +1,8 @@
 import ArgumentParser
+import CommandLineArguments
+import Configuration
 import Foundation
-import TetherCore
+import LinkSupervisor
 import TetherDaemon
 
 struct ReconnectCommand: AsyncParsableCommand {

@@ -1,8 +1,8 @@
 import ArgumentParser
+import Configuration
 import Foundation
 import Logging
 import Systemd
-import TetherCore
 import TetherDaemon
 
 struct RunCommand: AsyncParsableCommand {

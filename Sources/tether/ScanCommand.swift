@@ -1,7 +1,8 @@
 import ArgumentParser
+import CommandLineArguments
+import Configuration
 import DBus
 import Foundation
-import TetherCore
 import TetherDaemon
 
 struct ScanCommand: AsyncParsableCommand {

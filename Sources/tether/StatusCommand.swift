@@ -1,6 +1,6 @@
 import ArgumentParser
+import Configuration
 import Foundation
-import TetherCore
 import TetherDaemon
 
 struct StatusCommand: AsyncParsableCommand {

@@ -12,12 +12,12 @@ struct Tether: AsyncParsableCommand {
 
             Watch it:       tether status, journalctl -u tether -f
             Steer it:       tether reconnect --wait
-            Without hardware:  tether demo
+            Without hardware:  tether-dev demo (from a source build)
             """,
         version: "0.1.0",
         subcommands: [
             RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
-            CheckConfigCommand.self, SimulateCommand.self, DemoCommand.self, SoakCommand.self,
+            CheckConfigCommand.self,
         ]
     )
 }

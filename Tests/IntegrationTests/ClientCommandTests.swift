@@ -4,7 +4,6 @@ import Foundation
 import Simulator
 import TestSupport
 import Testing
-import TetherCore
 import TetherDaemon
 
 /// `tether status`, `reconnect`, `scan` as an operator runs them, against a

@@ -1,10 +1,10 @@
+import Configuration
 import DBus
 import Foundation
 import Simulator
 import Synchronization
 import TestSupport
 import Testing
-import TetherCore
 import TetherDaemon
 
 /// io.tether.Tether1 served by the daemon's link service against the

@@ -1,6 +1,6 @@
+import Configuration
 import DBus
 import Testing
-import TetherCore
 import TetherDaemon
 
 @Suite struct ControlAddressTests {

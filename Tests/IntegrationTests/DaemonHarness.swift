@@ -1,11 +1,13 @@
 import BlueZ
+import Configuration
 import DBus
 import EventLoop
 import Foundation
+import LinkSupervisor
 import Logging
+import Readings
 import Simulator
 import TestSupport
-import TetherCore
 import TetherDaemon
 
 /// A private dbus-daemon, the simulator and the daemon's link service, all

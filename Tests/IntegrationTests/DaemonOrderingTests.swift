@@ -4,7 +4,6 @@ import Foundation
 import Simulator
 import TestSupport
 import Testing
-import TetherCore
 
 /// What the single event loop promises: BlueZ calls reach bluetoothd in the
 /// order the supervisor decided them, and nothing that reached the daemon is

@@ -4,7 +4,6 @@ import Foundation
 import Simulator
 import TestSupport
 import Testing
-import TetherCore
 
 /// The `tether` binary as a process: crash safety and exit codes.
 @Suite(.serialized) struct DaemonProcessTests {

@@ -1,10 +1,11 @@
 import BlueZ
+import Configuration
 import DBus
 import Foundation
+import LinkSupervisor
 import Simulator
 import TestSupport
 import Testing
-import TetherCore
 
 /// The daemon against the simulated bluetoothd, end to end. The simulator's
 /// event log is the ground truth. Serialized: these tests measure timing on a

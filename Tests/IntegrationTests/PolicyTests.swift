@@ -4,7 +4,6 @@ import Foundation
 import Simulator
 import TestSupport
 import Testing
-import TetherCore
 import TetherDaemon
 
 /// What the policy test needs of the machine; outside the suite because a

@@ -4,7 +4,6 @@ import Synchronization
 import Systemd
 import TestSupport
 import Testing
-import TetherCore
 import TetherDaemon
 
 /// `SupervisorWatchdog` against a link whose loop can be made to hang, and

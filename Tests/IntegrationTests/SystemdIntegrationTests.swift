@@ -1,11 +1,11 @@
 import ChildProcess
+import Configuration
 import Foundation
 import Logging
 import Simulator
 import Systemd
 import TestSupport
 import Testing
-import TetherCore
 import TetherDaemon
 
 /// The daemon under a stand-in for systemd: the notify socket and the

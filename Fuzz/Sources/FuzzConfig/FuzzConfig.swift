@@ -1,5 +1,6 @@
+import Configuration
 import FuzzSupport
-import TetherCore
+import LinkSupervisor
 
 // Config file text → TetherConfig.parse, the daemon's parser (TetherConfig.load
 // reads the file, refuses invalid UTF-8, and calls it). parse promises a

@@ -3,7 +3,7 @@ import Glibc
 #endif
 import Foundation
 import FuzzSupport
-import TetherCore
+import Readings
 
 // Readings-log recovery on arbitrary file contents.
 //

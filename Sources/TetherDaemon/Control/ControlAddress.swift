@@ -1,5 +1,5 @@
+import Configuration
 import DBus
-import TetherCore
 
 /// Where one daemon instance serves its control interface on the system bus.
 ///

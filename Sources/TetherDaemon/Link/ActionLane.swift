@@ -1,10 +1,12 @@
 import BlueZ
+import Configuration
 import DBus
 import EventLoop
 import Foundation
 import HCI
+import LinkSupervisor
 import Logging
-import TetherCore
+import Readings
 
 /// Carries out the supervisor's BlueZ actions, in the order it decided them.
 ///

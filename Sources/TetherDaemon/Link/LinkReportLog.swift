@@ -1,5 +1,5 @@
+import LinkSupervisor
 import Logging
-import TetherCore
 
 /// The daemon's account of what the supervisor decided: one log line per
 /// transition and report, with journald fields (TETHER_EVENT, TETHER_STATE,

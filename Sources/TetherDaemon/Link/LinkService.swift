@@ -1,10 +1,12 @@
 import BlueZ
+import Configuration
 import DBus
 import EventLoop
 import Foundation
+import LinkSupervisor
 import Logging
+import Readings
 import Synchronization
-import TetherCore
 
 /// Runs the supervisor against bluetoothd on one event loop: the adapter
 /// layer between the pure `Supervisor` and the world.

@@ -1,5 +1,4 @@
 import EventLoop
-import TetherCore
 
 /// Callers of `tether reconnect` waiting to hear that their attempt started.
 ///

@@ -1,5 +1,5 @@
 import EventLoop
-import TetherCore
+import LinkSupervisor
 
 /// The supervisor's timers as the loop's monotonic timers: at most one of
 /// each kind runs; restarting one cancels the previous.

@@ -1,7 +1,7 @@
 import BlueZ
+import Configuration
 import DBus
 import Foundation
-import TetherCore
 
 /// A dongle found by `tether scan`.
 public struct ScanResult: Sendable, Equatable {

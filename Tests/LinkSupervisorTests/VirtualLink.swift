@@ -1,4 +1,4 @@
-@testable import TetherCore
+@testable import LinkSupervisor
 
 /// Drives a `Supervisor` on a virtual clock: timers it starts become
 /// deadlines, and `advance` fires them in order. No real time passes.

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineArguments
 import DBus
 import Foundation
 import Simulator

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineArguments
 import Foundation
 
 struct SoakCommand: AsyncParsableCommand {
@@ -6,7 +7,8 @@ struct SoakCommand: AsyncParsableCommand {
         commandName: "soak",
         abstract: "Chaos soak: random faults against the simulator and the daemon; checks that nothing was lost.",
         discussion: """
-            Starts a private dbus-daemon, `tether simulate` and `tether run` (as `tether demo` does), then \
+            Starts a private dbus-daemon, `tether-dev simulate` and `tether run` (as `tether-dev demo` does; \
+            the `tether` binary must be in the same directory as tether-dev), then \
             for --duration injects random faults from every simulator knob: link drops with several reasons, \
             failing connects with each classified BlueZ error, InProgress, bluetoothd crashes and graceful \
             restarts, adapter power off/on, connect latency spikes; kills the daemon with SIGKILL and restarts \

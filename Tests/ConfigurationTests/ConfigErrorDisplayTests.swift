@@ -1,5 +1,5 @@
+@testable import Configuration
 import Testing
-@testable import TetherCore
 
 /// How a ConfigError prints: one line, the key recognisable. Regressions found
 /// by `make fuzz` (config target, Fuzz/README.md), replayed through

@@ -1,13 +1,14 @@
 import ChildProcess
+import Configuration
 import DBus
 import Foundation
+import Readings
 import Simulator
-import TetherCore
 import TetherDaemon
 
 extension ReadingRecord: ReadingRecordLike {}
 
-/// The scripted tour behind `tether demo`. Every process it starts is
+/// The scripted tour behind `tether-dev demo`. Every process it starts is
 /// stopped on the way out, whatever happens.
 final class DemoScript: Sendable {
     let directory: URL
@@ -43,12 +44,13 @@ final class DemoScript: Sendable {
             if !keepFiles { try? FileManager.default.removeItem(at: directory) }
         }
         do {
-            let executable = try SimulatorRemote.selfPath()
+            let devTool = try SimulatorRemote.selfPath()
+            let tether = try SimulatorRemote.tetherPath()
             say("starting a private dbus-daemon in \(directory.path)")
             let busDaemon = try BusDaemonProcess(directory: directory.appendingPathComponent("bus"))
             bus = busDaemon
             say("starting the simulated bluetoothd: dongle AA:BB:CC:DD:EE:FF, 2 notifications/s, asleep after 6 s without a GATT write")
-            simulator = try ChildProcess(executable: executable, arguments: [
+            simulator = try ChildProcess(executable: devTool, arguments: [
                 "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "2",
                 "--event-log", eventLogPath,
             ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
@@ -61,7 +63,7 @@ final class DemoScript: Sendable {
             say("starting `tether run` (keep-alive write every 2 s); its log follows, prefixed by time and level")
             var environment = ProcessInfo.processInfo.environment
             environment["DBUS_SYSTEM_BUS_ADDRESS"] = busDaemon.address
-            daemon = try ChildProcess(executable: executable, arguments: ["run", "--config", configPath], environment: environment)
+            daemon = try ChildProcess(executable: tether, arguments: ["run", "--config", configPath], environment: environment)
 
             let watcher = ReadingsWatcher(directory: readingsDirectory, say: say)
             let printer = Task { await watcher.follow() }

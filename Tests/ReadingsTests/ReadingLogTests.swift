@@ -1,6 +1,8 @@
+@testable import Configuration
 import Foundation
+@testable import LinkSupervisor
+@testable import Readings
 import Testing
-@testable import TetherCore
 
 #if canImport(Glibc)
 import Glibc

@@ -1,6 +1,7 @@
+@testable import Configuration
 import Foundation
+@testable import LinkSupervisor
 import Testing
-@testable import TetherCore
 
 private let file = "/etc/tether/tether.toml"
 
@@ -562,4 +563,4 @@ struct ValueSyntaxTests {
     }
 }
 
-// The fuzz test uses TetherCore's own SplitMix64 (the supervisor's jitter source).
+// The fuzz test uses LinkSupervisor's SplitMix64 (the supervisor's jitter source).

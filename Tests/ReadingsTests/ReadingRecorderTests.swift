@@ -1,6 +1,6 @@
 import Foundation
+@testable import Readings
 import Testing
-@testable import TetherCore
 
 #if canImport(Glibc)
 import Glibc

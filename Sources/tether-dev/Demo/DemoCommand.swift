@@ -6,8 +6,9 @@ struct DemoCommand: AsyncParsableCommand {
         commandName: "demo",
         abstract: "See Tether work without hardware: a private bus, a simulated bluetoothd, the daemon, and faults.",
         discussion: """
-            Starts a private dbus-daemon, `tether simulate` (a dongle that falls asleep after 6 s without \
-            a GATT write) and `tether run` with a temporary config and readings directory. It prints the \
+            Starts a private dbus-daemon, `tether-dev simulate` (a dongle that falls asleep after 6 s \
+            without a GATT write) and `tether run` with a temporary config and readings directory; the \
+            `tether` binary must be in the same directory as tether-dev (as `swift build` leaves them). It prints the \
             daemon's state changes and the readings as they arrive, then injects a link drop, a burst of \
             failing connects and a bluetoothd crash, shows Tether recovering from each, checks that every \
             notification the dongle sent is on disk exactly once, and exits 0 (within about 40 s) after \

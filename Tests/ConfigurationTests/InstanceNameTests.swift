@@ -1,5 +1,5 @@
+@testable import Configuration
 import Testing
-@testable import TetherCore
 
 @Suite struct InstanceNameTests {
     @Test func theDefaultInstanceKeepsThePlainPaths() {

@@ -1,5 +1,5 @@
+@testable import LinkSupervisor
 import Testing
-@testable import TetherCore
 
 @Suite struct SupervisorTests {
     static let policy = ReconnectPolicy(

@@ -2,7 +2,7 @@ import DBus
 import Foundation
 import Simulator
 
-/// The knobs and properties of a `tether simulate` process, over its
+/// The knobs and properties of a `tether-dev simulate` process, over its
 /// control interface on the bus (io.tether.Simulator1): used by the demo and
 /// the soak, which run the simulator as a child process.
 struct SimulatorRemote: Sendable {
@@ -36,9 +36,17 @@ struct SimulatorRemote: Sendable {
         )
     }
 
-    /// The path of the running `tether` binary, to start its subcommands.
+    /// The path of the running `tether-dev` binary, to start `tether-dev simulate`.
     static func selfPath() throws -> String {
         try FileManager.default.destinationOfSymbolicLink(atPath: "/proc/self/exe")
+    }
+
+    /// The `tether` binary in the same directory as the running `tether-dev`
+    /// (as `swift build` leaves them), to start `tether run`.
+    static func tetherPath() throws -> String {
+        let path = URL(fileURLWithPath: try selfPath()).deletingLastPathComponent().appendingPathComponent("tether").path
+        guard FileManager.default.isExecutableFile(atPath: path) else { throw MissingTether(path: path) }
+        return path
     }
 
     /// Notification sequence numbers in readings records (the dongle's first
@@ -49,6 +57,12 @@ struct SimulatorRemote: Sendable {
             return payload.prefix(4).enumerated().reduce(UInt32(0)) { $0 | UInt32($1.element) << (8 * UInt32($1.offset)) }
         }
     }
+}
+
+/// No `tether` binary next to `tether-dev`.
+struct MissingTether: Error, CustomStringConvertible {
+    let path: String
+    var description: String { "no tether binary at \(path), next to tether-dev (build both: swift build)" }
 }
 
 /// What `sequences(in:)` reads of a record.

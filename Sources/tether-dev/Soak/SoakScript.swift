@@ -1,11 +1,13 @@
 import ChildProcess
+import Configuration
 import DBus
 import Foundation
+import LinkSupervisor
+import Readings
 import Simulator
-import TetherCore
 import TetherDaemon
 
-/// `tether soak`: random faults for a while, then the invariants checked.
+/// `tether-dev soak`: random faults for a while, then the invariants checked.
 /// Every process it starts is stopped on the way out, whatever happens.
 final class SoakScript: @unchecked Sendable {
     let duration: Duration
@@ -23,7 +25,9 @@ final class SoakScript: @unchecked Sendable {
     private var simulatorProcess: ChildProcess?
     private var daemon: ChildProcess?
     private var remote: SimulatorRemote?
-    private var executable = ""
+    /// This `tether-dev` (for `simulate`) and the `tether` next to it (for `run`).
+    private var devTool = ""
+    private var tether = ""
     private var diskFullUsable = false
     private var diskFullSkipReason: String?
 
@@ -78,13 +82,14 @@ final class SoakScript: @unchecked Sendable {
     // MARK: Set-up and tear-down
 
     private func setUp() async throws {
-        executable = try SimulatorRemote.selfPath()
+        devTool = try SimulatorRemote.selfPath()
+        tether = try SimulatorRemote.tetherPath()
         say("seed \(seed) (replay with --seed \(seed)); directory \(directory.path)")
         try FileManager.default.createDirectory(atPath: readingsDirectory, withIntermediateDirectories: true)
         prepareDiskFull()
         let busDaemon = try BusDaemonProcess(directory: directory.appendingPathComponent("bus"))
         bus = busDaemon
-        simulatorProcess = try ChildProcess(executable: executable, arguments: [
+        simulatorProcess = try ChildProcess(executable: devTool, arguments: [
             "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "\(notifyRate)",
             "--event-log", eventLogPath,
         ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
@@ -159,7 +164,7 @@ final class SoakScript: @unchecked Sendable {
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SYSTEM_BUS_ADDRESS"] = bus?.address ?? ""
         let process = try ChildProcess(
-            executable: executable, arguments: ["run", "--config", configPath], environment: environment,
+            executable: tether, arguments: ["run", "--config", configPath], environment: environment,
             stderrPath: daemonLogPath
         )
         daemon = process

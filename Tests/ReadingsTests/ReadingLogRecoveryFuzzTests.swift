@@ -1,6 +1,6 @@
 import Foundation
+@testable import Readings
 import Testing
-@testable import TetherCore
 
 /// Readings-log start-up recovery on damaged or hand-made files: regressions
 /// found by `make fuzz` (reading-log target, Fuzz/README.md), replayed through

@@ -1,7 +1,7 @@
 import Foundation
+@testable import Readings
 import Synchronization
 import Testing
-@testable import TetherCore
 
 #if canImport(Glibc)
 import Glibc

@@ -1,0 +1,13 @@
+import LinkSupervisor
+
+extension Supervisor.Settings {
+    /// The supervisor's settings from a config's `[keepalive]` and `[reconnect]`
+    /// (here, so that the supervisor knows nothing of the config file).
+    public init(config: TetherConfig) {
+        self.init(
+            policy: config.reconnect.policy, keepaliveEnabled: config.keepalive.enabled,
+            keepaliveInterval: config.keepalive.interval, keepaliveTimeout: config.keepalive.timeout,
+            escalation: config.reconnect.escalate
+        )
+    }
+}

@@ -29,9 +29,21 @@ enum RecordFormat {
         append(#"{"ts":""#, to: &buffer)
         UTCTimestamp.append(date, to: &buffer)
         append(#"","seq":"#, to: &buffer)
-        append(String(seq), to: &buffer)
+        appendDecimal(seq, to: &buffer)
         append(#","device":"#, to: &buffer)
         appendJSONString(device, to: &buffer)
+    }
+
+    /// `value` in decimal, without a String in between (this runs per reading).
+    static func appendDecimal(_ value: UInt64, to buffer: inout [UInt8]) {
+        var divisor: UInt64 = 1
+        while divisor <= value / 10 { divisor *= 10 }
+        var rest = value
+        while divisor > 0 {
+            buffer.append(UInt8(ascii: "0") + UInt8(rest / divisor))
+            rest %= divisor
+            divisor /= 10
+        }
     }
 
     private static func append(_ text: String, to buffer: inout [UInt8]) {

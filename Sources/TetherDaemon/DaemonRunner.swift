@@ -59,7 +59,7 @@ public enum DaemonRunner {
         // control object: every task below prefers it, so none of them hops
         // threads to talk to another.
         let loop = EventLoop(name: "tether")
-        loop.moderation = .milliseconds(4)
+        loop.moderation = LinkService.loadModeration
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
             recorder: recorder, logger: logger, notifier: notifier, loop: loop

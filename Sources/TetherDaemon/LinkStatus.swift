@@ -1,8 +1,15 @@
 import Configuration
+import DBus
 import Foundation
 import LinkSupervisor
 
-/// A snapshot of one `LinkService`, for the control API, `STATUS=` and tests.
+/// A daemon's status: what `LinkService` reports, what the control
+/// interface `io.tether.Tether1` publishes as properties (this type is their
+/// encoding, both ways), what `STATUS=` says and what `tether status` prints.
+///
+/// On the bus, times follow systemd's conventions: instants are `t`
+/// microseconds since the Unix epoch with 0 for "never", and
+/// `NextAttemptIn` is `x` microseconds with -1 for "no attempt scheduled".
 public struct LinkStatus: Sendable, Equatable {
     public var state: SupervisorState
     public var device: String?
@@ -56,12 +63,73 @@ public struct LinkStatus: Sendable, Equatable {
         return text
     }
 
-    /// Whole seconds up to a minute, then minutes: a status line, not a measurement.
-    static func age(_ seconds: TimeInterval) -> String {
-        let s = max(0, Int(seconds.rounded()))
-        if s < 60 { return "\(s)s" }
-        if s < 3600 { return "\(s / 60)m\(s % 60 == 0 ? "" : "\(s % 60)s")" }
-        return "\(s / 3600)h\(s % 3600 / 60 == 0 ? "" : "\(s % 3600 / 60)m")"
+    /// How long ago (or for how long), as `tether status` and `STATUS=` say
+    /// it: "136ms", "3.2s", "3m12s" (`Duration.roundedText`).
+    public static func age(_ seconds: TimeInterval) -> String {
+        Duration.milliseconds(Int64(max(0, min(seconds, 1e12)) * 1000)).roundedText
+    }
+
+    /// Properties that change with the supervisor's state, announced with PropertiesChanged.
+    public var signalledProperties: [String: DBusValue] {
+        [
+            "State": .string(state.rawValue),
+            "Device": .string(device ?? ""),
+            "Adapter": .string(adapter ?? ""),
+            "ConnectedSince": .uint64(Self.microseconds(connectedSince)),
+            "Reconnects": .uint32(UInt32(clamping: reconnects)),
+            "WindowAttempt": .uint32(UInt32(clamping: windowAttempt)),
+            "NextAttemptIn": .int64(nextAttemptIn.map { Self.microseconds($0) } ?? -1),
+            "LastError": .string(lastError ?? ""),
+        ]
+    }
+
+    /// Properties that change with every reading: read on demand, never signalled.
+    public var liveProperties: [String: DBusValue] {
+        [
+            "LastReadingAt": .uint64(Self.microseconds(lastReadingAt)),
+            "ReadingsWritten": .uint64(readingsWritten),
+        ]
+    }
+
+    /// Rebuilds a status from `GetAll`. Missing or mistyped properties are an
+    /// error that names them: a daemon of another version must not be misread.
+    public init(properties: [String: DBusValue]) throws(DBusError) {
+        func value<T>(_ name: String, _ read: (DBusValue) -> T?) throws(DBusError) -> T {
+            guard let raw = properties[name], let typed = read(raw) else {
+                throw .malformed("the daemon's \(name) property is missing or has the wrong type")
+            }
+            return typed
+        }
+        func text(_ name: String) throws(DBusError) -> String? {
+            let s = try value(name) { $0.string }
+            return s.isEmpty ? nil : s
+        }
+        func instant(_ name: String) throws(DBusError) -> Date? {
+            let us = try value(name) { $0.uint64 }
+            return us == 0 ? nil : Date(timeIntervalSince1970: Double(us) / 1e6)
+        }
+        state = try value("State") { $0.string.flatMap(SupervisorState.init(rawValue:)) }
+        device = try text("Device")
+        adapter = try text("Adapter")
+        connectedSince = try instant("ConnectedSince")
+        lastReadingAt = try instant("LastReadingAt")
+        readingsWritten = try value("ReadingsWritten") { $0.uint64 }
+        reconnects = try value("Reconnects") { $0.int64.flatMap(Int.init(exactly:)) }
+        windowAttempt = try value("WindowAttempt") { $0.int64.flatMap(Int.init(exactly:)) }
+        let next = try value("NextAttemptIn") { $0.int64 }
+        nextAttemptIn = next < 0 ? nil : .microseconds(next)
+        lastError = try text("LastError")
+    }
+
+    static func microseconds(_ date: Date?) -> UInt64 {
+        guard let date else { return 0 }
+        let us = date.timeIntervalSince1970 * 1e6
+        return us.isFinite && us > 0 ? UInt64(us) : 0
+    }
+
+    static func microseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
     }
 }
 

@@ -24,7 +24,7 @@ struct StatusCommand: AsyncParsableCommand {
     func run() async throws {
         let instance = try instanceOptions.resolved()
         let client = await ControlConnection.connect(instance)
-        let status: ControlStatus
+        let status: LinkStatus
         do {
             status = try await client.status()
         } catch {
@@ -41,7 +41,7 @@ struct StatusCommand: AsyncParsableCommand {
 /// What `tether status` prints, in both of its forms.
 struct StatusReport {
     var instance: InstanceName
-    var status: ControlStatus?
+    var status: LinkStatus?
     var now: Date
 
     static func notRunning(instance: InstanceName) -> StatusReport {
@@ -50,18 +50,18 @@ struct StatusReport {
 
     func text() -> String {
         guard let s = status else { return "tether (\(instance)): not running" }
-        var lines = ["tether (\(instance)): \(s.state)"]
+        var lines = ["tether (\(instance)): \(s.state.rawValue)"]
         func row(_ label: String, _ value: String) {
             lines.append("  " + label.padding(toLength: 14, withPad: " ", startingAt: 0) + value)
         }
         row("device", (s.device ?? "not found yet") + (s.adapter.map { " via \($0)" } ?? ""))
         if let since = s.connectedSince {
-            row("connected", "for \(Self.age(now.timeIntervalSince(since))) (since \(Self.iso(since)))")
+            row("connected", "for \(LinkStatus.age(now.timeIntervalSince(since))) (since \(Self.iso(since)))")
         } else {
             row("connected", "no")
         }
         if let last = s.lastReadingAt {
-            row("last reading", "\(Self.age(now.timeIntervalSince(last))) ago, \(s.readingsWritten) written since start")
+            row("last reading", "\(LinkStatus.age(now.timeIntervalSince(last))) ago, \(s.readingsWritten) written since start")
         } else {
             row("last reading", "none since start")
         }
@@ -83,7 +83,7 @@ struct StatusReport {
         var fields: [(String, String)] = [("instance", quote(instance.description)), ("running", status == nil ? "false" : "true")]
         if let s = status {
             fields += [
-                ("state", quote(s.state)),
+                ("state", quote(s.state.rawValue)),
                 ("device", s.device.map(quote) ?? "null"),
                 ("adapter", s.adapter.map(quote) ?? "null"),
                 ("connected_since", s.connectedSince.map { quote(Self.iso($0)) } ?? "null"),
@@ -118,7 +118,4 @@ struct StatusReport {
         Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(date)
     }
 
-    static func age(_ seconds: TimeInterval) -> String {
-        DurationText.rounded(.milliseconds(Int64(max(0, seconds) * 1000)))
-    }
 }

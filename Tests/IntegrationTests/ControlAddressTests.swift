@@ -19,14 +19,14 @@ import TetherDaemon
     }
 
     @Test func statusSurvivesTheTripThroughProperties() throws {
-        let status = ControlStatus(
-            state: "backing-off", device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", reconnects: 3, windowAttempt: 2,
+        let status = LinkStatus(
+            state: .backingOff, device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", reconnects: 3, windowAttempt: 2,
             nextAttemptIn: .milliseconds(1500), lastError: "org.bluez.Error.Failed: le-connection-abort-by-local"
         )
-        let back = try ControlStatus(properties: status.signalledProperties.merging(status.liveProperties) { $1 })
+        let back = try LinkStatus(properties: status.signalledProperties.merging(status.liveProperties) { $1 })
         #expect(back == status)
         var broken = status.signalledProperties.merging(status.liveProperties) { $1 }
         broken["State"] = .uint32(1)
-        #expect(throws: DBusError.self) { try ControlStatus(properties: broken) }
+        #expect(throws: DBusError.self) { try LinkStatus(properties: broken) }
     }
 }

@@ -66,7 +66,7 @@ final class DaemonHarness: @unchecked Sendable {
         let recorder = ReadingRecorder(log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog) { _ in }
         // The daemon has an event loop of its own, as `tether run` does.
         let loop = EventLoop(name: "daemon-under-test")
-        loop.moderation = .milliseconds(4)
+        loop.moderation = LinkService.loadModeration
         daemonLoop = loop
         let bus = try await Bus.connect(address: busDaemon.address, on: loop)
         let capture = logLines

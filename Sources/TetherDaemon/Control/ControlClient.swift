@@ -41,12 +41,12 @@ public struct ControlClient: Sendable {
         do { return try await bus.nameOwner(of: address.busName) != nil } catch { throw .bus(error) }
     }
 
-    public func status() async throws(Failure) -> ControlStatus {
+    public func status() async throws(Failure) -> LinkStatus {
         do {
             let properties = try await bus.getAllProperties(
                 destination: address.busName, path: address.path, interface: ControlAddress.interface
             )
-            return try ControlStatus(properties: properties)
+            return try LinkStatus(properties: properties)
         } catch {
             throw classify(error, action: "read the status")
         }

@@ -10,7 +10,7 @@ import Foundation
 ///   it back). Fails with `io.tether.Tether1.Error.NotReady` when bluetoothd
 ///   or the adapter is missing.
 ///
-/// Properties (read-only): see `ControlStatus`. `ReadingsWritten` and
+/// Properties (read-only): see `LinkStatus`. `ReadingsWritten` and
 /// `LastReadingAt` change with every reading, so they are computed on each
 /// Get and never signalled; the others are announced with PropertiesChanged.
 ///
@@ -44,9 +44,9 @@ public struct ControlServer: Sendable {
                     }
                 }
             ],
-            properties: ControlStatus(link.status).signalledProperties,
+            properties: link.status.signalledProperties,
             signals: ["StateChanged": "sss"],
-            live: { ControlStatus(link.status).liveProperties }
+            live: { link.status.liveProperties }
         )
         try await bus.export(address.path, [interface])
     }
@@ -54,7 +54,7 @@ public struct ControlServer: Sendable {
     /// Announces a change: PropertiesChanged with the properties that changed,
     /// then StateChanged for a transition.
     public func publish(_ change: LinkStatusChange) async {
-        let new = ControlStatus(change.status).signalledProperties
+        let new = change.status.signalledProperties
         var changed: [String: DBusValue] = [:]
         for (name, value) in new {
             let old = await bus.property(address.path, ControlAddress.interface, name)
@@ -73,17 +73,5 @@ public struct ControlServer: Sendable {
         } catch {
             // The bus is going away; the daemon's bus loop notices and reconnects.
         }
-    }
-}
-
-extension ControlStatus {
-    public init(_ status: LinkStatus) {
-        self.init(
-            state: status.state.rawValue, device: status.device, adapter: status.adapter,
-            connectedSince: status.connectedSince, lastReadingAt: status.lastReadingAt,
-            readingsWritten: status.readingsWritten, reconnects: UInt32(clamping: status.reconnects),
-            windowAttempt: UInt32(clamping: status.windowAttempt), nextAttemptIn: status.nextAttemptIn,
-            lastError: status.lastError
-        )
     }
 }

@@ -34,6 +34,12 @@ public final class LinkService: @unchecked Sendable {
 
     public typealias Status = LinkStatus
 
+    /// The daemon's loop takes a dense notification stream in batches at most
+    /// this far apart (see `EventLoop.moderation`): at 2,000/s about 20
+    /// readings per wake-up and per write(2). Readings reach write(2) within
+    /// it; timers (the keep-alive) are never delayed by it.
+    public static let loadModeration: Duration = .milliseconds(10)
+
     private struct Shared {
         var adapter: String?
         var device: String?

@@ -47,8 +47,12 @@ public struct StderrLogHandler: LogHandler {
         var parts = tm()
         var seconds = now.tv_sec
         gmtime_r(&seconds, &parts)
-        return String(
-            format: "%02d:%02d:%02d.%03d", parts.tm_hour, parts.tm_min, parts.tm_sec, Int(now.tv_nsec / 1_000_000)
-        )
+        // By hand: String(format:) would bring in CoreFoundation's formatter.
+        func padded(_ value: Int, _ width: Int) -> String {
+            let digits = String(value)
+            return String(repeating: "0", count: max(0, width - digits.count)) + digits
+        }
+        return padded(Int(parts.tm_hour), 2) + ":" + padded(Int(parts.tm_min), 2) + ":" + padded(Int(parts.tm_sec), 2)
+            + "." + padded(Int(now.tv_nsec / 1_000_000), 3)
     }
 }

@@ -8,7 +8,7 @@ Environment: TETHER_BIN, TETHER_DEV_BIN (default: tether-dev next to
 TETHER_BIN), PEER_PYTHON, BENCH_OUT (default .build/bench),
 BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
-BENCH_KEEPALIVE_DURATION (10m), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
+BENCH_KEEPALIVE_DURATION (10m), BENCH_KEEPALIVE_RATE (20000), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
 BENCH_STARTUP_RUNS (10). Prints one table per benchmark and merges the figures
 into BENCH_OUT/results.json. Asserts nothing.
 """
@@ -37,6 +37,8 @@ DONGLE = "AA:BB:CC:DD:EE:FF"
 RX = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
 TICK = os.sysconf("SC_CLK_TCK")
 SIDES = ("tether", "peer")
+# The issue's target: keep-alive gaps stay within interval + 50 ms under a 20,000/s stream.
+KEEPALIVE_RATE = int(os.environ.get("BENCH_KEEPALIVE_RATE") or "20000")
 
 
 def duration(name, default):
@@ -153,6 +155,18 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
+def proc_cpu_precise(pid):
+    """CPU seconds of all the process's threads from schedstat (nanoseconds;
+    /proc/PID/stat counts 10 ms ticks, too coarse for an idle daemon)."""
+    total = 0
+    for tid in os.listdir(f"/proc/{pid}/task"):
+        try:
+            total += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+        except OSError:
+            pass
+    return total / 1e9
+
+
 def proc_status(pid):
     out = {}
     for line in open(f"/proc/{pid}/status"):
@@ -252,9 +266,9 @@ def footprint_side(kind, keepalive=True):
         cpu1, status = proc_cpu(side.pid), proc_status(side.pid)
         sim.knob("SetNotifyRate", "d", 0)
         time.sleep(2)
-        sw0, idle0 = switches(side.pid), proc_cpu(side.pid)
+        sw0, idle0 = switches(side.pid), proc_cpu_precise(side.pid)
         time.sleep(idle)
-        sw1, idle1 = switches(side.pid), proc_cpu(side.pid)
+        sw1, idle1 = switches(side.pid), proc_cpu_precise(side.pid)
         wake = sum(n - sw0.get(t, 0) for t, n in sw1.items()) / idle
         return {"online_seconds": seconds, "vmhwm_mib": status["VmHWM"], "vmrss_mib": status["VmRSS"],
                 "rss_anon_mib": status.get("RssAnon"), "rss_file_mib": status.get("RssFile"),
@@ -384,7 +398,7 @@ def bench_ingest():
 
 def keepalive_side(kind, seconds):
     work = workdir("keepalive")
-    sim = Sim(work, "--notify-rate", "1000", "--sleep-after", "3s")
+    sim = Sim(work, "--notify-rate", str(KEEPALIVE_RATE), "--sleep-after", "3s")
     side = Side(kind, work, sim)
     try:
         wait_subscribed(sim)
@@ -407,12 +421,12 @@ def bench_keepalive():
     seconds = duration("BENCH_KEEPALIVE_DURATION", "10m")
     t, p = (keepalive_side(k, seconds) for k in SIDES)
     rows = [("polls", t["polls"], p["polls"], "", None),
-            ("gap max, ms", t["gap_max_ms"], p["gap_max_ms"], "", None),
+            ("gap max, ms", t["gap_max_ms"], p["gap_max_ms"], "≤ 1050", t["gap_max_ms"] <= 1050),
             ("gap p99, ms", t["gap_p99_ms"], p["gap_p99_ms"], "", None),
             ("gap median, ms", t["gap_median_ms"], p["gap_median_ms"], "", None),
             ("gap min, ms", t["gap_min_ms"], p["gap_min_ms"], "", None),
             ("link drops (dongle asleep)", t["disconnects"], p["disconnects"], "0", t["disconnects"] == 0)]
-    table("Keep-alive precision (1 s interval, %gs, 1000 notifications/s; one after the other)" % seconds, rows)
+    table("Keep-alive precision (1 s interval, %gs, %d notifications/s; one after the other)" % (seconds, KEEPALIVE_RATE), rows)
     return {"tether": t, "peer": p}
 
 

@@ -32,6 +32,8 @@ public actor Bus {
 
     private var registry = ObjectRegistry()
     private var subscriptions: [Int: Subscription] = [:]
+    /// Set while `serveMethodCalls()` runs.
+    private var methodCalls: AsyncStream<@Sendable () async -> Void>.Continuation?
     private var signalHandlers: [Int: (rules: [MatchRule], handler: @Sendable (Message) -> Void)] = [:]
     private var nextSubscriptionID = 0
     private var closeWaiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
@@ -152,6 +154,7 @@ public actor Bus {
         for (_, subscription) in subscriptions { subscription.finish() }
         subscriptions.removeAll()
         signalHandlers.removeAll()
+        methodCalls?.finish()
         registry = ObjectRegistry()
         let waiters = closeWaiters
         closeWaiters.removeAll()
@@ -600,11 +603,35 @@ public actor Bus {
         }
         let handler = method.handler
         let request = MethodCall(message: call)
-        Task {
+        run { [weak self] in
             let result: Result<[DBusValue], DBusError>
             do { result = .success(try await handler(request)) } catch { result = .failure(Bus.replyError(error)) }
-            self.reply(to: call, result)
+            await self?.reply(to: call, result)
         }
+    }
+
+    /// Runs an exported method's handler: as a child task of
+    /// `serveMethodCalls()` when someone runs it, else in a task of its own.
+    private func run(_ work: @escaping @Sendable () async -> Void) {
+        if let methodCalls, case .enqueued = methodCalls.yield(work) { return }
+        Task { await work() }
+    }
+
+    /// Runs the handlers of incoming method calls (exported methods and
+    /// property setters) as child tasks of the caller, until it is cancelled
+    /// or the connection closes; then waits for the handlers still running.
+    /// A daemon runs this inside its task group so that no handler outlives
+    /// it. Without it, each handler runs in an unstructured task.
+    public func serveMethodCalls() async {
+        let (calls, continuation) = AsyncStream.makeStream(of: (@Sendable () async -> Void).self)
+        guard isConnected else { return }
+        methodCalls = continuation
+        await withDiscardingTaskGroup { group in
+            for await work in calls {
+                group.addTask { await work() }
+            }
+        }
+        methodCalls = nil
     }
 
     private func serveProperties(_ call: Message, path: ObjectPath, member: String) {
@@ -636,7 +663,7 @@ public actor Bus {
                 return
             }
             let value = args[2].unwrapped
-            Task {
+            run { [weak self] in
                 let result: Result<[DBusValue], DBusError>
                 do {
                     try await setter(name, value)
@@ -644,7 +671,7 @@ public actor Bus {
                 } catch {
                     result = .failure(Bus.replyError(error))
                 }
-                self.reply(to: call, result)
+                await self?.reply(to: call, result)
             }
         default:
             reply(to: call, .failure(.remote(name: DBusErrorName.unknownMethod, message: "Unknown method \(member)")))

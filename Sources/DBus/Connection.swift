@@ -315,10 +315,7 @@ final class Connection: @unchecked Sendable {
         let fd = dbus_watch_get_unix_fd(watch)
         let id = loop.watch(fd, interest: Connection.interest(of: watch)) { [unowned self] ready in
             guard raw != nil, watches[watch] != nil else { return }
-            if ready.contains(.readable) {
-                loop.noteBusy()
-                drainReadable(watch, fd: fd)
-            }
+            if ready.contains(.readable) { drainReadable(watch, fd: fd) }
             // Reading may have found the hang-up: libdbus then removed (and
             // invalidated) this watch, and handling it again would abort.
             guard raw != nil, watches[watch] != nil else { return }

@@ -211,7 +211,8 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         }
     }
 
-    /// Marks this turn as one that handled a stream's data; see load moderation.
+    /// Marks this turn as one that handled a dense stream's data (the
+    /// daemon: readings); see load moderation.
     public func noteBusy() {
         busyThisTurn = true
     }

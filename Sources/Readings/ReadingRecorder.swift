@@ -46,6 +46,8 @@ public final class ReadingRecorder: @unchecked Sendable {
         var inFlight = 0
         var drainScheduled = false
         var waitingForRetry = false
+        /// An fsync is running on the queue.
+        var syncing = false
         var closed = false
         /// Readings dropped and not yet covered by a gap record in the log.
         var gap: Gap?
@@ -128,16 +130,26 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// one write(2) (the daemon's event loop calls this once per turn with
     /// the turn's readings: no thread hop, no wake-up of another thread).
     /// While writes fail they wait for the retry timer, as with `record`.
+    ///
+    /// While an fsync runs on the recorder's queue (it can take tens of
+    /// milliseconds for a second's worth of readings), the readings are left
+    /// to the queue instead: the caller's thread, the daemon's event loop,
+    /// must not wait for the disk.
     public func write(_ readings: [Reading]) {
-        let drainNow = lock.withLock { () -> Bool in
-            guard !state.closed else { return false }
+        enum Drain { case none, here, onQueue }
+        let drain = lock.withLock { () -> Drain in
+            guard !state.closed else { return .none }
             for reading in readings { state.backlog.append(reading) }
             trimBacklog()
-            guard !state.drainScheduled, !state.waitingForRetry else { return false }
+            guard !state.drainScheduled, !state.waitingForRetry else { return .none }
             state.drainScheduled = true
-            return true
+            return state.syncing ? .onQueue : .here
         }
-        if drainNow { onQueue { drain() } }
+        switch drain {
+        case .none: break
+        case .here: onQueue { self.drain() }
+        case .onQueue: queue.async { self.drain() }
+        }
     }
 
     /// Writes everything pending and fsyncs, synchronously (e.g. on SIGTERM).
@@ -266,6 +278,8 @@ public final class ReadingRecorder: @unchecked Sendable {
         syncTimer?.cancel()
         syncTimer = nil
         guard !logClosed else { return }
+        lock.withLock { state.syncing = true }
+        defer { lock.withLock { state.syncing = false } }
         do {
             try log.sync()
         } catch {

@@ -196,11 +196,14 @@ private final class Session: Sendable {
                         _ = notifier.status(change.status.summary())
                     }
                 }
+                // Control API calls (Reconnect) run as children of this group.
+                group.addTask { await bus.serveMethodCalls() }
                 do {
                     try await service.run()
                 } catch where !Task.isCancelled {
                     logger.error("cannot watch bluetoothd: \(error)")
                 } catch {}
+                group.cancelAll()
             }
             current.withLock { $0 = nil }
             await bus.close()

@@ -74,6 +74,41 @@ import Testing
         #expect(link.state == .online)
     }
 
+    /// The dongle's idle clock runs from the connect; resolving services can
+    /// take seconds on a real stack, so the first poll must not wait an interval.
+    @Test func theFirstPollGoesOutAsSoonAsTheLinkIsOnline() {
+        var link = VirtualLink(settings: Self.settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(2))
+        #expect(link.state == .online)
+        let online = link.log.first { if case .transition(_, .online, _) = $0.action { true } else { false } }?.time
+        let firstPoll = link.log.first { if case .poll = $0.action { true } else { false } }?.time
+        #expect(online != nil && firstPoll == online, "online at \(String(describing: online)), first poll at \(String(describing: firstPoll))")
+    }
+
+    @Test func aReconnectRequestIsAnsweredOnceWhenItsAttemptStarts() {
+        var link = onlineLink()
+        link.send(.reconnectRequested)
+        #expect(link.answers.isEmpty, "no attempt yet: the link is still being dropped")
+        link.observe(VirtualLink.down)
+        #expect(link.answers == [.started(attempt: 1)])
+        link.advance(by: .seconds(30))
+        #expect(link.answers.count == 1)
+    }
+
+    @Test func aReconnectRequestWithNothingToConnectWithIsAnsweredAtOnce() {
+        var link = VirtualLink(settings: Self.settings)
+        link.send(.reconnectRequested)
+        #expect(link.answers == [.notReady("bluetoothd is not running")])
+        link.observe(LinkObservation(bluezPresent: true))
+        link.send(.reconnectRequested)
+        #expect(link.answers.last == .notReady("no Bluetooth adapter"))
+        link.observe(LinkObservation(bluezPresent: true, adapterPresent: true))
+        link.send(.reconnectRequested)
+        #expect(link.answers.last == .notReady("the adapter is powered off"))
+    }
+
     @Test func twoFailedPollsForceADisconnectAndAReconnect() {
         var link = onlineLink()
         link.pollResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: Not connected"))

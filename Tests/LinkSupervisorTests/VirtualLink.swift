@@ -66,6 +66,11 @@ struct VirtualLink {
     var state: SupervisorState { supervisor.state }
 
     /// Times at which connect actions were issued.
+    /// The supervisor's answers to reconnect requests, in order.
+    var answers: [ReconnectAnswer] {
+        log.compactMap { if case .answerReconnect(let answer) = $0.action { answer } else { nil } }
+    }
+
     var connectTimes: [Duration] {
         log.compactMap { if case .connect = $0.action { return $0.time } else { return nil } }
     }

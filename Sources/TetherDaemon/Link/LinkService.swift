@@ -223,8 +223,12 @@ public final class LinkService: @unchecked Sendable {
         return false
     }
 
+    /// Readings, and only they, make a turn "busy" for the loop's load
+    /// moderation: replies to our own calls (a reconnect's) are never held back
+    /// unless a dense stream of notifications is flowing.
     private func take(_ reading: Reading) {
         turnReadings.append(reading)
+        loop.noteBusy()
     }
 
     /// At the end of each loop turn: this turn's readings, in one write.

@@ -155,16 +155,23 @@ def proc_cpu(pid):
     return (int(fields[11]) + int(fields[12])) / TICK
 
 
-def proc_cpu_precise(pid):
-    """CPU seconds of all the process's threads from schedstat (nanoseconds;
-    /proc/PID/stat counts 10 ms ticks, too coarse for an idle daemon)."""
-    total = 0
+def thread_cpu(pid):
+    """CPU seconds per thread from schedstat (nanoseconds; /proc/PID/stat
+    counts 10 ms ticks, too coarse for an idle daemon)."""
+    out = {}
     for tid in os.listdir(f"/proc/{pid}/task"):
         try:
-            total += int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0])
+            out[tid] = int(open(f"/proc/{pid}/task/{tid}/schedstat").read().split()[0]) / 1e9
         except OSError:
             pass
-    return total / 1e9
+    return out
+
+
+def cpu_between(before, after):
+    """CPU seconds spent between two `thread_cpu` samples: threads present in
+    both count their difference, new ones all of theirs. A thread that ended
+    in between is missed (a lower bound; libdispatch's workers come and go)."""
+    return sum(t - before.get(tid, 0) for tid, t in after.items())
 
 
 def proc_status(pid):
@@ -266,14 +273,14 @@ def footprint_side(kind, keepalive=True):
         cpu1, status = proc_cpu(side.pid), proc_status(side.pid)
         sim.knob("SetNotifyRate", "d", 0)
         time.sleep(2)
-        sw0, idle0 = switches(side.pid), proc_cpu_precise(side.pid)
+        sw0, idle0 = switches(side.pid), thread_cpu(side.pid)
         time.sleep(idle)
-        sw1, idle1 = switches(side.pid), proc_cpu_precise(side.pid)
+        sw1, idle1 = switches(side.pid), thread_cpu(side.pid)
         wake = sum(n - sw0.get(t, 0) for t, n in sw1.items()) / idle
         return {"online_seconds": seconds, "vmhwm_mib": status["VmHWM"], "vmrss_mib": status["VmRSS"],
                 "rss_anon_mib": status.get("RssAnon"), "rss_file_mib": status.get("RssFile"),
                 "cpu_seconds": cpu1 - cpu0, "idle_wakeups_per_s": wake, "threads": len(sw1),
-                "idle_cpu_ms_per_minute": (idle1 - idle0) * 1000 * 60 / idle}
+                "idle_cpu_ms_per_minute": cpu_between(idle0, idle1) * 1000 * 60 / idle}
     finally:
         side.stop()
         sim.close()

@@ -87,6 +87,7 @@ public final class LinkService: @unchecked Sendable {
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
     private var published: PublishedFields?
+    private var resolutionChangedSincePublish = true
 
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger,
@@ -271,7 +272,9 @@ public final class LinkService: @unchecked Sendable {
         {
             return
         }
+        let previous = resolution
         resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
+        if resolution != previous { resolutionChangedSincePublish = true }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
         if let address = resolution.device?.address { deviceAddress = address }
         lane.resolution = resolution
@@ -376,6 +379,9 @@ public final class LinkService: @unchecked Sendable {
     }
 
     private func publishIfChanged(_ actions: [SupervisorAction]) {
+        // Most events (a poll and its reply) change neither: skip the work.
+        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish else { return }
+        resolutionChangedSincePublish = false
         let current = PublishedFields(
             supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
             adapter: resolution.adapter?.interfaceName

@@ -9,6 +9,7 @@ import PackageDescription
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   BlueZ               a typed client for org.bluez
+//   Hex                 hex text to bytes and back (payloads, config values): standard library only
 //   LinkSupervisor      the supervisor state machine and retry policy: standard library only
 //   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
 //   Readings            the readings log: records, recorder, reader, follower (Foundation only)
@@ -54,9 +55,10 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"]),
         .target(name: "HCI", dependencies: ["CBluetooth"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"]),
+        .target(name: "Hex"),
         .target(name: "LinkSupervisor"),
-        .target(name: "Configuration", dependencies: ["LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
-        .target(name: "Readings"),
+        .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
+        .target(name: "Readings", dependencies: ["Hex"]),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ"]),
         .target(
             name: "Systemd",

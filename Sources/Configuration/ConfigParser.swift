@@ -1,3 +1,4 @@
+import Hex
 import TOMLKit
 
 extension TetherConfig {
@@ -112,7 +113,7 @@ extension TetherConfig {
             if text.isEmpty {
                 result.write = nil
             } else {
-                guard let bytes = HexText.decode(text) else {
+                guard let bytes = HexBytes.decode(text) else {
                     throw section.error("write", "expected hex bytes such as \"00\" or \"a1b2\", got \(ConfigContext.quoted(text))")
                 }
                 // ATT caps an attribute value at 512 bytes; longer writes can never succeed.

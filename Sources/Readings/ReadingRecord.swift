@@ -1,4 +1,5 @@
 import Foundation
+import Hex
 
 /// One line of a readings file, decoded. Reading records carry `char` and `hex`;
 /// gap records (`source == "gap"`) carry `count` instead.

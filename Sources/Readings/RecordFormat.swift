@@ -1,4 +1,5 @@
 import Foundation
+import Hex
 
 /// Formats log lines by hand, straight into a byte buffer: this runs for every
 /// reading, and the fixed key order keeps the files greppable and diffable.

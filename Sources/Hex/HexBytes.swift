@@ -1,25 +1,25 @@
-/// Lowercase hex encoding for payloads (readings log) and hex decoding for
-/// the log's records (the config has its own, `HexText`); hand-rolled because
-/// it sits on the logging hot path.
-enum HexBytes {
+/// Lowercase hex encoding for payloads (the readings log) and decoding of
+/// hex text (the log's records, the config's `keepalive.write`); hand-rolled
+/// because encoding sits on the readings' hot path.
+public enum HexBytes {
     private static let digits: [UInt8] = Array("0123456789abcdef".utf8)
 
     /// Appends the lowercase hex form of `bytes` to `buffer` as UTF-8.
-    static func append<Bytes: Sequence<UInt8>>(_ bytes: Bytes, to buffer: inout [UInt8]) {
+    public static func append<Bytes: Sequence<UInt8>>(_ bytes: Bytes, to buffer: inout [UInt8]) {
         for byte in bytes {
             buffer.append(digits[Int(byte >> 4)])
             buffer.append(digits[Int(byte & 0x0f)])
         }
     }
 
-    static func encode<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
+    public static func encode<Bytes: Sequence<UInt8>>(_ bytes: Bytes) -> String {
         var buffer: [UInt8] = []
         append(bytes, to: &buffer)
         return String(decoding: buffer, as: UTF8.self)
     }
 
     /// Decodes an even-length string of hex digits (either case); nil otherwise.
-    static func decode(_ text: String) -> [UInt8]? {
+    public static func decode(_ text: String) -> [UInt8]? {
         let utf8 = Array(text.utf8)
         guard utf8.count % 2 == 0 else { return nil }
         var bytes: [UInt8] = []

@@ -92,6 +92,7 @@ let package = Package(
             ]
         ),
         .target(name: "TestSupport", dependencies: ["DBus", "CSystemd"], path: "Tests/TestSupport"),
+        .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),

@@ -129,6 +129,8 @@ public final class LinkService: @unchecked Sendable {
             try await monitor.start { [unowned self] message in monitor.handle(message) }
         } catch {
             await onLoop { [self] in tearDown() }
+            blockingInput.finish()
+            changeInput.finish()
             throw error
         }
         await onLoop { [self] in monitor.queryOwner() }

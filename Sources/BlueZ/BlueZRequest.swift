@@ -19,21 +19,6 @@ public enum BlueZRequest: Sendable, Equatable {
     case stopDiscovery(ObjectPath)
     case getManagedObjects
 
-    /// The D-Bus member called, for logs and tests.
-    public var method: String {
-        switch self {
-        case .connect: "Connect"
-        case .disconnect: "Disconnect"
-        case .startNotify: "StartNotify"
-        case .writeValue: "WriteValue"
-        case .readValue: "ReadValue"
-        case .setPowered: "Set(Powered)"
-        case .setDiscoveryFilter: "SetDiscoveryFilter"
-        case .startDiscovery: "StartDiscovery"
-        case .stopDiscovery: "StopDiscovery"
-        case .getManagedObjects: "GetManagedObjects"
-        }
-    }
 }
 
 extension BlueZClient {

@@ -214,12 +214,6 @@ public actor Bus {
         _ = connection.call(message, timeout: timeout, completion: completion)
     }
 
-    /// Reads and dispatches everything that has already reached this
-    /// connection's socket, synchronously.
-    public func drainIncoming() {
-        connection.drainIncoming()
-    }
-
     /// Sends a method call without waiting for (or wanting) a reply.
     public func callNoReply(
         destination: String?, path: ObjectPath, interface: String?, method: String, _ arguments: [DBusValue] = []

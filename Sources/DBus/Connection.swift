@@ -179,21 +179,6 @@ final class Connection: @unchecked Sendable {
         } while raw != nil && watches[watch] != nil && rounds < 256 && ceventloop_pending_bytes(fd) > 0
     }
 
-    /// Reads what the socket holds now, without waiting, and dispatches it all.
-    func drainIncoming() {
-        guard let connection = raw else { return }
-        var fd: Int32 = -1
-        _ = dbus_connection_get_unix_fd(connection, &fd)
-        var rounds = 0
-        repeat {
-            _ = dbus_connection_read_write(connection, 0)
-            while let connection = raw, dbus_connection_get_dispatch_status(connection) == DBUS_DISPATCH_DATA_REMAINS {
-                dbus_connection_dispatch(connection)
-            }
-            rounds += 1
-        } while raw != nil && rounds < 100_000 && fd >= 0 && ceventloop_pending_bytes(fd) > 0
-    }
-
     /// Dispatches queued messages. A bounded batch per turn keeps other work
     /// on the loop (method calls, timers) from starving under a flood.
     private func dispatchPending() {

@@ -239,8 +239,8 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         timers[timer.raw] = nil
     }
 
-    /// Runs `hook` at the start of every turn after one that ran handlers or
-    /// work, i.e. once per batch of events; returns a token for removal.
+    /// Runs `hook` once per turn, after the work and the due timers and
+    /// before the loop sleeps; returns a token for removal.
     public func addTurnEndHook(_ hook: @escaping () -> Void) -> Int {
         checkIsolated()
         let id = Int(nextID)
@@ -308,16 +308,17 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             busyThisTurn = false
 
             // 4. Sleep until a descriptor, a submission or a timer.
-            let stop = inbox.withLock { inbox -> Bool? in
-                if inbox.stopRequested { return true }
-                if !inbox.work.isEmpty { return false }
+            enum Next { case stop, poll, sleep }
+            let next = inbox.withLock { inbox -> Next in
+                if inbox.stopRequested { return .stop }
+                if !inbox.work.isEmpty { return .poll }
                 inbox.sleeping = true
-                return nil
+                return .sleep
             }
-            if stop == true { break }
+            if next == .stop { break }
             let timeout: Int32
-            if stop == false {
-                timeout = 0
+            if next == .poll {
+                timeout = 0  // work arrived: only look at the descriptors
             } else if let deadline = nextTimerDeadline() {
                 timeout = MonotonicInstant.now.millisecondsUntil(deadline)
             } else {
@@ -358,11 +359,9 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         timers.values.lazy.map(\.deadline).min()
     }
 
+    /// A handler may schedule or cancel timers: pick the earliest again each time.
     private func runDueTimers() {
-        while !timers.isEmpty {
-            let now = MonotonicInstant.now
-            guard let (id, timer) = timers.filter({ $0.value.deadline <= now }).min(by: { $0.value.deadline < $1.value.deadline })
-            else { return }
+        while let (id, timer) = timers.min(by: { $0.value.deadline < $1.value.deadline }), timer.deadline <= .now {
             timers[id] = nil
             timer.handler()
         }

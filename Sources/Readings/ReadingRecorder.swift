@@ -113,15 +113,7 @@ public final class ReadingRecorder: @unchecked Sendable {
 
     /// Queues `reading` for writing. Never blocks on the disk.
     public func record(_ reading: Reading) {
-        let scheduleDrain = lock.withLock { () -> Bool in
-            guard !state.closed else { return false }
-            state.backlog.append(reading)
-            trimBacklog()
-            guard !state.drainScheduled, !state.waitingForRetry else { return false }
-            state.drainScheduled = true
-            return true
-        }
-        if scheduleDrain {
+        if enqueue(CollectionOfOne(reading)) != .notNeeded {
             queue.async { self.drain() }
         }
     }
@@ -136,19 +128,26 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// to the queue instead: the caller's thread, the daemon's event loop,
     /// must not wait for the disk.
     public func write(_ readings: [Reading]) {
-        enum Drain { case none, here, onQueue }
-        let drain = lock.withLock { () -> Drain in
-            guard !state.closed else { return .none }
+        switch enqueue(readings) {
+        case .notNeeded: break
+        case .needed: onQueue { drain() }
+        case .neededWhileSyncing: queue.async { self.drain() }
+        }
+    }
+
+    private enum DrainNeed { case notNeeded, needed, neededWhileSyncing }
+
+    /// Adds `readings` to the backlog (dropping the oldest beyond
+    /// `maxBacklog`) and says whether the caller must start a drain: not if
+    /// one is scheduled already or the retry timer will.
+    private func enqueue(_ readings: some Sequence<Reading>) -> DrainNeed {
+        lock.withLock {
+            guard !state.closed else { return .notNeeded }
             for reading in readings { state.backlog.append(reading) }
             trimBacklog()
-            guard !state.drainScheduled, !state.waitingForRetry else { return .none }
+            guard !state.drainScheduled, !state.waitingForRetry else { return .notNeeded }
             state.drainScheduled = true
-            return state.syncing ? .onQueue : .here
-        }
-        switch drain {
-        case .none: break
-        case .here: onQueue { self.drain() }
-        case .onQueue: queue.async { self.drain() }
+            return state.syncing ? .neededWhileSyncing : .needed
         }
     }
 

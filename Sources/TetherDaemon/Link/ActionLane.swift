@@ -207,8 +207,7 @@ final class ActionLane: @unchecked Sendable {
             switch result {
             case .success:
                 escalationStepDone(.powerCycle, offResult)
-            case .failure(let error) where attempt < 3:
-                _ = error
+            case .failure where attempt < 3:
                 loop.schedule(after: .seconds(1)) { [self] in powerOn(adapter, attempt: attempt + 1, offResult: offResult) }
             case .failure(let error):
                 escalationStepDone(.powerCycle, .failure(Self.failure(error)))
@@ -220,23 +219,20 @@ final class ActionLane: @unchecked Sendable {
     /// powered again (or after 10 s), so the supervisor judges the result,
     /// not a race.
     func escalationStepDone(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
-        guard var current = escalation, current.step == step else { return }
-        current.result = result
-        if resolution.observation.adapterPowered {
-            escalation = nil
-            return finish(.escalationFinished(step, result))
-        }
-        current.deadline = loop.schedule(after: .seconds(10)) { [self] in
-            guard let pending = escalation, let result = pending.result else { return }
-            escalation = nil
-            finish(.escalationFinished(pending.step, result))
-        }
-        escalation = current
+        guard escalation?.step == step else { return }
+        escalation?.result = result
+        if resolution.observation.adapterPowered { return reportEscalation() }
+        escalation?.deadline = loop.schedule(after: .seconds(10)) { [self] in reportEscalation() }
     }
 
     /// Called on every change of the observation.
     func observationChanged(_ observation: LinkObservation) {
-        guard observation.adapterPowered, let pending = escalation, let result = pending.result else { return }
+        if observation.adapterPowered { reportEscalation() }
+    }
+
+    /// Reports the step in flight, once its calls are done.
+    private func reportEscalation() {
+        guard let pending = escalation, let result = pending.result else { return }
         if let deadline = pending.deadline { loop.cancelTimer(deadline) }
         escalation = nil
         finish(.escalationFinished(pending.step, result))

@@ -222,7 +222,7 @@ public final class LinkService: @unchecked Sendable {
             guard signal.hasSender(owner),
                   let bytes = signal.onlyByteArrayProperty(interface: BlueZ.gattCharacteristicInterface, name: "Value")
             else { return false }
-            take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: entry.uuid, source: .notify, payload: bytes))
+            takeNotification(bytes, characteristic: entry.uuid)
             return true
         }
         return false
@@ -260,8 +260,6 @@ public final class LinkService: @unchecked Sendable {
             bluezPresent = true
         case .serviceVanished:
             bluezPresent = false
-        case .signalsLost:
-            break
         default:
             break
         }
@@ -296,7 +294,11 @@ public final class LinkService: @unchecked Sendable {
 
     private func recordValue(_ path: ObjectPath, _ bytes: [UInt8]) {
         guard let entry = notifyPaths.first(where: { $0.path == path.rawValue }) else { return }
-        take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: entry.uuid, source: .notify, payload: bytes))
+        takeNotification(bytes, characteristic: entry.uuid)
+    }
+
+    private func takeNotification(_ bytes: [UInt8], characteristic uuid: String) {
+        take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
     }
 
     /// An RSSI update (or a newly found device object with one) is the sign

@@ -27,6 +27,9 @@ public actor Bus {
     /// The unique name the bus daemon gave this connection (`:1.42`).
     public private(set) var uniqueName = ""
     public private(set) var isConnected = false
+    /// Whether Unix file descriptors (`h`) can be sent and received here
+    /// (negotiated while authenticating; false on TCP and on a closed bus).
+    public var canPassUnixFDs: Bool { connection.canPassUnixFDs }
     /// Signals dropped because a subscriber's buffer was full.
     public private(set) var droppedSignals = 0
 

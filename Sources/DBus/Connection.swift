@@ -102,7 +102,23 @@ final class Connection: @unchecked Sendable {
     func send(_ message: OutgoingMessage) throws(DBusError) {
         guard let connection = raw else { throw .disconnected }
         guard dbus_connection_get_is_connected(connection) != 0 else { throw .disconnected }
+        try checkCanSend(message, on: connection)
         guard dbus_connection_send(connection, message.raw, nil) != 0 else { throw .outOfMemory }
+    }
+
+    /// Whether file descriptors can travel on this connection: both ends
+    /// must be on a Unix socket and have agreed to pass them while
+    /// authenticating.
+    var canPassUnixFDs: Bool {
+        guard let connection = raw else { return false }
+        return dbus_connection_can_send_type(connection, CDBUS_TYPE_UNIX_FD) != 0
+    }
+
+    /// libdbus would drop the descriptors of a message on a connection that
+    /// cannot pass them; refuse it instead.
+    private func checkCanSend(_ message: OutgoingMessage, on connection: OpaquePointer) throws(DBusError) {
+        guard message.carriesUnixFDs, dbus_connection_can_send_type(connection, CDBUS_TYPE_UNIX_FD) == 0 else { return }
+        throw .invalidArgument("this bus connection cannot pass file descriptors")
     }
 
     /// Sends a method call; `completion` runs on the loop exactly once, with
@@ -113,6 +129,12 @@ final class Connection: @unchecked Sendable {
     ) -> PendingCall? {
         guard let connection = raw, dbus_connection_get_is_connected(connection) != 0 else {
             completion(.failure(.disconnected))
+            return nil
+        }
+        do {
+            try checkCanSend(message, on: connection)
+        } catch {
+            completion(.failure(error))
             return nil
         }
         let milliseconds = Connection.milliseconds(timeout)

@@ -5,6 +5,8 @@
 public indirect enum DBusType: Sendable, Hashable, CustomStringConvertible {
     case byte, boolean, int16, uint16, int32, uint32, int64, uint64, double
     case string, objectPath, signature
+    /// A Unix file descriptor (`h`): only on connections that can pass them.
+    case unixFD
     case variant
     case array(DBusType)
     case dictionary(key: DBusType, value: DBusType)
@@ -25,6 +27,7 @@ public indirect enum DBusType: Sendable, Hashable, CustomStringConvertible {
         case .string: "s"
         case .objectPath: "o"
         case .signature: "g"
+        case .unixFD: "h"
         case .variant: "v"
         case .array(let element): "a" + element.signature
         case .dictionary(let key, let value): "a{" + key.signature + value.signature + "}"
@@ -79,6 +82,7 @@ public indirect enum DBusType: Sendable, Hashable, CustomStringConvertible {
         case "s": return .string
         case "o": return .objectPath
         case "g": return .signature
+        case "h": return .unixFD
         case "v": return .variant
         case "a":
             if chars.first == "{" {

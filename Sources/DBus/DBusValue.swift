@@ -17,6 +17,8 @@ public indirect enum DBusValue: Sendable, Hashable {
     case objectPath(ObjectPath)
     case signature(String)
     case variant(DBusValue)
+    /// A Unix file descriptor (`h`), owned by the value (see `UnixFileDescriptor`).
+    case unixFD(UnixFileDescriptor)
     case bytes([UInt8])
     /// An array whose elements all have type `element`.
     case array(element: DBusType, [DBusValue])
@@ -49,6 +51,7 @@ public indirect enum DBusValue: Sendable, Hashable {
         case .objectPath: .objectPath
         case .signature: .signature
         case .variant: .variant
+        case .unixFD: .unixFD
         case .bytes: .array(.byte)
         case .array(let element, _): .array(element)
         case .dictionary(let key, let value, _): .dictionary(key: key, value: value)
@@ -119,6 +122,11 @@ extension DBusValue {
     public var uint64: UInt64? {
         if case .uint64(let v) = unwrapped { return v }
         return int64.flatMap { UInt64(exactly: $0) }
+    }
+
+    public var unixFD: UnixFileDescriptor? {
+        if case .unixFD(let fd) = unwrapped { return fd }
+        return nil
     }
 
     public var double: Double? {

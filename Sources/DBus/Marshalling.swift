@@ -60,6 +60,12 @@ enum Marshalling {
             try appendString(CDBUS_TYPE_STRING, s, &iter)
         case .objectPath(let p):
             try appendString(CDBUS_TYPE_OBJECT_PATH, p.rawValue, &iter)
+        case .unixFD(let descriptor):
+            // libdbus duplicates the descriptor; ours stays with its owner.
+            guard var fd = descriptor.borrowed else { throw .invalidArgument("a file descriptor that was already taken") }
+            guard dbus_message_iter_append_basic(&iter, CDBUS_TYPE_UNIX_FD, &fd) != 0 else {
+                throw .invalidArgument("libdbus cannot duplicate file descriptor \(fd)")
+            }
         case .signature(let s):
             guard NameValidation.isValidSignature(s) else { throw .invalidArgument("invalid signature \"\(s)\"") }
             try appendString(CDBUS_TYPE_SIGNATURE, s, &iter)
@@ -192,11 +198,11 @@ enum Marshalling {
         case CDBUS_TYPE_ARRAY:
             return try readArray(&iter)
         case CDBUS_TYPE_UNIX_FD:
-            // Tether never asks for file descriptors; close any that arrive so
-            // they do not leak, and reject the message.
+            // libdbus hands out a duplicate, owned from here on by the value
+            // (closed with it unless someone takes it).
             let fd = readBasic(&iter, Int32(-1))
-            if fd >= 0 { close(fd) }
-            throw .malformed("Unix file descriptors are not supported")
+            guard fd >= 0 else { throw .malformed("a file descriptor libdbus could not duplicate") }
+            return .unixFD(UnixFileDescriptor(owning: fd))
         default:
             throw .malformed("unknown type code \(type)")
         }

@@ -7,9 +7,10 @@ extension Message {
     /// `Connection` decodes incoming messages.
     ///
     /// Throws `.malformed` when libdbus rejects the bytes (with its reason),
-    /// when `bytes` is not exactly one message, for a message type D-Bus does not
-    /// define (which libdbus accepts, and receivers ignore), and when the body
-    /// holds a type Tether does not decode (Unix file descriptors).
+    /// when `bytes` is not exactly one message, and for a message type D-Bus
+    /// does not define (which libdbus accepts, and receivers ignore). A body
+    /// that names Unix file descriptors cannot be decoded from bytes alone
+    /// (the descriptors travel beside them), and is rejected too.
     public init(wireFormat bytes: [UInt8]) throws(DBusError) {
         // dbus_message_demarshal reports a truncated message as out of memory and
         // ignores bytes after the first message; the length from the header tells
@@ -54,7 +55,8 @@ extension Message {
     /// read back: an invalid name, a body `Marshalling` refuses, serial 0, a
     /// header field the message type requires that is missing, and the
     /// `org.freedesktop.DBus.Local` path and interface, which only libdbus itself
-    /// may use. The flags other than no-reply-expected are not carried.
+    /// may use, and Unix file descriptors, which cannot travel as bytes. The
+    /// flags other than no-reply-expected are not carried.
     public func wireFormat() throws(DBusError) -> [UInt8] {
         guard serial != 0 else { throw .invalidArgument("a message's serial must not be 0") }
         let type: Int32
@@ -97,6 +99,9 @@ extension Message {
         dbus_message_set_serial(raw, serial)
         dbus_message_set_no_reply(raw, noReplyExpected ? 1 : 0)
         try Marshalling.append(body, to: raw)
+        guard dbus_message_contains_unix_fds(raw) == 0 else {
+            throw .invalidArgument("file descriptors cannot travel in the wire format's bytes")
+        }
 
         var buffer: UnsafeMutablePointer<CChar>?
         var length: Int32 = 0

@@ -52,9 +52,9 @@ public struct Message: Sendable, CustomStringConvertible {
 }
 
 extension Message {
-    /// Copies an incoming libdbus message. Body decoding can fail on types
-    /// Tether does not support (Unix fds); the headers are still returned and
-    /// `bodyError` says why the body is empty. Nil for a message type other than
+    /// Copies an incoming libdbus message. Body decoding can fail (a
+    /// descriptor libdbus cannot duplicate); the headers are still returned
+    /// and `bodyError` says why the body is empty. Nil for a message type other than
     /// the four D-Bus defines: libdbus passes those on, and the spec says to
     /// ignore them (taking one for a signal, say, is wrong).
     static func copy(from raw: OpaquePointer) -> (Message, DBusError?)? {
@@ -118,6 +118,10 @@ final class OutgoingMessage {
         try Marshalling.append(body, to: raw)
         return message
     }
+
+    /// Whether the body carries Unix file descriptors, which only a
+    /// connection that negotiated fd passing can send.
+    var carriesUnixFDs: Bool { dbus_message_contains_unix_fds(raw) != 0 }
 
     /// Marks the message as not wanting a reply (used for calls whose result
     /// nobody waits for, like RemoveMatch).

@@ -59,7 +59,7 @@ let package = Package(
         .target(name: "LinkSupervisor"),
         .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "Readings", dependencies: ["Hex"]),
-        .target(name: "Simulator", dependencies: ["DBus", "BlueZ"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop"]),
         .target(
             name: "Systemd",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]

@@ -69,6 +69,10 @@ public struct GattCharacteristic: Sendable, Equatable {
     public var service: ObjectPath?
     public var flags: [String]
     public var notifying: Bool
+    /// Whether a client holds the notifications' socket (AcquireNotify); nil
+    /// where bluetoothd does not export the property: no `notify` flag, or a
+    /// BlueZ without AcquireNotify.
+    public var notifyAcquired: Bool?
 
     public init(path: ObjectPath, _ properties: ObjectTree.Properties) {
         self.path = path
@@ -76,7 +80,12 @@ public struct GattCharacteristic: Sendable, Equatable {
         service = properties["Service"]?.objectPath
         flags = properties["Flags"]?.stringArray ?? []
         notifying = properties["Notifying"]?.bool ?? false
+        notifyAcquired = properties["NotifyAcquired"]?.bool
     }
+
+    /// AcquireNotify can work here: bluetoothd exports NotifyAcquired exactly
+    /// for characteristics with the `notify` flag (not for `indicate` only).
+    public var canAcquireNotify: Bool { notifyAcquired != nil && flags.contains("notify") }
 
     public var canNotify: Bool { flags.contains("notify") || flags.contains("indicate") }
     public var canRead: Bool { flags.contains("read") }

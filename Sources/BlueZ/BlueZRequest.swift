@@ -11,6 +11,8 @@ public enum BlueZRequest: Sendable, Equatable {
     case connect(ObjectPath, timeout: Duration)
     case disconnect(ObjectPath)
     case startNotify(ObjectPath)
+    /// Replies `(h fd, q mtu)`; read it with `AcquiredNotifications(reply:)`.
+    case acquireNotify(ObjectPath)
     case writeValue(ObjectPath, [UInt8], type: WriteType, timeout: Duration)
     case readValue(ObjectPath, timeout: Duration)
     case setPowered(ObjectPath, Bool)
@@ -48,6 +50,8 @@ extension BlueZClient {
             (device, BlueZ.deviceInterface, "Disconnect", [], callTimeout)
         case .startNotify(let characteristic):
             (characteristic, BlueZ.gattCharacteristicInterface, "StartNotify", [], callTimeout)
+        case .acquireNotify(let characteristic):
+            (characteristic, BlueZ.gattCharacteristicInterface, "AcquireNotify", [.vardict([:])], callTimeout)
         case .writeValue(let characteristic, let bytes, let type, let timeout):
             (characteristic, BlueZ.gattCharacteristicInterface, "WriteValue",
              [.bytes(bytes), .vardict(["type": .string(type.rawValue)])], timeout)

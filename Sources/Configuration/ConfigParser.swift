@@ -73,7 +73,7 @@ extension TetherConfig {
     }
 
     private static func parseDongle(_ section: ConfigSection) throws(ConfigError) -> DongleSection {
-        try section.rejectUnknownKeys(["address", "name_prefix", "service_uuid", "notify"])
+        try section.rejectUnknownKeys(["address", "name_prefix", "service_uuid", "notify", "notify_path"])
         var result = DongleSection()
         if let text = try section.string("address") {
             guard let address = BluetoothAddressText.normalize(text) else {
@@ -95,6 +95,13 @@ extension TetherConfig {
                 uuids.append(uuid)
             }
             result.notify = uuids
+        }
+        if let text = try section.string("notify_path") {
+            guard let path = NotifyPath(rawValue: text) else {
+                let choices = NotifyPath.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+                throw section.error("notify_path", "expected one of \(choices), got \(ConfigContext.quoted(text))")
+            }
+            result.notifyPath = path
         }
         guard result.address != nil || result.namePrefix != nil || result.serviceUUID != nil else {
             throw section.context.error("dongle", "identify the dongle with address, name_prefix and/or service_uuid")

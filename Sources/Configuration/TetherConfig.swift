@@ -21,13 +21,39 @@ public struct TetherConfig: Sendable, Equatable {
         public var serviceUUID: String?
         /// Characteristics to subscribe to (normalised UUIDs, never empty after validation).
         public var notify: [String]
+        /// How notifications reach the daemon.
+        public var notifyPath: NotifyPath
 
-        public init(address: String? = nil, namePrefix: String? = nil, serviceUUID: String? = nil, notify: [String] = [ConfigUUID.nusTX]) {
+        public init(
+            address: String? = nil, namePrefix: String? = nil, serviceUUID: String? = nil,
+            notify: [String] = [ConfigUUID.nusTX], notifyPath: NotifyPath = .default
+        ) {
             self.address = address
             self.namePrefix = namePrefix
             self.serviceUUID = serviceUUID
             self.notify = notify
+            self.notifyPath = notifyPath
         }
+    }
+
+    /// `dongle.notify_path`: how notifications travel from bluetoothd.
+    public enum NotifyPath: String, Sendable, Equatable, CaseIterable {
+        /// StartNotify: each notification is a PropertiesChanged signal
+        /// routed by dbus-daemon. bluetoothd re-arms the session itself after
+        /// a reconnect, and notifications that arrive before the session is
+        /// ready are still signalled.
+        case startNotify = "start-notify"
+        /// AcquireNotify: bluetoothd writes each notification to a socket of
+        /// our own; dbus-daemon is out of the path. Acquired again after
+        /// every reconnect; bluetoothd drops what arrives before the socket
+        /// exists (right after the CCCD write).
+        case acquireNotify = "acquire-notify"
+        /// AcquireNotify where bluetoothd offers it (NotifyAcquired is
+        /// exported) and nobody else holds a notify session; StartNotify
+        /// otherwise.
+        case auto
+
+        public static let `default`: NotifyPath = .startNotify
     }
 
     public enum WriteType: String, Sendable, Equatable {

@@ -36,6 +36,10 @@ public struct Supervisor: Sendable {
         public var discoveryRetry: Duration = .seconds(5)
         /// How often to power the adapter on again after an escalation left it off.
         public var powerOnRetry: Duration = .seconds(10)
+        /// How long to wait, after the notification socket closed, for
+        /// bluetoothd to report the link down before taking the link as up
+        /// (someone else's StopNotify closed it) and connecting again.
+        public var linkLossConfirmation: Duration = .seconds(2)
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -85,8 +89,16 @@ public struct Supervisor: Sendable {
     private var discovering = false
     private var pendingEscalation: [EscalationStep] = []
     private var escalationInFlight: EscalationStep?
-    /// Set after we asked for a disconnect and wait for bluetoothd to confirm it.
-    private var awaitingDisconnect: String?
+    /// Set while we wait for bluetoothd to report the link down: after we
+    /// asked for a disconnect, or after the notification socket closed.
+    private var awaitingDisconnect: AwaitedDisconnect?
+
+    private struct AwaitedDisconnect {
+        var cause: String
+        /// We asked for it (a forced reconnect): its confirmation is the
+        /// expected disconnect. Otherwise the loss was reported when noticed.
+        var requested: Bool
+    }
     /// Since when discovery has been listening in this cooldown, and when the
     /// dongle was last seen advertising.
     private var listeningSince: Duration?
@@ -130,6 +142,7 @@ public struct Supervisor: Sendable {
         case .escalationFinished(let step, let result): escalationFinished(step, result)
         case .discoveryFailed(let failure): discoveryFailed(failure)
         case .timerFired(let timer): timerFired(timer)
+        case .notificationsEnded(let why): notificationsEnded(why)
         case .reconnectRequested: reconnectRequested()
         }
         answerReconnectIfDecided()
@@ -205,12 +218,12 @@ public struct Supervisor: Sendable {
         case .subscribing, .online:
             if !new.connected { linkLost(cause: "the link dropped") }
         case .backingOff:
-            if let cause = awaitingDisconnect, !new.connected {
+            if let awaited = awaitingDisconnect, !new.connected {
                 awaitingDisconnect = nil
                 cancelTimer(.disconnectDeadline)
-                actions.append(.report(.disconnected(unexpected: false)))
-                openWindow()
-                scheduleAttempt(cause: cause)
+                if awaited.requested { actions.append(.report(.disconnected(unexpected: false))) }
+                openWindowAfterLoss(requested: awaited.requested)
+                scheduleAttempt(cause: awaited.cause)
             }
         case .coolingDown, .escalating:
             break
@@ -366,17 +379,49 @@ public struct Supervisor: Sendable {
     /// a new window, whose first attempt comes at once unless the link has
     /// been flapping.
     private mutating func linkLost(cause: String) {
-        let onlineSince = status.connectedSince
+        let wasOnline = countSession()
         stopLinkActivity()
         actions.append(.report(.disconnected(unexpected: true)))
-        if let onlineSince {
-            shortSessions = now - onlineSince < settings.stableLink ? shortSessions + 1 : 0
-            openWindow()
-            window?.attempts = max(0, shortSessions - 1)
+        if wasOnline {
+            openWindowAfterLoss(requested: false)
         } else if window == nil {
             openWindow()
         }
         scheduleAttempt(cause: cause)
+    }
+
+    /// Counts a session that ends now against `stableLink`; false if the link
+    /// was not online (it was still coming up).
+    private mutating func countSession() -> Bool {
+        guard let onlineSince = status.connectedSince else { return false }
+        shortSessions = now - onlineSince < settings.stableLink ? shortSessions + 1 : 0
+        return true
+    }
+
+    /// A new window after a loss: a flapping link's drops count as failed
+    /// attempts of it; a drop we asked for does not.
+    private mutating func openWindowAfterLoss(requested: Bool) {
+        openWindow()
+        if !requested { window?.attempts = max(0, shortSessions - 1) }
+    }
+
+    /// The notification socket closed while the link was up or being
+    /// subscribed. The loss counts from now; bluetoothd's Connected=false
+    /// normally follows within milliseconds and opens the retry window. If
+    /// it does not come, the link is up without our notifications (another
+    /// client's StopNotify): the deadline then connects again, which
+    /// succeeds at once and acquires anew.
+    /// While subscribing it is a failed attempt of the current window, as
+    /// any drop while coming up.
+    private mutating func notificationsEnded(_ why: String) {
+        if state == .subscribing { return linkLost(cause: why) }
+        guard state == .online else { return }
+        _ = countSession()
+        stopLinkActivity()
+        actions.append(.report(.disconnected(unexpected: true)))
+        awaitingDisconnect = AwaitedDisconnect(cause: why, requested: false)
+        startTimer(.disconnectDeadline, after: settings.linkLossConfirmation)
+        enter(.backingOff, "\(why); waiting for bluetoothd to report the link down")
     }
 
     // MARK: Keep-alive
@@ -417,7 +462,7 @@ public struct Supervisor: Sendable {
     /// bluetoothd confirms the disconnect, or after a deadline.
     private mutating func forceReconnect(cause: String) {
         stopLinkActivity()
-        awaitingDisconnect = cause
+        awaitingDisconnect = AwaitedDisconnect(cause: cause, requested: true)
         actions.append(.disconnect)
         startTimer(.disconnectDeadline, after: policy.connectTimeout)
         enter(.backingOff, "\(cause); disconnecting")
@@ -531,10 +576,10 @@ public struct Supervisor: Sendable {
             actions.append(.powerOn)
             startTimer(.powerOn, after: settings.powerOnRetry)
         case .disconnectDeadline:
-            guard let cause = awaitingDisconnect else { return }
+            guard let awaited = awaitingDisconnect else { return }
             awaitingDisconnect = nil
-            openWindow()
-            scheduleAttempt(cause: "\(cause); disconnect not confirmed")
+            openWindowAfterLoss(requested: awaited.requested)
+            scheduleAttempt(cause: "\(awaited.cause); " + (awaited.requested ? "disconnect not confirmed" : "bluetoothd still shows the link up"))
         }
     }
 

@@ -32,7 +32,8 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case keepalive
     /// Caps a poll at `keepalive.timeout`.
     case pollDeadline
-    /// Caps a forced disconnect that bluetoothd does not confirm.
+    /// Caps the wait for bluetoothd to confirm a link loss: after a forced
+    /// disconnect, or after the notification socket closed.
     case disconnectDeadline
     /// Tries discovery again after StartDiscovery failed.
     case discoveryRetry
@@ -53,6 +54,10 @@ public enum SupervisorEvent: Sendable {
     /// StartDiscovery (or its filter) failed; discovery is not running.
     case discoveryFailed(LinkFailure)
     case timerFired(SupervisorTimer)
+    /// An acquired notification socket reached its end (bluetoothd closes it
+    /// when the link goes, when it exits, and on StopNotify): usually the
+    /// first sign of a link loss, before bluetoothd's Connected=false.
+    case notificationsEnded(String)
     /// A person asked for a reconnect (`tether reconnect`).
     case reconnectRequested
 }

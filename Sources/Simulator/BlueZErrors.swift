@@ -14,6 +14,8 @@ enum BlueZFault {
     static let connectInProgress = DBusError.remote(
         name: BlueZ.ErrorName.inProgress, message: BlueZ.FailedMessage.inProgressText
     )
+    /// btd_error_in_progress: AcquireNotify while a notify session exists.
+    static let inProgress = DBusError.remote(name: BlueZ.ErrorName.inProgress, message: "In Progress")
     static let notReady = DBusError.remote(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
     static let notConnected = DBusError.remote(name: BlueZ.ErrorName.notConnected, message: "Not Connected")
     static let notSupported = DBusError.remote(name: BlueZ.ErrorName.notSupported, message: "Operation is not supported")

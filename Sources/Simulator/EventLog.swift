@@ -46,6 +46,19 @@ struct EventLog {
         write(text)
     }
 
+    /// Notifications bluetoothd dropped by design, with why, in one write.
+    mutating func recordDropped(_ dropped: [(sequence: UInt32, reason: String)]) {
+        guard !dropped.isEmpty else { return }
+        let t = timestamp()
+        var text = ""
+        for (sequence, reason) in dropped {
+            let event = SimulatorEvent(t: t, ev: SimulatorEvent.Kind.notifyDropped.rawValue, seq: sequence, reason: reason)
+            remember(event)
+            if file != nil { text += event.jsonLine + "\n" }
+        }
+        write(text)
+    }
+
     private mutating func append(_ event: SimulatorEvent) {
         remember(event)
         if file != nil { write(event.jsonLine + "\n") }

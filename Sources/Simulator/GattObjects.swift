@@ -74,6 +74,9 @@ extension GattDatabase {
                     try await simulator.startNotify(characteristic, client: call.sender)
                     return []
                 },
+                "AcquireNotify": .init(in: "a{sv}", out: "hq") { call in
+                    try await simulator.acquireNotify(characteristic, client: call.sender)
+                },
                 "StopNotify": .init { call in
                     try await simulator.stopNotify(characteristic, client: call.sender)
                     return []

@@ -60,6 +60,7 @@ extension Simulator {
     /// Not activity for the idle timer.
     func startNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
         try requireLink()
+        if notifyAcquisitions[characteristic.path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         guard characteristic.isNotifiable else { throw BlueZFault.notSupported }
         var sessions = notifySessions[characteristic.path] ?? []
         guard sessions.insert(client).inserted else { return }
@@ -83,6 +84,12 @@ extension Simulator {
 
     func stopNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
         try ensureRunning()
+        // Whoever calls it, StopNotify closes an acquired socket.
+        if notifyAcquisitions[characteristic.path] != nil {
+            releaseAcquisition(characteristic.path, reason: "stop-notify", client: client)
+            await announceReleased()
+            return
+        }
         guard notifySessions[characteristic.path]?.remove(client) != nil else {
             throw BlueZFault.failed("No notify session started")
         }
@@ -112,6 +119,7 @@ extension Simulator {
     func readDescriptor(_ descriptor: GattDatabase.Descriptor) async throws -> [UInt8] {
         try requireLink()
         let enabled = !(notifySessions[descriptor.characteristicPath]?.isEmpty ?? true)
+            || notifyAcquisitions[descriptor.characteristicPath] != nil
         return enabled ? [0x01, 0x00] : [0x00, 0x00]
     }
 
@@ -121,7 +129,7 @@ extension Simulator {
     /// resolved, a notify session on TX and a rate above zero.
     func updateTelemetry() {
         let wanted = !stopped && dongle.state == .connected && servicesResolved && notifyRate > 0
-            && !(notifySessions[gatt.tx.path]?.isEmpty ?? true)
+            && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || notifyAcquisitions[gatt.tx.path] != nil)
         if wanted, telemetryTask == nil {
             let link = linkID
             telemetryTask = Task { await self.sendTelemetry(link: link) }
@@ -160,6 +168,17 @@ extension Simulator {
             }
             guard due > 0 else { continue }
             sent += due
+            if notifyAcquisitions[gatt.tx.path] != nil {
+                var notifications: [(sequence: UInt32, payload: [UInt8])] = []
+                notifications.reserveCapacity(due)
+                for _ in 0..<due {
+                    let next = dongle.nextNotification()
+                    notifications.append((next.sequence, next.payload))
+                }
+                await sendAcquired(gatt.tx.path, notifications)
+                await publishSequence()
+                continue
+            }
             var payloads: [[UInt8]] = []
             var sequences: [UInt32] = []
             payloads.reserveCapacity(due)

@@ -76,6 +76,8 @@ extension Simulator {
         }
         _ = markLinkLost(reason: reason, asleep: false)
         dropAllNotifySessions(reason: reason)
+        releaseAllAcquisitions(reason: reason)
+        releasedToAnnounce.removeAll()
         forgetDiscoverySessions(reason: reason)
         discovering = false
         scanTask?.cancel()

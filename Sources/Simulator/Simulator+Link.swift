@@ -144,6 +144,7 @@ extension Simulator {
                 device: deviceExported ? devicePath : nil, removing: hadGatt ? gatt.removalOrder : []
             )
         }
+        await announceReleased()
         await publishControl()
     }
 
@@ -159,6 +160,9 @@ extension Simulator {
         telemetryTask = nil
         idleTask = nil
         servicesResolved = false
+        // bluetoothd shuts every acquired socket down with the link
+        // (btd_gatt_client_disconnected): the client reads end-of-file.
+        releaseAllAcquisitions(reason: reason)
         let hadGatt = gattExported && !options.gattCache
         if hadGatt { gattExported = false }
         log.record(.disconnected) {

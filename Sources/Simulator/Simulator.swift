@@ -61,6 +61,12 @@ public actor Simulator {
     /// Notify sessions by characteristic path: the unique names of the
     /// clients holding them. They outlive the link (and the exported objects).
     var notifySessions: [ObjectPath: Set<String>] = [:]
+    /// Acquired notifications (AcquireNotify) by characteristic path; they
+    /// end with the link.
+    var notifyAcquisitions: [ObjectPath: NotifyAcquisition] = [:]
+    var hangupWatches: [Int32: WatchBox] = [:]
+    /// Released acquisitions whose NotifyAcquired=false is still to be sent.
+    var releasedToAnnounce: [ObjectPath] = []
 
     struct PendingConnect {
         let waitID: Int
@@ -144,6 +150,8 @@ public actor Simulator {
         for (_, wait) in waits { wait.cancel() }
         waits.removeAll()
         pendingConnect = nil
+        releaseAllAcquisitions(reason: "stopped")
+        releasedToAnnounce.removeAll()
         let buses = [bluez, control]
         bluez = nil
         control = nil

@@ -57,6 +57,16 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case notify
         case startNotify = "start-notify"
         case stopNotify = "stop-notify"
+        /// AcquireNotify served: the CCCD is written, the dongle notifies.
+        case acquireNotify = "acquire-notify"
+        /// The acquired socket exists; from here notifications reach it.
+        case notifySocketReady = "notify-socket-ready"
+        /// The acquired socket closed (reason: the link's, stop-notify,
+        /// client-closed, bluetoothd-crash…).
+        case notifyReleased = "notify-released"
+        /// A notification the dongle sent that bluetoothd dropped by design
+        /// (reason: socket-not-ready, reader-behind, no-socket).
+        case notifyDropped = "notify-dropped"
         case sleep
         case wake
         case advertising

@@ -50,6 +50,14 @@ public struct SimulatorOptions: Sendable {
     /// the kernel gives up after its LE connect timeout, about 20 s, and the
     /// Connect fails then, unless the dongle wakes first (then it connects).
     public var noAnswerTimeout: Duration = .seconds(20)
+    /// AcquireNotify: time from the CCCD write to the socket, during which
+    /// bluetoothd drops the dongle's notifications ("Drop notification if the
+    /// sock is not ready"). Zero makes the socket at once.
+    public var acquireSocketDelay: Duration = .zero
+    /// AcquireNotify: SO_SNDBUF of bluetoothd's end of the socket, in bytes;
+    /// a small one makes a slow reader lose notifications sooner. Nil: the
+    /// kernel's default.
+    public var acquireSendBuffer: Int?
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

@@ -70,6 +70,12 @@ struct SimulateCommand: AsyncParsableCommand {
     @Flag(help: "Remove the GATT objects on every link loss (BlueZ with Cache=no); by default they stay, as with BlueZ's default Cache=always.")
     var noGattCache = false
 
+    @Option(help: "AcquireNotify: time from the CCCD write to the socket; bluetoothd drops the notifications in between.")
+    var acquireSocketDelay = DurationArgument(.zero)
+
+    @Option(help: "AcquireNotify: SO_SNDBUF of bluetoothd's end of the socket in bytes (small: a slow reader loses notifications).")
+    var acquireSendBuffer: Int?
+
     @Option(help: "Append every event (JSON Lines) to this file.")
     var eventLog: String?
 
@@ -78,6 +84,7 @@ struct SimulateCommand: AsyncParsableCommand {
             throw ValidationError("give exactly one of --bus ADDRESS or --spawn-bus DIR")
         }
         guard notifyRate >= 0, notifyRate <= 100_000 else { throw ValidationError("--notify-rate must be 0…100000") }
+        if let acquireSendBuffer, acquireSendBuffer < 1 { throw ValidationError("--acquire-send-buffer must be at least 1") }
     }
 
     func run() async throws {
@@ -96,6 +103,8 @@ struct SimulateCommand: AsyncParsableCommand {
         options.connectedUnsignalled = connectedUnsignalled
         options.valueWithNotifying = valueWithNotifying
         options.gattCache = !noGattCache
+        options.acquireSocketDelay = acquireSocketDelay.duration
+        options.acquireSendBuffer = acquireSendBuffer
         options.eventLogPath = eventLog
 
         var daemon: BusDaemonProcess?

@@ -32,6 +32,7 @@ struct ConfigParsingTests {
         name_prefix = "Sensor"
         service_uuid = "6E400001-B5A3-F393-E0A9-E50E24DCCA9E"
         notify = ["6e400003-b5a3-f393-e0a9-e50e24dcca9e", "0x2A19"]
+        notify_path = "acquire-notify"
 
         [keepalive]
         enabled = false
@@ -67,7 +68,8 @@ struct ConfigParsingTests {
                 address: "AA:BB:CC:DD:EE:0F",
                 namePrefix: "Sensor",
                 serviceUUID: ConfigUUID.nusService,
-                notify: [ConfigUUID.nusTX, "00002a19-0000-1000-8000-00805f9b34fb"]
+                notify: [ConfigUUID.nusTX, "00002a19-0000-1000-8000-00805f9b34fb"],
+                notifyPath: .acquireNotify
             ),
             keepalive: .init(
                 enabled: false, interval: .seconds(10), characteristic: ConfigUUID.nusRX, write: [0xa1, 0xb2],
@@ -277,6 +279,7 @@ struct ConfigParsingTests {
             ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nnotify = [\"xyz\"]\n", "dongle.notify"),
             ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nnotify = [\"2a19\", \"0x2A19\"]\n", "dongle.notify"),
             ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nname_prefix = \"\"\n", "dongle.name_prefix"),
+            ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nnotify_path = \"acquire\"\n", "dongle.notify_path"),
             ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nservice_uuid = \"12345\"\n", "dongle.service_uuid"),
         ]
         for (text, key) in dongleCases {

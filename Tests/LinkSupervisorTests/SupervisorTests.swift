@@ -146,6 +146,70 @@ import Testing
         #expect(link.timers[.keepalive] == nil)
     }
 
+    /// The notification socket closing is the first sign of a drop: polls
+    /// stop and the loss is reported at once, with no Disconnect sent; the
+    /// attempt follows bluetoothd's Connected=false, and the loss is
+    /// reported once.
+    @Test func aClosedNotificationSocketIsALinkLossConfirmedByBluetoothd() {
+        var link = onlineLink()
+        link.advance(by: .seconds(12))
+        link.connectResult = nil
+        link.send(.notificationsEnded("bluetoothd closed the notification socket"))
+        #expect(link.state == .backingOff)
+        #expect(link.timers[.keepalive] == nil)
+        #expect(link.count { $0 == .disconnect } == 0)
+        #expect(link.connectTimes.isEmpty, "no attempt before bluetoothd reports the link down")
+        link.advance(by: .milliseconds(5))
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        #expect(link.connectTimes == [.milliseconds(12_005)])
+        #expect(link.count { $0 == .report(.disconnected(unexpected: true)) } == 1)
+        #expect(link.count { $0 == .report(.disconnected(unexpected: false)) } == 0)
+        // bluetoothd's view coming second changes nothing more.
+        #expect(link.timers[.disconnectDeadline] == nil)
+    }
+
+    /// bluetoothd's view first, then the socket's end: one loss, one attempt.
+    @Test func aSocketEndAfterBluetoothdsDropIsIgnored() {
+        var link = onlineLink()
+        link.advance(by: .seconds(12))
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        link.send(.notificationsEnded("bluetoothd closed the notification socket"))
+        #expect(link.state == .connecting)
+        #expect(link.connectTimes.count == 1)
+        #expect(link.count { $0 == .report(.disconnected(unexpected: true)) } == 1)
+    }
+
+    /// A socket closed while bluetoothd keeps the link (another client's
+    /// StopNotify): after the confirmation deadline the supervisor connects
+    /// again, which succeeds at once, and subscribes (acquires) anew.
+    @Test func aSocketClosedOnALiveLinkIsAcquiredAgainAfterTheDeadline() {
+        var link = onlineLink()
+        link.advance(by: .seconds(12))
+        link.send(.notificationsEnded("bluetoothd closed the notification socket"))
+        link.clearLog()
+        link.advance(by: Self.settings.linkLossConfirmation)
+        #expect(link.connectTimes == [.seconds(12) + Self.settings.linkLossConfirmation])
+        #expect(link.state == .online)
+        #expect(link.count { if case .subscribe = $0 { true } else { false } } == 1)
+        #expect(link.supervisor.status.reconnects == 1)
+    }
+
+    /// While subscribing, a closed socket is a failed attempt of the window.
+    @Test func aSocketEndWhileSubscribingIsAFailedAttempt() {
+        var link = VirtualLink(settings: Self.settings)
+        link.answerSubscribes = false
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .subscribing)
+        link.connectResult = nil
+        link.send(.notificationsEnded("bluetoothd closed the notification socket"))
+        #expect(link.state == .backingOff || link.state == .connecting)
+        #expect(link.supervisor.status.windowAttempt >= 1)
+    }
+
     @Test func firstDelayIsHonoured() {
         var settings = Self.settings
         settings.policy.firstDelay = .milliseconds(500)

@@ -18,4 +18,10 @@ static inline int ceventloop_pending_bytes(int fd) {
     int n = 0;
     return ioctl(fd, FIONREAD, &n) == 0 ? n : 0;
 }
+/// Receives up to `count` (at most 256) datagrams from `fd` in one
+/// recvmmsg(2), without blocking: datagram i lands at `buffer + i * slot`,
+/// its length in `lengths[i]`, and `truncated[i]` says it was longer than
+/// `slot`. Returns how many arrived, or -1 with errno (EAGAIN: none).
+int ceventloop_receive_datagrams(int fd, unsigned char *buffer, unsigned int slot, unsigned int count,
+                                 unsigned int *lengths, int *truncated);
 #endif

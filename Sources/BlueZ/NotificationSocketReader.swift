@@ -68,9 +68,13 @@ public final class NotificationSocketReader {
     public var isOpen: Bool { socket >= 0 }
 
     /// Stops reading and closes the socket, which gives the notifications
-    /// back to bluetoothd. `onEnd` is not called.
+    /// back to bluetoothd; first hands over every datagram already queued,
+    /// so that what bluetoothd sent before the close is not lost. `onEnd` is
+    /// not called.
     public func close() {
         loop.checkIsolated()
+        onEnd = nil
+        readable([])
         release()
     }
 

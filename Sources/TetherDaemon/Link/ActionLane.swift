@@ -29,6 +29,8 @@ final class ActionLane: @unchecked Sendable {
     var resolution = LinkResolver.Resolution()
     /// A reading taken by a read-mode keep-alive poll.
     var onReading: ((Reading) -> Void)?
+    /// A characteristic's notifications now come through this socket (AcquireNotify).
+    var onAcquired: ((GattCharacteristic, AcquiredNotifications) -> Void)?
     /// Incremented by `cancelAll`: replies to requests sent before are dropped.
     private var generation = 0
     private var escalation: EscalationInFlight?
@@ -129,23 +131,83 @@ final class ActionLane: @unchecked Sendable {
 
     // MARK: Subscribing
 
-    /// StartNotify on every notify characteristic, all sent at once; done
-    /// when every reply is in. `InProgress` is our own earlier StartNotify
-    /// still being served: success for us.
+    /// Subscribes to every notify characteristic, all requests sent at once
+    /// (StartNotify or AcquireNotify, as `dongle.notify_path` says); done
+    /// when every reply is in.
     private func subscribe(_ id: Int) {
         let characteristics = resolution.notify
         guard !characteristics.isEmpty else { return finish(.subscribeFinished(attempt: id, .success(()))) }
         var outstanding = characteristics.count
         var failure: LinkFailure?
+        let done: (LinkFailure?) -> Void = { [finish] result in
+            if let result, failure == nil { failure = result }
+            outstanding -= 1
+            if outstanding == 0 {
+                finish(.subscribeFinished(attempt: id, failure.map { .failure($0) } ?? .success(())))
+            }
+        }
         for characteristic in characteristics {
-            send(.startNotify(characteristic.path)) { [finish] result in
-                if case .failure(let error) = result, error.name != BlueZ.ErrorName.inProgress, failure == nil {
-                    failure = Self.failure(error)
+            switch config.dongle.notifyPath {
+            case .startNotify:
+                startNotify(characteristic, done)
+            case .acquireNotify:
+                guard characteristic.canAcquireNotify else {
+                    done(LinkFailure(.fatal, "bluetoothd offers no AcquireNotify for \(characteristic.uuid) (no NotifyAcquired property): set dongle.notify_path to \"start-notify\" or \"auto\""))
+                    continue
                 }
-                outstanding -= 1
-                if outstanding == 0 {
-                    finish(.subscribeFinished(attempt: id, failure.map { .failure($0) } ?? .success(())))
+                acquireNotify(characteristic, fallBack: false, done)
+            case .auto:
+                if !characteristic.canAcquireNotify {
+                    startNotify(characteristic, done)
+                } else if characteristic.notifying {
+                    // Someone holds a notify session (perhaps our own from an
+                    // earlier fallback): AcquireNotify would say InProgress.
+                    logger.info("\(characteristic.uuid) is notifying for a D-Bus client already: receiving through StartNotify")
+                    startNotify(characteristic, done)
+                } else {
+                    acquireNotify(characteristic, fallBack: true, done)
                 }
+            }
+        }
+    }
+
+    /// StartNotify. `InProgress` is our own earlier StartNotify still being
+    /// served: success for us.
+    private func startNotify(_ characteristic: GattCharacteristic, _ done: @escaping (LinkFailure?) -> Void) {
+        send(.startNotify(characteristic.path)) { result in
+            if case .failure(let error) = result, error.name != BlueZ.ErrorName.inProgress {
+                return done(Self.failure(error))
+            }
+            done(nil)
+        }
+    }
+
+    /// AcquireNotify. Its socket lives for this link only: bluetoothd closes
+    /// it on the next link loss, and the next subscribe acquires again.
+    private func acquireNotify(
+        _ characteristic: GattCharacteristic, fallBack: Bool, _ done: @escaping (LinkFailure?) -> Void
+    ) {
+        send(.acquireNotify(characteristic.path)) { [weak self, logger] result in
+            guard let self else { return }
+            switch result {
+            case .success(let body):
+                do throws(BlueZError) {
+                    let acquired = try AcquiredNotifications(reply: body)
+                    onAcquired?(characteristic, acquired)
+                    logger.info("receiving \(characteristic.uuid) through an acquired socket (MTU \(acquired.mtu))")
+                    done(nil)
+                } catch {
+                    done(Self.failure(error))
+                }
+            case .failure(let error) where error.name == BlueZ.ErrorName.inProgress:
+                // Another D-Bus client holds a notify session on it.
+                guard fallBack else {
+                    return done(LinkFailure(.fatal, "another D-Bus client holds a notify session on \(characteristic.uuid), so AcquireNotify is refused (InProgress); set dongle.notify_path to \"auto\" or \"start-notify\""))
+                }
+                logger.info("another D-Bus client holds a notify session on \(characteristic.uuid): receiving through StartNotify")
+                startNotify(characteristic, done)
+            case .failure(let error):
+                done(Self.failure(error))
             }
         }
     }

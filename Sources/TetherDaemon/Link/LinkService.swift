@@ -80,6 +80,9 @@ public final class LinkService: @unchecked Sendable {
     private var lastObservation: LinkObservation?
     /// Notify characteristics by object path, for the readings' fast path.
     private var notifyPaths: [(path: String, uuid: String)] = []
+    /// Acquired notification sockets by characteristic (AcquireNotify), for
+    /// this link only.
+    private var notifyReaders: [ObjectPath: NotificationSocketReader] = [:]
     private var deviceAddress: String
     /// Readings taken this loop turn, written in one batch at its end.
     private var turnReadings: [Reading] = []
@@ -119,6 +122,7 @@ public final class LinkService: @unchecked Sendable {
                 deliver(event)
             }
             lane.onReading = { [unowned self] reading in take(reading) }
+            lane.onAcquired = { [unowned self] characteristic, acquired in read(acquired, of: characteristic) }
             monitor = BlueZMonitor(client: client) { [unowned self] event in apply(event) }
             client.bus.assumeIsolated { bus in
                 bus.setSignalInterceptor { [unowned self] signal in intercept(signal) }
@@ -151,6 +155,7 @@ public final class LinkService: @unchecked Sendable {
     }
 
     private func tearDown() {
+        closeNotifyReaders()
         writeTurnReadings()
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
@@ -292,6 +297,29 @@ public final class LinkService: @unchecked Sendable {
         }
     }
 
+    /// Reads an acquired socket until bluetoothd closes it: each datagram is
+    /// a notification, recorded as one that came as a signal. Its end is a
+    /// link-loss sign for the supervisor (bluetoothd's Connected=false
+    /// usually follows; whichever comes first counts).
+    private func read(_ acquired: AcquiredNotifications, of characteristic: GattCharacteristic) {
+        notifyReaders.removeValue(forKey: characteristic.path)?.close()
+        let uuid = characteristic.uuid
+        let path = characteristic.path
+        notifyReaders[path] = NotificationSocketReader(acquired, loop: loop) { [unowned self] bytes in
+            takeNotification(bytes, characteristic: uuid)
+        } onEnd: { [unowned self] end in
+            notifyReaders[path] = nil
+            report.logger.debug("\(uuid): \(end)")
+            deliver(.notificationsEnded(end.description))
+        }
+    }
+
+    /// Gives every acquired socket back (closing it is how).
+    private func closeNotifyReaders() {
+        for reader in notifyReaders.values { reader.close() }
+        notifyReaders.removeAll()
+    }
+
     private func recordValue(_ path: ObjectPath, _ bytes: [UInt8]) {
         guard let entry = notifyPaths.first(where: { $0.path == path.rawValue }) else { return }
         takeNotification(bytes, characteristic: entry.uuid)
@@ -360,6 +388,11 @@ public final class LinkService: @unchecked Sendable {
                 requests.answerAll(.started(attempt: attempt))
             case .answerReconnect(.notReady(let why)):
                 requests.answerAll(.notReady(why))
+            case .subscribe:
+                // A socket from an earlier subscribe that has not seen its
+                // end yet would make AcquireNotify say "Notify acquired".
+                closeNotifyReaders()
+                lane.perform(action)
             case .escalate(.hciReset):
                 guard let adapter = resolution.adapter else {
                     deliver(.escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))))

@@ -94,7 +94,7 @@ let package = Package(
         .target(name: "TestSupport", dependencies: ["DBus", "CSystemd"], path: "Tests/TestSupport"),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "TestSupport"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.

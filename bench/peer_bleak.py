@@ -37,6 +37,8 @@ async def main() -> int:
     parser.add_argument("--out", required=True, help="readings directory")
     parser.add_argument("--interval", type=float, default=1.0, help="keep-alive interval, seconds")
     parser.add_argument("--retry-pause", type=float, default=1.0, help="pause after a failed connect, seconds")
+    parser.add_argument("--acquire-notify", action="store_true",
+                        help="subscribe with AcquireNotify (bleak's use_start_notify=False); default StartNotify, bleak's default")
     args = parser.parse_args()
 
     os.makedirs(args.out, exist_ok=True)
@@ -73,7 +75,7 @@ async def main() -> int:
                     BleakClientWithServiceCache, device, args.address,
                     disconnected_callback=lambda _c: disconnected.set(),
                 )
-                await client.start_notify(TX, on_notify)
+                await client.start_notify(TX, on_notify, bluez={"use_start_notify": not args.acquire_notify})
                 say("online")
                 next_poll = loop.time()
                 while not disconnected.is_set():

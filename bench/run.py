@@ -8,6 +8,7 @@ Environment: TETHER_BIN, TETHER_DEV_BIN (default: tether-dev next to
 TETHER_BIN), PEER_PYTHON, BENCH_OUT (default .build/bench),
 BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
+BENCH_NOTIFY_PATHS (start-notify,acquire-notify: ingest runs both sides with each),
 BENCH_KEEPALIVE_DURATION (10m), BENCH_KEEPALIVE_RATE (20000), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
 BENCH_STARTUP_RUNS (10). Prints one table per benchmark and merges the figures
 into BENCH_OUT/results.json. Asserts nothing.
@@ -200,19 +201,22 @@ def switches(pid):
 class Side:
     """`tether run` or the bleak peer against one simulator."""
 
-    def __init__(self, kind, work, sim, reconnect="", extra_env=None, keepalive=True):
+    def __init__(self, kind, work, sim, reconnect="", extra_env=None, keepalive=True, notify_path="start-notify"):
         self.kind, self.readings = kind, f"{work}/readings-{kind}"
         env = {"DBUS_SYSTEM_BUS_ADDRESS": sim.address, **(extra_env or {})}
         log = open(f"{work}/{kind}.log", "w")
         if kind == "tether":
             config = f"{work}/tether.toml"
             with open(config, "w") as f:
-                f.write(f'[dongle]\naddress = "{DONGLE}"\n[keepalive]\nenabled = {str(keepalive).lower()}\n'
+                f.write(f'[dongle]\naddress = "{DONGLE}"\nnotify_path = "{notify_path}"\n'
+                        f'[keepalive]\nenabled = {str(keepalive).lower()}\n'
                         f'interval = "1s"\ntimeout = "800ms"\n'
                         f'sleep_after = "3s"\n[readings]\ndirectory = "{self.readings}"\n{reconnect}')
             self.proc = spawn([BIN, "run", "--config", config], env, log)
         else:
-            self.proc = spawn([PEER_PY, PEER, "--address", DONGLE, "--out", self.readings, "--interval", "1"], env, log)
+            acquire = ["--acquire-notify"] if notify_path == "acquire-notify" else []
+            self.proc = spawn([PEER_PY, PEER, "--address", DONGLE, "--out", self.readings, "--interval", "1", *acquire],
+                              env, log)
         self.pid = self.proc.pid
 
     def stop(self):
@@ -221,8 +225,9 @@ class Side:
 
 
 def wait_subscribed(sim, after=0, timeout=30):
-    """Waits for a start-notify in the simulator's log (a new client subscribed)."""
-    ok = wait_for(lambda: sum(e["ev"] == "start-notify" for e in sim.log()) > after, timeout)
+    """Waits for a start-notify or an acquired socket in the simulator's log
+    (a new client subscribed)."""
+    ok = wait_for(lambda: sum(e["ev"] in ("start-notify", "notify-socket-ready") for e in sim.log()) > after, timeout)
     if not ok:
         raise RuntimeError("no subscription within %ss" % timeout)
     time.sleep(0.3)
@@ -317,10 +322,10 @@ def bus_daemon_pid(sim):
     return None
 
 
-def ingest_once(kind, rate, seconds):
+def ingest_once(kind, rate, seconds, notify_path):
     work = workdir("ingest")
     sim = Sim(work, "--notify-rate", "0")
-    side = Side(kind, work, sim)
+    side = Side(kind, work, sim, notify_path=notify_path)
     try:
         wait_subscribed(sim)
         bus = bus_daemon_pid(sim)
@@ -335,9 +340,13 @@ def ingest_once(kind, rate, seconds):
         sw1 = switches(side.pid) if alive else {}
         ctx = sum(n - sw0.get(t, 0) for t, n in sw1.items())
         rc = side.stop()
-        sent = [e["seq"] for e in sim.log() if e["ev"] == "notify"]
+        log = sim.log()
+        sent = [e["seq"] for e in log if e["ev"] == "notify"]
+        # With AcquireNotify bluetoothd drops what a reader cannot take in time
+        # (its end of the socket does not block): sent, but lost all the same.
+        dropped = sum(e["ev"] == "notify-dropped" for e in log)
         disk = disk_seqs(side.readings)
-        lost, dups = len(set(sent) - set(disk)), len(disk) - len(set(disk))
+        lost, dups = len(set(sent) - set(disk)) + dropped, len(disk) - len(set(disk))
         achieved = len(sent) / seconds
         ok = alive and rc == 0 and lost == 0 and dups == 0 and achieved >= 0.95 * rate
         n = max(1, len(disk))
@@ -346,7 +355,7 @@ def ingest_once(kind, rate, seconds):
         # its CPU per reading is what the D-Bus hop costs (the simulator's
         # own sending is not counted anywhere here).
         bus_cpu = (bus1 - bus0) * 1e6 / n if bus and bus1 is not None else None
-        return {"rate": rate, "sent": len(sent), "achieved_per_s": achieved, "on_disk": len(disk), "lost": lost,
+        return {"rate": rate, "notify_path": notify_path, "sent": len(sent), "dropped_by_bluetoothd": dropped, "achieved_per_s": achieved, "on_disk": len(disk), "lost": lost,
                 "duplicates": dups, "exit": rc, "ok": ok, "cpu_us_per_reading": cpu,
                 "dbus_daemon_cpu_us_per_reading": bus_cpu,
                 "system_cpu_us_per_reading": cpu + bus_cpu if cpu is not None and bus_cpu is not None else None,
@@ -358,48 +367,54 @@ def ingest_once(kind, rate, seconds):
 
 
 def bench_ingest():
+    """Both sides with each notify path: StartNotify (every notification a
+    PropertiesChanged through dbus-daemon) and AcquireNotify (a socket from
+    bluetoothd; dbus-daemon out of the path)."""
     seconds = duration("BENCH_INGEST_DURATION", "60s")
     rates = [float(r) for r in (os.environ.get("BENCH_INGEST_RATES") or "2000,20000").split(",")]
+    paths = (os.environ.get("BENCH_NOTIFY_PATHS") or "start-notify,acquire-notify").split(",")
     out = {}
-    for kind in SIDES:
-        runs = []
+    for path in paths:
+        result = {}
+        for kind in SIDES:
+            runs = []
+            for rate in rates:
+                r = ingest_once(kind, rate, seconds, path)
+                runs.append(r)
+                print(f"  ingest {kind} {path} {rate:g}/s: sent {r['sent']} ({r['achieved_per_s']:.0f}/s), lost {r['lost']} "
+                      f"(bluetoothd dropped {r['dropped_by_bluetoothd']}), dup {r['duplicates']}, "
+                      f"{r['cpu_us_per_reading'] or 0:.1f} µs CPU/reading "
+                      f"(+ dbus-daemon {r['dbus_daemon_cpu_us_per_reading'] or 0:.1f}), "
+                      f"{r['context_switches_per_reading'] or 0:.2f} context switches/reading, {'ok' if r['ok'] else 'FAIL'}",
+                      flush=True)
+                if not r["ok"]:
+                    break
+            best = max((r for r in runs if r["ok"]), key=lambda r: r["rate"], default=None)
+            result[kind] = {"runs": runs, "best_rate": best and best["rate"],
+                            "cpu_us_per_reading_at_best": best and best["cpu_us_per_reading"]}
+        t, p = result["tether"], result["peer"]
+        rows = [("highest rate for %gs with no loss, /s" % seconds, t["best_rate"], p["best_rate"], "≥ 5000",
+                 (t["best_rate"] or 0) >= 5000)]
         for rate in rates:
-            r = ingest_once(kind, rate, seconds)
-            runs.append(r)
-            print(f"  ingest {kind} {rate:g}/s: sent {r['sent']} ({r['achieved_per_s']:.0f}/s), lost {r['lost']}, "
-                  f"dup {r['duplicates']}, {r['cpu_us_per_reading'] or 0:.1f} µs CPU/reading "
-                  f"(+ dbus-daemon {r['dbus_daemon_cpu_us_per_reading'] or 0:.1f}), "
-                  f"{r['context_switches_per_reading'] or 0:.2f} context switches/reading, {'ok' if r['ok'] else 'FAIL'}",
-                  flush=True)
-            if not r["ok"]:
-                break
-        best = max((r for r in runs if r["ok"]), key=lambda r: r["rate"], default=None)
-        out[kind] = {"runs": runs, "best_rate": best and best["rate"], "cpu_us_per_reading_at_best": best and best["cpu_us_per_reading"]}
-    t, p = out["tether"], out["peer"]
-    # CPU per reading compared at the highest rate both sustained.
-    common = min(t["best_rate"] or 0, p["best_rate"] or 0)
-    tc = next((r["cpu_us_per_reading"] for r in t["runs"] if r["rate"] == common), None)
-    pc = next((r["cpu_us_per_reading"] for r in p["runs"] if r["rate"] == common), None)
-    out["compared_at_rate"], out["cpu_ratio"] = common, (tc / pc if tc and pc else None)
-    rows = [("highest rate for %gs with no loss, /s" % seconds, t["best_rate"], p["best_rate"], "≥ 5000",
-             (t["best_rate"] or 0) >= 5000)]
-    for rate in rates:
-        tr = next((r for r in t["runs"] if r["rate"] == rate), None)
-        pr = next((r for r in p["runs"] if r["rate"] == rate), None)
-        if not tr or not pr:
-            continue
-        tcpu, pcpu = tr["cpu_us_per_reading"], pr["cpu_us_per_reading"]
-        rows += [("daemon CPU µs per reading at %g/s (lost/doubled %d/%d vs %d/%d)" % (
-                      rate, tr["lost"], tr["duplicates"], pr["lost"], pr["duplicates"]),
-                  tcpu, pcpu, "≤ peer/5", bool(tcpu and pcpu and tcpu <= pcpu / 5 and tr["ok"])),
-                 ("  + dbus-daemon's CPU µs per reading (the D-Bus hop)", tr["dbus_daemon_cpu_us_per_reading"],
-                  pr["dbus_daemon_cpu_us_per_reading"], "", None),
-                 ("  = whole system CPU µs per reading (simulator excluded)", tr["system_cpu_us_per_reading"],
-                  pr["system_cpu_us_per_reading"], "", None),
-                 ("  context switches per reading, all threads", tr["context_switches_per_reading"],
-                  pr["context_switches_per_reading"], "≤ 0.2" if rate == 2000 else "",
-                  (tr["context_switches_per_reading"] or 9) <= 0.2 if rate == 2000 else None)]
-    table("Ingest (rates tried: %s)" % ", ".join(f"{r:g}" for r in rates), rows)
+            tr = next((r for r in t["runs"] if r["rate"] == rate), None)
+            pr = next((r for r in p["runs"] if r["rate"] == rate), None)
+            if not tr or not pr:
+                continue
+            tcpu, pcpu = tr["cpu_us_per_reading"], pr["cpu_us_per_reading"]
+            system_goal = "≤ 10" if path == "acquire-notify" and rate == 2000 else ""
+            rows += [("daemon CPU µs per reading at %g/s (lost/doubled %d/%d vs %d/%d)" % (
+                          rate, tr["lost"], tr["duplicates"], pr["lost"], pr["duplicates"]),
+                      tcpu, pcpu, "≤ peer/5", bool(tcpu and pcpu and tcpu <= pcpu / 5 and tr["ok"])),
+                     ("  + dbus-daemon's CPU µs per reading (the D-Bus hop)", tr["dbus_daemon_cpu_us_per_reading"],
+                      pr["dbus_daemon_cpu_us_per_reading"], "", None),
+                     ("  = daemon + dbus-daemon CPU µs per reading (simulator excluded)", tr["system_cpu_us_per_reading"],
+                      pr["system_cpu_us_per_reading"], system_goal,
+                      (tr["system_cpu_us_per_reading"] or 99) <= 10 and tr["ok"] if system_goal else None),
+                     ("  context switches per reading, all threads", tr["context_switches_per_reading"],
+                      pr["context_switches_per_reading"], "≤ 0.2" if rate == 2000 else "",
+                      (tr["context_switches_per_reading"] or 9) <= 0.2 if rate == 2000 else None)]
+        table("Ingest with %s (rates tried: %s)" % (path, ", ".join(f"{r:g}" for r in rates)), rows)
+        out[path] = result
     return out
 
 

@@ -190,6 +190,11 @@ class Stack:
         self.address = None
         self.loss_windows = []  # (start, end, why): readings may be lost inside
         self.figures = {}
+        # The current pass: `dongle.notify_path`, its readings directory, and
+        # when it began (the dongle's sent log is shared by both passes).
+        self.notify_path = "start-notify"
+        self.readings = READINGS
+        self.pass_started = 0.0
 
     @property
     def tether_log(self):
@@ -241,6 +246,25 @@ class Stack:
             if not wait_until(lambda: "Powered: yes" in self.adapter_show(), 20, step=0.5):
                 raise RuntimeError("hci0 did not power on; see bluetoothd.log")
 
+    def early_drop_windows(self):
+        """With acquire-notify, bluetoothd drops what the dongle notifies
+        between its CCCD write and the socket: from each "subscribed" in the
+        dongle's log to Tether's line saying the socket arrived."""
+        windows = []
+        path = OUT / "dongle-events.jsonl"
+        if self.notify_path == "start-notify" or not path.exists():
+            return windows
+        for line in path.read_text().splitlines():
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") != "subscribed" or event["t"] < self.pass_started:
+                continue
+            acquired = self.tether_log.matching(r"through an acquired socket", event["t"])
+            windows.append((event["t"], acquired[0][0] if acquired else event["t"] + 2.0))
+        return windows
+
     @staticmethod
     def adapter_show():
         try:
@@ -256,6 +280,7 @@ adapter = "hci0"
 
 [dongle]
 address = "{self.address}"
+notify_path = "{self.notify_path}"
 
 [keepalive]
 interval = "{KEEPALIVE}s"
@@ -273,7 +298,7 @@ cooldown = "15s"
 escalate = ["hci-reset"]
 
 [readings]
-directory = "{READINGS}"
+directory = "{self.readings}"
 flush_interval = "500ms"
 """)
         started = time.monotonic()
@@ -293,8 +318,11 @@ flush_interval = "500ms"
         found = wait_until(lambda: wanted in self.readings_seqs(), timeout, step=0.25)
         return time.monotonic() if found else None
 
+    def sent(self):
+        return [r for r in self.all_sent() if r["t"] >= self.pass_started]
+
     @staticmethod
-    def sent():
+    def all_sent():
         path = OUT / "dongle-sent.jsonl"
         if not path.exists():
             return []
@@ -309,13 +337,12 @@ flush_interval = "500ms"
     def sent_after(self, since):
         return next((r for r in self.sent() if r["t"] >= since), None)
 
-    @staticmethod
-    def readings_seqs():
+    def readings_seqs(self):
         """Sequence numbers of the NUS TX readings on disk, in file order."""
         seqs = []
-        if not READINGS.exists():
+        if not self.readings.exists():
             return seqs
-        for path in sorted(READINGS.iterdir()):
+        for path in sorted(self.readings.iterdir()):
             if not path.name.endswith(".jsonl"):
                 continue
             for line in path.read_text(errors="replace").splitlines():
@@ -395,6 +422,8 @@ def recovery(stack, fault, why, timeout=120, in_flight=0.0):
     left = stack.tether_log.wait_for(r"event=state-changed.* state=(?!online)", 60, injected)
     if left is None:
         return False, {}, "Tether never noticed the fault"
+    # Which sign came first: the notification socket's end or bluetoothd's signals.
+    first_sign = "socket" if "notification socket" in left[1].string else "d-bus"
     online = stack.state_line("online", timeout, left[0])
     if online is None:
         return False, {"detected_ms": round((left[0] - injected) * 1000)}, f"not online within {timeout} s"
@@ -402,6 +431,8 @@ def recovery(stack, fault, why, timeout=120, in_flight=0.0):
     stack.loss_windows.append((injected - in_flight, online[0], why))
     figures = {"detected_ms": round((left[0] - injected) * 1000),
                "online_after_s": round(online[0] - injected, 2)}
+    if stack.notify_path != "start-notify":
+        figures["first_sign"] = first_sign
     if reading is None:
         return False, figures, "online, but readings did not resume"
     figures["reading_after_s"] = round(reading - injected, 2)
@@ -410,6 +441,19 @@ def recovery(stack, fault, why, timeout=120, in_flight=0.0):
 
 def link_drop(stack):
     return recovery(stack, lambda: stack.dongle.command("disconnect"), "link drop")
+
+
+def fast_link_drop(stack):
+    """A link drop while the dongle notifies at 100/s: with acquire-notify,
+    bluetoothd drops what comes between its CCCD write and the socket; with
+    start-notify, those notifications are signalled."""
+    stack.dongle.command("rate 100")
+    try:
+        result = recovery(stack, lambda: stack.dongle.command("disconnect"), "link drop at 100/s")
+        time.sleep(1)
+    finally:
+        stack.dongle.command(f"rate {RATE}")
+    return result
 
 
 def bluetoothd_kill(stack):
@@ -478,17 +522,29 @@ def readings_match(stack):
     code = stack.guest.stop("tether")
     sent = stack.sent()
     on_disk = stack.readings_seqs()
-    shutil.copytree(READINGS, OUT / "readings", dirs_exist_ok=True)
+    shutil.copytree(stack.readings, OUT / stack.readings.name, dirs_exist_ok=True)
     counted = set(on_disk)
     doubled = len(on_disk) - len(counted)
     out_of_order = sum(1 for a, b in zip(on_disk, on_disk[1:]) if b <= a)
     missing = [r for r in sent if r["seq"] not in counted]
-    excused = [r for r in missing if any(start <= r["t"] <= end for start, end, _ in stack.loss_windows)]
-    unexcused = [r["seq"] for r in missing if r not in excused]
-    extra = counted - {r["seq"] for r in sent}
-    figures = {"sent": len(sent), "on_disk": len(on_disk), "missing_in_fault_windows": len(excused),
+    # The early-drop window (acquire-notify) first: it lies inside a fault's
+    # window whenever the CCCD write follows a reconnect.
+    early = stack.early_drop_windows()
+    early_dropped = [r for r in missing if any(start <= r["t"] <= end for start, end in early)]
+    excused = [r for r in missing if r not in early_dropped
+               and any(start <= r["t"] <= end for start, end, _ in stack.loss_windows)]
+    unexcused = [r["seq"] for r in missing if r not in excused and r not in early_dropped]
+    # Readings of the other pass are not this pass's to count.
+    extra = counted - {r["seq"] for r in stack.all_sent()}
+    figures = {"notify_path": stack.notify_path, "sent": len(sent), "on_disk": len(on_disk),
+               "missing_in_fault_windows": len(excused), "missing_early_drop": len(early_dropped),
                "missing_outside": len(unexcused), "doubled": doubled, "out_of_order": out_of_order,
                "unknown": len(extra), "tether_exit": code}
+    for _, _, why in stack.loss_windows:
+        figures[f"missing_in[{why}]"] = sum(
+            1 for r in excused if any(s <= r["t"] <= e and w == why for s, e, w in stack.loss_windows))
+    if stack.notify_path != "start-notify":
+        figures["cccd_writes"] = len(early)
     ok = code == 0 and not unexcused and doubled == 0 and out_of_order == 0 and not extra and len(sent) > 0
     detail = "" if ok else f"missing outside fault windows: {unexcused[:10]}"
     return ok, figures, detail
@@ -519,15 +575,38 @@ def sleep_and_wake(stack):
     return True, figures, ""
 
 
+def acquire_notify(stack):
+    """The second pass: Tether again, with `notify_path = "acquire-notify"`,
+    its own readings directory and fault windows, from the dongle's link as
+    the first pass left it (connected, idle)."""
+    stack.notify_path = "acquire-notify"
+    stack.readings = WORK / "readings-acquire"
+    stack.loss_windows = []
+    stack.pass_started = time.monotonic()
+    stack.dongle.command(f"rate {RATE}")
+    passed, figures, detail = first_connect(stack)
+    acquired = stack.tether_log.wait_for(r"through an acquired socket", 10, stack.pass_started)
+    if passed and acquired is None:
+        return False, figures, "online, but Tether did not say it acquired the socket"
+    return passed, figures, detail
+
+
 SCENARIOS = [
     ("first-connect", first_connect),
     ("keep-alive", keep_alive),
     ("link-drop", link_drop),
+    ("fast-link-drop", fast_link_drop),
     ("bluetoothd-kill", bluetoothd_kill),
     ("adapter-power", adapter_power),
     ("escalation-hci-reset", escalation_hci_reset),
     ("reconnect-command", reconnect_command),
     ("readings-match", readings_match),
+    ("acquire-notify", acquire_notify),
+    ("acquire-keep-alive", keep_alive),
+    ("acquire-link-drop", link_drop),
+    ("acquire-fast-link-drop", fast_link_drop),
+    ("acquire-bluetoothd-kill", bluetoothd_kill),
+    ("acquire-readings-match", readings_match),
     ("sleep-and-wake", sleep_and_wake),
 ]
 

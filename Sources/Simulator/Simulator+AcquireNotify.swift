@@ -21,6 +21,12 @@ import Glibc
 /// - Every link loss, bluetoothd exit and StopNotify closes the socket
 ///   (`notify-released`), and nothing re-arms it: the client acquires again.
 ///   A client closing its end (or leaving the bus) releases it at once.
+/// - 5.66's leftover (fixed in 5.84, commit 476ae809a): a link loss while the
+///   CCCD write is under way leaves the acquisition behind without a socket
+///   (`acquire-stale`). The AcquireNotify call is never answered, both
+///   AcquireNotify and StartNotify are `NotPermitted "Notify acquired"` from
+///   then on, and a StopNotify on it is a use-after-free in bluetoothd
+///   (simulated as a crash). Only bluetoothd's exit clears it.
 extension Simulator {
     /// One acquired characteristic (bluetoothd's `notify_io`).
     struct NotifyAcquisition {
@@ -29,6 +35,9 @@ extension Simulator {
         let link: Int
         /// bluetoothd's end; nil until the CCCD write is done.
         var socket: Int32?
+        /// Left behind by a link loss during the CCCD write: no socket will
+        /// come, and its caller waits (this wait) for a reply that never comes.
+        var staleWait: Int?
     }
 
     func acquireNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws -> [DBusValue] {
@@ -47,8 +56,14 @@ extension Simulator {
         }
         updateTelemetry()
         if options.acquireSocketDelay > .zero { await pause(options.acquireSocketDelay) }
+        if let wait = notifyAcquisitions[path]?.staleWait {
+            // The link went while the CCCD write was under way: bluetoothd
+            // 5.66 never answers. The caller hears of it only when this
+            // bluetoothd goes (or its own call times out).
+            await pause(.seconds(86_400), id: wait)
+            throw BlueZFault.gattNotConnected
+        }
         guard notifyAcquisitions[path]?.link == link, link == linkID, servicesResolved, let bus = bluez else {
-            // The link went while the CCCD write was under way.
             throw BlueZFault.gattNotConnected
         }
         var pair: [Int32] = [-1, -1]
@@ -97,6 +112,7 @@ extension Simulator {
     /// end-of-file) and NotifyAcquired turns false once announced.
     func releaseAcquisition(_ path: ObjectPath, reason: String, client: String?) {
         guard let acquisition = notifyAcquisitions.removeValue(forKey: path) else { return }
+        if let wait = acquisition.staleWait { cancelWait(wait) }
         if let socket = acquisition.socket {
             let watch = hangupWatches.removeValue(forKey: socket)
             // The watch goes before the descriptor, on the loop that has it.
@@ -116,8 +132,33 @@ extension Simulator {
         updateTelemetry()
     }
 
+    /// bluetoothd exits (or the device goes): every acquisition ends, stale ones too.
     func releaseAllAcquisitions(reason: String) {
         for path in notifyAcquisitions.keys.sorted() { releaseAcquisition(path, reason: reason, client: nil) }
+    }
+
+    /// The link went: sockets are shut down (btd_gatt_client_disconnected);
+    /// an acquisition still waiting for its CCCD write is left stale.
+    func linkLostForAcquisitions(reason: String) {
+        for path in notifyAcquisitions.keys.sorted() {
+            guard let acquisition = notifyAcquisitions[path], acquisition.staleWait == nil else { continue }
+            if acquisition.socket != nil {
+                releaseAcquisition(path, reason: reason, client: nil)
+            } else {
+                notifyAcquisitions[path]?.staleWait = makeWaitID()
+                log.record(.acquireStale) {
+                    $0.client = acquisition.client
+                    $0.uuid = gatt.characteristic(at: path)?.uuid
+                    $0.reason = reason
+                }
+            }
+        }
+        updateTelemetry()
+    }
+
+    /// Whether `path` is acquired with a socket or waiting for one (not stale).
+    func isLiveAcquisition(_ path: ObjectPath) -> Bool {
+        notifyAcquisitions[path].map { $0.staleWait == nil } ?? false
     }
 
     /// NotifyAcquired=false for the acquisitions released since the last call

@@ -84,6 +84,17 @@ extension Simulator {
 
     func stopNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
         try ensureRunning()
+        if notifyAcquisitions[characteristic.path]?.staleWait != nil {
+            // 5.66: destroy_sock on the leftover frees its notify client a
+            // second time. Fixed in 5.84; here, bluetoothd dies.
+            log.record(.acquireStale) {
+                $0.client = client
+                $0.uuid = characteristic.uuid
+                $0.reason = "stop-notify: use-after-free"
+            }
+            await crash(restartAfter: .seconds(1))
+            throw BlueZFault.failed("bluetoothd crashed")
+        }
         // Whoever calls it, StopNotify closes an acquired socket.
         if notifyAcquisitions[characteristic.path] != nil {
             releaseAcquisition(characteristic.path, reason: "stop-notify", client: client)
@@ -119,7 +130,7 @@ extension Simulator {
     func readDescriptor(_ descriptor: GattDatabase.Descriptor) async throws -> [UInt8] {
         try requireLink()
         let enabled = !(notifySessions[descriptor.characteristicPath]?.isEmpty ?? true)
-            || notifyAcquisitions[descriptor.characteristicPath] != nil
+            || isLiveAcquisition(descriptor.characteristicPath)
         return enabled ? [0x01, 0x00] : [0x00, 0x00]
     }
 
@@ -129,7 +140,7 @@ extension Simulator {
     /// resolved, a notify session on TX and a rate above zero.
     func updateTelemetry() {
         let wanted = !stopped && dongle.state == .connected && servicesResolved && notifyRate > 0
-            && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || notifyAcquisitions[gatt.tx.path] != nil)
+            && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || isLiveAcquisition(gatt.tx.path))
         if wanted, telemetryTask == nil {
             let link = linkID
             telemetryTask = Task { await self.sendTelemetry(link: link) }
@@ -168,7 +179,7 @@ extension Simulator {
             }
             guard due > 0 else { continue }
             sent += due
-            if notifyAcquisitions[gatt.tx.path] != nil {
+            if isLiveAcquisition(gatt.tx.path) {
                 var notifications: [(sequence: UInt32, payload: [UInt8])] = []
                 notifications.reserveCapacity(due)
                 for _ in 0..<due {

@@ -162,7 +162,7 @@ extension Simulator {
         servicesResolved = false
         // bluetoothd shuts every acquired socket down with the link
         // (btd_gatt_client_disconnected): the client reads end-of-file.
-        releaseAllAcquisitions(reason: reason)
+        linkLostForAcquisitions(reason: reason)
         let hadGatt = gattExported && !options.gattCache
         if hadGatt { gattExported = false }
         log.record(.disconnected) {

@@ -64,6 +64,10 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         /// The acquired socket closed (reason: the link's, stop-notify,
         /// client-closed, bluetoothd-crash…).
         case notifyReleased = "notify-released"
+        /// BlueZ 5.66's leftover: the link went during an AcquireNotify's
+        /// CCCD write, and the acquisition stays without a socket until
+        /// bluetoothd exits (reason: the link's; or a StopNotify on it).
+        case acquireStale = "acquire-stale"
         /// A notification the dongle sent that bluetoothd dropped by design
         /// (reason: socket-not-ready, reader-behind, no-socket).
         case notifyDropped = "notify-dropped"

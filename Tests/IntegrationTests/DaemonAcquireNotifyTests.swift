@@ -151,6 +151,32 @@ import Testing
         #expect(all == Set(1...(all.max() ?? 0)), "nothing missing but the dropped")
     }
 
+    /// On BlueZ before 5.84 a link loss during AcquireNotify's CCCD write
+    /// leaves a stale acquisition: the daemon says so (and what clears it)
+    /// while its attempts fail, and is online again once bluetoothd restarts.
+    @Test func aStaleAcquisitionIsExplainedAndOutlivedByABluetoothdRestart() async throws {
+        var options = SimulatorOptions()
+        options.acquireSocketDelay = .milliseconds(400)
+        let harness = try await DaemonHarness(simulator: options, configure: Self.acquiring)
+        try await harness.startDaemon()
+        #expect(await eventually { harness.events().contains { $0.kind == .acquireNotify } })
+        await harness.simulator.dropLink(reason: "timeout")
+        let explained = await eventually(timeout: .seconds(8)) {
+            harness.logLines.all.contains { $0.contains("Notify acquired") && $0.contains("systemctl restart bluetooth") }
+        }
+        let onlineMeanwhile = harness.state == .online
+        await harness.simulator.crash(restartAfter: .milliseconds(300))
+        let online = await eventually(timeout: .seconds(15)) {
+            harness.events().contains { $0.kind == .notifySocketReady } && harness.state == .online
+        }
+        let events = harness.events()
+        await harness.stop()
+        #expect(events.contains { $0.kind == .acquireStale })
+        #expect(explained, "the log explains the refusal")
+        #expect(!onlineMeanwhile)
+        #expect(online, "online with a socket after bluetoothd's restart")
+    }
+
     /// A loop that stalls loses what bluetoothd's end could not hold (by
     /// design, logged reader-behind); what was sent is on disk.
     @Test func aStalledLoopLosesOnlyWhatTheSocketCouldNotHold() async throws {

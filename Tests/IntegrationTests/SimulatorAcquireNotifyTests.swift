@@ -209,6 +209,36 @@ import Testing
         }
     }
 
+    /// BlueZ 5.66 (fixed in 5.84 by 476ae809a): a link loss during the CCCD
+    /// write leaves the acquisition behind. The call is never answered, and
+    /// both ways to subscribe are refused until bluetoothd exits.
+    @Test func aLinkLossDuringTheCCCDWriteLeavesAStaleAcquisition() async throws {
+        try await withSimulator({ $0.acquireSocketDelay = .milliseconds(300) }) { f in
+            try await f.connectAndResolve()
+            let pending = Task {
+                try await f.client.call(
+                    destination: BlueZ.service, path: Paths.tx, interface: BlueZ.gattCharacteristicInterface,
+                    method: "AcquireNotify", [.vardict([:])], timeout: .seconds(30)
+                )
+            }
+            _ = await eventually { await f.simulator.events.contains { $0.kind == .acquireNotify } }
+            await f.simulator.dropLink(reason: "supervision-timeout")
+            #expect(await f.simulator.events.contains { $0.kind == .acquireStale && $0.reason == "supervision-timeout" })
+            try await f.connectAndResolve()
+            let notAcquired = DBusError.remote(name: BlueZ.ErrorName.notPermitted, message: "Notify acquired")
+            #expect(await f.callError(Paths.tx, BlueZ.gattCharacteristicInterface, "AcquireNotify", [.vardict([:])]) == notAcquired)
+            #expect(await f.callError(Paths.tx, BlueZ.gattCharacteristicInterface, "StartNotify") == notAcquired)
+            try await Task.sleep(for: .milliseconds(400))
+            #expect(!(await f.simulator.events.contains { $0.kind == .notifySocketReady }), "no socket ever comes")
+            // Only bluetoothd's exit clears it; the pending call fails then.
+            await f.simulator.crash(restartAfter: .milliseconds(200))
+            await #expect(throws: DBusError.self) { _ = try await pending.value }
+            _ = await eventually { await f.simulator.events.contains { $0.kind == .restarted } }
+            try await f.connectAndResolve()
+            _ = try await Self.acquire(f)
+        }
+    }
+
     /// bluetoothd's end does not block: a reader that falls behind loses
     /// notifications, each logged as reader-behind; what was sent arrives.
     @Test func aSlowReaderLosesNotificationsAndTheLogSaysSo() async throws {

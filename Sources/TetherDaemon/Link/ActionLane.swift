@@ -176,10 +176,22 @@ final class ActionLane: @unchecked Sendable {
     private func startNotify(_ characteristic: GattCharacteristic, _ done: @escaping (LinkFailure?) -> Void) {
         send(.startNotify(characteristic.path)) { result in
             if case .failure(let error) = result, error.name != BlueZ.ErrorName.inProgress {
-                return done(Self.failure(error))
+                return done(Self.notifyFailure(error, characteristic))
             }
             done(nil)
         }
+    }
+
+    /// `NotPermitted "Notify acquired"` names who can fix it: another client
+    /// holds the socket, or bluetoothd before 5.84 kept a stale acquisition
+    /// after a link loss during an AcquireNotify (its commit 476ae809a),
+    /// which only a bluetoothd restart clears. Transient: an attempt that
+    /// raced the release of our own earlier socket succeeds next time.
+    static func notifyFailure(_ error: BlueZError, _ characteristic: GattCharacteristic) -> LinkFailure {
+        guard error.name == BlueZ.ErrorName.notPermitted, error.description.contains("Notify acquired") else {
+            return failure(error)
+        }
+        return LinkFailure(.transient, "bluetoothd says the notifications of \(characteristic.uuid) are acquired (NotPermitted \"Notify acquired\") and Tether does not hold them: another D-Bus client does, or bluetoothd (before BlueZ 5.84) kept a stale AcquireNotify after a link dropped during one, which neither AcquireNotify nor StartNotify can get past until bluetoothd restarts (systemctl restart bluetooth)")
     }
 
     /// AcquireNotify. Its socket lives for this link only: bluetoothd closes
@@ -207,7 +219,7 @@ final class ActionLane: @unchecked Sendable {
                 logger.info("another D-Bus client holds a notify session on \(characteristic.uuid): receiving through StartNotify")
                 startNotify(characteristic, done)
             case .failure(let error):
-                done(Self.failure(error))
+                done(Self.notifyFailure(error, characteristic))
             }
         }
     }

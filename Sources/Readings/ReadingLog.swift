@@ -55,6 +55,8 @@ public final class ReadingLog {
     /// An fsync failure from `retire`, reported by the next `sync()`.
     private var deferredSyncError: Error?
     private var directoryNeedsSync = false
+    /// A write failed and was rolled back; its ftruncate may have failed too.
+    private var rollbackPending = false
     private var isClosed = false
     /// Holds an exclusive flock on `DIR/.lock` while the log is open: two
     /// writers would hand out the same seqs.
@@ -153,8 +155,13 @@ public final class ReadingLog {
         // A rollback whose ftruncate failed (EIO, EROFS) left bytes past what
         // was counted as written: cut them off before appending, or the retry
         // would write those readings twice and glue a line onto a fragment.
-        if let file = current, try LogFileSystem.size(of: file.fd, path: file.path) != file.size {
-            try LogFileSystem.truncate(file.fd, to: file.size, path: file.path)
+        // Only after a failed write: an fstat per batch is a syscall per
+        // wake-up on the daemon's hot path.
+        if rollbackPending, let file = current {
+            if try LogFileSystem.size(of: file.fd, path: file.path) != file.size {
+                try LogFileSystem.truncate(file.fd, to: file.size, path: file.path)
+            }
+            rollbackPending = false
         }
 
         let segments = plan(entries)
@@ -277,6 +284,7 @@ public final class ReadingLog {
     /// Undoes a failed append: cut the current file back and delete new files.
     /// Best effort: if even that fails, the torn tail is cut by the next recovery.
     private func rollBack(currentSize: Int64?, created: [OpenFile]) {
+        rollbackPending = true
         if let file = current, let currentSize {
             try? LogFileSystem.truncate(file.fd, to: currentSize, path: file.path)
         }

@@ -18,6 +18,14 @@ enum LogFileSystem {
         return result >= 0 ? result : -Int(errno)
     }
 
+    /// ftruncate(2) as a rollback calls it: 0, or -errno on failure.
+    /// Replaceable per log so tests can simulate a rollback that cannot cut.
+    typealias TruncateCall = @Sendable (_ fd: Int32, _ size: Int64) -> Int32
+
+    static let systemTruncate: TruncateCall = { fd, size in
+        ftruncate(fd, off_t(size)) == 0 ? 0 : -errno
+    }
+
     struct Entry {
         var path: String
         var firstSeq: UInt64
@@ -115,9 +123,13 @@ enum LogFileSystem {
         return try read(fd, offset: 0, count: Int(byteCount), path: path)
     }
 
-    static func truncate(_ fd: Int32, to size: Int64, path: String) throws {
-        while ftruncate(fd, off_t(size)) != 0 {
-            if errno != EINTR { throw failure("ftruncate", path) }
+    static func truncate(
+        _ fd: Int32, to size: Int64, path: String, using call: TruncateCall = systemTruncate
+    ) throws {
+        while true {
+            let result = call(fd, size)
+            if result == 0 { return }
+            if result != -EINTR { throw failure("ftruncate", path, -result) }
         }
     }
 

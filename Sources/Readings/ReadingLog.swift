@@ -64,6 +64,8 @@ public final class ReadingLog {
 
     /// The write(2) used for appends; tests replace it to simulate a failing disk.
     var writeCall: LogFileSystem.WriteCall = LogFileSystem.systemWrite
+    /// The ftruncate(2) a rollback uses; tests replace it to make the rollback fail.
+    var truncateCall: LogFileSystem.TruncateCall = LogFileSystem.systemTruncate
 
     /// Opens (creating with mode 0750 if needed) and recovers the log in `directory`.
     public init(directory: String, rotateSize: Int64, retainSize: Int64) throws {
@@ -286,7 +288,7 @@ public final class ReadingLog {
     private func rollBack(currentSize: Int64?, created: [OpenFile]) {
         rollbackPending = true
         if let file = current, let currentSize {
-            try? LogFileSystem.truncate(file.fd, to: currentSize, path: file.path)
+            try? LogFileSystem.truncate(file.fd, to: currentSize, path: file.path, using: truncateCall)
         }
         for file in created {
             LogFileSystem.closeFile(file.fd)

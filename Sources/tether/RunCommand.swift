@@ -17,7 +17,10 @@ struct RunCommand: AsyncParsableCommand {
             DBUS_SYSTEM_BUS_ADDRESS when set. Exit status: 0 after SIGTERM or SIGINT once every reading \
             is on disk; 69 if another daemon owns the instance's bus name; 73 if the readings directory \
             cannot be used; 74 if readings could not be written; 77 if the D-Bus policy forbids the name; \
-            78 on a bad config. Every config key is described in README.md.
+            78 on a bad config. Notifications reach it as D-Bus signals (dongle.notify_path = \
+            "start-notify", the default) or through a socket bluetoothd hands it ("acquire-notify", \
+            or "auto": the socket where bluetoothd offers it); the log says when a socket is used. Every \
+            config key is described in README.md.
             """
     )
 

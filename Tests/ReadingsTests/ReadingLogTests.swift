@@ -361,10 +361,18 @@ struct ReadingLogTests {
         defer { dir.remove() }
         let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
         try log.append([testReading(0)])
-        // What a failed write plus a failed ftruncate leaves: a whole line and a fragment.
+        // A write that fails half-way, and a rollback whose ftruncate fails
+        // too (EIO): part of a record is left behind the counted size.
+        log.writeCall = { fd, bytes in
+            let written = Glibc.write(fd, bytes.baseAddress, bytes.count / 2)
+            return written > 0 && written < bytes.count ? -Int(EIO) : written
+        }
+        log.truncateCall = { _, _ in -EIO }
+        #expect(throws: ReadingLogError.self) { try log.append([testReading(1), testReading(2)]) }
         let name = try dir.logFiles()[0]
-        let stray = try dir.contents(of: name) + Array(#"{"ts":"2026-11-21T13:45:1"#.utf8)
-        try dir.append(Array(stray), to: name)
+        #expect(try dir.contents(of: name).count > 0)
+        log.writeCall = LogFileSystem.systemWrite
+        log.truncateCall = LogFileSystem.systemTruncate
         #expect(try log.append([testReading(1)]) == 2...2)
         log.close()
         let records = try ReadingLog.readRecords(directory: dir.path)

@@ -42,7 +42,9 @@ extension Simulator {
 
     func acquireNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws -> [DBusValue] {
         try ensureRunning()
-        guard dongle.state == .connected, servicesResolved else { throw BlueZFault.gattNotConnected }
+        // bluetoothd: no GATT client (no link) is Failed "Not connected"; a
+        // client that is not ready yet holds the reply until it is.
+        guard dongle.state == .connected, gattExported else { throw BlueZFault.gattNotConnected }
         let path = characteristic.path
         if notifyAcquisitions[path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         if !(notifySessions[path]?.isEmpty ?? true) { throw BlueZFault.inProgress }
@@ -54,6 +56,7 @@ extension Simulator {
             $0.client = client
             $0.uuid = characteristic.uuid
         }
+        if !servicesResolved { _ = await waitForServicesResolved() }
         updateTelemetry()
         if options.acquireSocketDelay > .zero { await pause(options.acquireSocketDelay) }
         if let wait = notifyAcquisitions[path]?.staleWait {
@@ -86,6 +89,21 @@ extension Simulator {
         }
         try? await bus.setProperties(path, BlueZ.gattCharacteristicInterface, ["NotifyAcquired": .boolean(true)])
         return [.unixFD(UnixFileDescriptor(owning: theirs)), .uint16(GattDatabase.mtu)]
+    }
+
+    /// Returns once the current link's services are resolved (true), or
+    /// when the link or bluetoothd goes first (false).
+    func waitForServicesResolved() async -> Bool {
+        if servicesResolved { return true }
+        guard dongle.state == .connected, !stopped else { return false }
+        return await withCheckedContinuation { servicesResolvedWaiters.append($0) }
+    }
+
+    /// Answers everyone waiting in `waitForServicesResolved`.
+    func resumeServicesResolvedWaiters(_ resolved: Bool) {
+        let waiters = servicesResolvedWaiters
+        servicesResolvedWaiters.removeAll()
+        for waiter in waiters { waiter.resume(returning: resolved) }
     }
 
     /// bluetoothd's `sock_hup`: the client closed its end (or left the bus

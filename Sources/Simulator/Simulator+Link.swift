@@ -108,6 +108,7 @@ extension Simulator {
         }
         guard dongle.state == .connected else { return }
         servicesResolved = true
+        resumeServicesResolvedWaiters(true)
         updateTelemetry()
     }
 
@@ -163,6 +164,7 @@ extension Simulator {
         // bluetoothd shuts every acquired socket down with the link
         // (btd_gatt_client_disconnected): the client reads end-of-file.
         linkLostForAcquisitions(reason: reason)
+        resumeServicesResolvedWaiters(false)
         let hadGatt = gattExported && !options.gattCache
         if hadGatt { gattExported = false }
         log.record(.disconnected) {

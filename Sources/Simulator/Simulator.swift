@@ -65,6 +65,8 @@ public actor Simulator {
     /// end with the link.
     var notifyAcquisitions: [ObjectPath: NotifyAcquisition] = [:]
     var hangupWatches: [Int32: WatchBox] = [:]
+    /// AcquireNotify calls waiting for the link's services (GATT ready).
+    var servicesResolvedWaiters: [CheckedContinuation<Bool, Never>] = []
     /// Released acquisitions whose NotifyAcquired=false is still to be sent.
     var releasedToAnnounce: [ObjectPath] = []
 
@@ -152,6 +154,7 @@ public actor Simulator {
         pendingConnect = nil
         releaseAllAcquisitions(reason: "stopped")
         releasedToAnnounce.removeAll()
+        resumeServicesResolvedWaiters(false)
         let buses = [bluez, control]
         bluez = nil
         control = nil

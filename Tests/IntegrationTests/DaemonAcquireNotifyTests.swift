@@ -33,14 +33,7 @@ import Testing
             #expect(await eventually { harness.events().filter { $0.ev == "notify-socket-ready" }.count == drop + 1 })
         }
         try await Task.sleep(for: .seconds(1))
-        await harness.simulator.setNotifyRate(0)
-        try await Task.sleep(for: .milliseconds(300))
-        await harness.stopDaemon()
-        let events = harness.events()
-        let sent = harness.sequencesSent()
-        let onDisk = try harness.sequencesOnDisk()
-        let log = harness.logLines.all
-        await harness.stop()
+        let (events, sent, onDisk, log) = try await harness.quiesceAndStop(settle: .milliseconds(300)).parts
 
         print("figure: acquire-notify, 3 drops at 200/s: \(sent.count) sent, \(onDisk.count) on disk, dropped by design \(Self.dropped(events).mapValues(\.count))")
         #expect(events.filter { $0.kind == .acquireNotify }.count == 4, "acquired on each of the 4 links")
@@ -111,12 +104,7 @@ import Testing
             harness.events().filter { $0.kind == .notifySocketReady }.count == 2
         }
         try await Task.sleep(for: .milliseconds(300))
-        await harness.simulator.setNotifyRate(0)
-        try await Task.sleep(for: .milliseconds(100))
-        await harness.stopDaemon()
-        let sent = harness.sequencesSent()
-        let onDisk = try harness.sequencesOnDisk()
-        await harness.stop()
+        let (_, sent, onDisk, _) = try await harness.quiesceAndStop().parts
         #expect(again, "acquired again")
         #expect(onDisk.count == Set(onDisk).count)
         #expect(onDisk.last == sent.last, "readings resumed")
@@ -135,13 +123,7 @@ import Testing
         await harness.simulator.dropLink(reason: "timeout")
         #expect(await eventually { harness.events().filter { $0.kind == .notifySocketReady }.count == 2 })
         try await Task.sleep(for: .milliseconds(500))
-        await harness.simulator.setNotifyRate(0)
-        try await Task.sleep(for: .milliseconds(100))
-        await harness.stopDaemon()
-        let events = harness.events()
-        let sent = harness.sequencesSent()
-        let onDisk = try harness.sequencesOnDisk()
-        await harness.stop()
+        let (events, sent, onDisk, _) = try await harness.quiesceAndStop().parts
         let dropped = Self.dropped(events)
         print("figure: acquire-notify with a 50 ms socket delay: \(sent.count) sent, \(onDisk.count) on disk, dropped before the socket \(dropped["socket-not-ready"]?.count ?? 0)")
         #expect(Set(dropped.keys) == ["socket-not-ready"])
@@ -189,13 +171,7 @@ import Testing
         let loop = try #require(harness.service?.loop)
         loop.execute { usleep(400_000) }
         try await Task.sleep(for: .milliseconds(700))
-        await harness.simulator.setNotifyRate(0)
-        try await Task.sleep(for: .milliseconds(100))
-        await harness.stopDaemon()
-        let events = harness.events()
-        let sent = harness.sequencesSent()
-        let onDisk = try harness.sequencesOnDisk()
-        await harness.stop()
+        let (events, sent, onDisk, _) = try await harness.quiesceAndStop().parts
         let dropped = Self.dropped(events)
         print("figure: acquire-notify at 2000/s with the loop held 400 ms: \(sent.count) sent, \(onDisk.count) on disk, reader-behind \(dropped["reader-behind"]?.count ?? 0)")
         #expect(onDisk == sent)

@@ -138,6 +138,27 @@ final class DaemonHarness: @unchecked Sendable {
         }
     }
 
+    /// What a run left, read after the daemon stopped.
+    struct Outcome {
+        var events: [SimulatorEvent]
+        var sent: [UInt32]
+        var onDisk: [UInt32]
+        var log: [String]
+        var parts: ([SimulatorEvent], [UInt32], [UInt32], [String]) { (events, sent, onDisk, log) }
+    }
+
+    /// Stops the dongle's telemetry, lets what is in flight arrive for
+    /// `settle`, stops the daemon (flushing its readings), collects the
+    /// outcome and tears everything down.
+    func quiesceAndStop(settle: Duration = .milliseconds(100)) async throws -> Outcome {
+        await simulator.setNotifyRate(0)
+        try await Task.sleep(for: settle)
+        await stopDaemon()
+        let outcome = Outcome(events: events(), sent: sequencesSent(), onDisk: try sequencesOnDisk(), log: logLines.all)
+        await stop()
+        return outcome
+    }
+
     func sequencesSent() -> [UInt32] {
         events().filter { $0.ev == "notify" }.compactMap(\.seq)
     }

@@ -105,6 +105,30 @@ import Testing
         }
     }
 
+    /// Before the link's GATT client is ready, bluetoothd holds the reply
+    /// until it is; without a link it refuses at once.
+    @Test func theReplyWaitsForServicesToResolve() async throws {
+        try await withSimulator({ $0.resolveDelay = .milliseconds(300) }) { f in
+            try await f.connectAndResolve()
+            await f.simulator.dropLink(reason: "timeout")
+            // The objects stay (GATT cache); without a link the call is refused.
+            #expect(await f.callError(Paths.tx, BlueZ.gattCharacteristicInterface, "AcquireNotify", [.vardict([:])])
+                == .remote(name: BlueZ.ErrorName.failed, message: "Not connected"), "no link: refused")
+            let signals = try await f.record()
+            try await f.call(Paths.device, BlueZ.deviceInterface, "Connect")
+            let reply = try await f.client.callMessage(
+                destination: BlueZ.service, path: Paths.tx, interface: BlueZ.gattCharacteristicInterface,
+                method: "AcquireNotify", [.vardict([:])]
+            )
+            let acquired = try Acquired(reply.body)
+            _ = acquired
+            let resolved = try await signals.wait {
+                $0.propertiesChanged(on: Paths.device)?["ServicesResolved"] == .boolean(true)
+            }
+            #expect(resolved.serial < reply.serial, "ServicesResolved=true before the reply")
+        }
+    }
+
     @Test func startNotifyAndAcquireNotifyExcludeEachOtherAcrossClients() async throws {
         try await withSimulator { f in
             try await f.connectAndResolve()

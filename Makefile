@@ -6,8 +6,9 @@ PREFIX     ?= /usr/local
 DESTDIR    ?=
 # The build needs the -dev packages; the tests also run systemd-analyze
 # (systemd), udevadm (udev), man (man-db, for verify's Documentation= check),
-# useradd (passwd) and setpriv (util-linux) for the D-Bus policy test.
-APT_PACKAGES = libdbus-1-dev libbluetooth-dev dbus-daemon pkg-config systemd udev man-db passwd util-linux
+# useradd (passwd) and setpriv (util-linux) for the D-Bus policy test, and
+# mosquitto (the broker) for the MQTT client's tests.
+APT_PACKAGES = libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux
 
 # Where `make install` puts things ($(DESTDIR) is prepended to each). With
 # PREFIX=/usr they are Debian's own places; with the default /usr/local,

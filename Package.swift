@@ -2,12 +2,13 @@
 import PackageDescription
 
 // Layers, lowest first; a target only depends on targets above it in this list.
-//   CDBus, CBluetooth   C shims over libdbus-1 and libbluetooth
+//   CDBus, CBluetooth, CMosquitto  C shims over libdbus-1, libbluetooth and libmosquitto
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
+//   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
 //   BlueZ               a typed client for org.bluez
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
 //   LinkSupervisor      the supervisor state machine and retry policy: standard library only
@@ -48,6 +49,11 @@ let package = Package(
             pkgConfig: "bluez",
             providers: [.apt(["libbluetooth-dev"])]
         ),
+        .systemLibrary(
+            name: "CMosquitto",
+            pkgConfig: "libmosquitto",
+            providers: [.apt(["libmosquitto-dev"])]
+        ),
         .target(name: "CSystemd"),
         .target(name: "ChildProcess"),
         .target(name: "CEventLoop"),
@@ -55,6 +61,7 @@ let package = Package(
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"]),
         .target(name: "HCI", dependencies: ["CBluetooth"]),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"]),
+        .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"]),
         .target(name: "Hex"),
         .target(name: "LinkSupervisor"),
         .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
@@ -91,9 +98,10 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .target(name: "TestSupport", dependencies: ["DBus", "CSystemd"], path: "Tests/TestSupport"),
+        .target(name: "TestSupport", dependencies: ["DBus", "CSystemd", "ChildProcess"], path: "Tests/TestSupport"),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
+        .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),

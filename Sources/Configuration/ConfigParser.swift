@@ -21,13 +21,14 @@ extension TetherConfig {
             dongle: try parseDongle(section("dongle")),
             keepalive: try parseKeepAlive(section("keepalive")),
             reconnect: try parseReconnect(section("reconnect")),
-            readings: try parseReadings(section("readings"), instance: instance)
+            readings: try parseReadings(section("readings"), instance: instance),
+            mqtt: try parseMQTT(section("mqtt"))
         )
         try config.validate(context: context)
         return config
     }
 
-    private static let tableNames: Set<String> = ["bluez", "dongle", "keepalive", "reconnect", "readings"]
+    private static let tableNames: Set<String> = ["bluez", "dongle", "keepalive", "reconnect", "readings", "mqtt"]
 
     private static func parseTOML(_ text: String, context: ConfigContext) throws(ConfigError) -> TOMLTable {
         // TOMLKit hands the text to C++ as a C string, which would silently end at a NUL.

@@ -143,6 +143,8 @@ public struct TetherConfig: Sendable, Equatable {
     public var keepalive: KeepAliveSection
     public var reconnect: ReconnectSection
     public var readings: ReadingsSection
+    /// Where `tether forward` delivers the readings; nil without an [mqtt] table.
+    public var mqtt: MQTTSection?
 
     public static let defaultPath = "/etc/tether/tether.toml"
 
@@ -151,8 +153,10 @@ public struct TetherConfig: Sendable, Equatable {
         dongle: DongleSection,
         keepalive: KeepAliveSection = KeepAliveSection(),
         reconnect: ReconnectSection = ReconnectSection(),
-        readings: ReadingsSection = ReadingsSection()
+        readings: ReadingsSection = ReadingsSection(),
+        mqtt: MQTTSection? = nil
     ) {
+        self.mqtt = mqtt
         self.bluez = bluez
         self.dongle = dongle
         self.keepalive = keepalive

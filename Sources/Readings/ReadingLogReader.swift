@@ -55,6 +55,7 @@ public final class ReadingLogReader {
     private var started = false
     /// The seq of the last record consumed (delivered or below the cutoff).
     private var lastSeq: UInt64 = 0
+    private let afterSeq: UInt64
     /// Inside a "line" longer than a chunk: no record is that long, so it is
     /// garbage and skipped up to its newline.
     private var discarding = false
@@ -65,8 +66,13 @@ public final class ReadingLogReader {
     /// or after it (compared at the log's millisecond precision).
     ///
     /// Throws a `ReadingLogError` if the directory cannot be read.
-    public init(directory: String, since: Date? = nil) throws {
+    ///
+    /// `afterSeq`: deliver only records with a greater `seq` (a forwarder's
+    /// cursor); files that end before it are not read.
+    public init(directory: String, since: Date? = nil, afterSeq: UInt64 = 0) throws {
         self.directory = directory
+        lastSeq = afterSeq
+        self.afterSeq = afterSeq
         cutoff = since.map { date in
             var bytes: [UInt8] = []
             UTCTimestamp.append(date, to: &bytes)
@@ -128,8 +134,12 @@ public final class ReadingLogReader {
     /// is already older than the cutoff holds nothing to deliver (clock steps
     /// backwards aside). Reads only the first bytes of each successor.
     private func firstFileIndex(_ files: [LogFileSystem.Entry]) -> Int {
-        guard let cutoff, !files.isEmpty else { return 0 }
+        guard !files.isEmpty else { return 0 }
         var index = 0
+        // Files are named by their first seq: the one holding afterSeq + 1 (or
+        // the first after it, when retention deleted that one) is the start.
+        while afterSeq > 0, index + 1 < files.count, files[index + 1].firstSeq <= afterSeq + 1 { index += 1 }
+        guard let cutoff else { return index }
         while index + 1 < files.count {
             guard let timestamp = firstTimestamp(of: files[index + 1].path),
                   timestamp.lexicographicallyPrecedes(cutoff)
@@ -255,7 +265,9 @@ public final class ReadingLogReader {
     }
 
     /// The seq of a line shaped like a record, or nil.
-    static func seq(ofRecord line: UnsafeRawBufferPointer) -> UInt64? {
+    /// The `seq` of a record line (without its newline), or nil if the line
+    /// is not a record.
+    public static func seq(ofRecord line: UnsafeRawBufferPointer) -> UInt64? {
         let seqStart = timestampPrefix.count + timestampLength + seqPrefix.count
         guard line.count > seqStart + 2, line[line.count - 1] == UInt8(ascii: "}"),
               line.starts(with: timestampPrefix),

@@ -106,6 +106,23 @@ struct ReadingLogReaderTests {
         #expect(received.partialBatches == 0)
     }
 
+    /// A forwarder's cursor: records after it, in order, and the files that
+    /// end before it are not even opened (the first of them is deleted here).
+    @Test func afterSeqStartsJustAfterACursor() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1024, retainSize: 1 << 30)
+        for batch in 0..<10 { try log.append((0..<5).map { testReading(batch * 5 + $0) }) }
+        log.close()
+        let files = try dir.logFiles()
+        #expect(files.count >= 5)
+        try FileManager.default.removeItem(atPath: dir.path + "/" + files[0])
+        let received = Received()
+        let reader = try ReadingLogReader(directory: dir.path, afterSeq: 37)
+        try reader.readAvailable { received.add($0) }
+        #expect(received.seqs() == Array(38...50))
+    }
+
     @Test func readsBigFilesInChunksOfWholeLines() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

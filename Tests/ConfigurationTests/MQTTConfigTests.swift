@@ -1,0 +1,90 @@
+import Configuration
+import Testing
+
+@Suite("Config file: [mqtt]")
+struct MQTTConfigTests {
+    static let dongle = "[dongle]\naddress = \"aa:bb:cc:dd:ee:ff\"\n\n"
+
+    func parse(_ mqtt: String) throws -> TetherConfig {
+        try TetherConfig.parse(Self.dongle + "[mqtt]\n" + mqtt, file: "/etc/tether/tether.toml")
+    }
+
+    func problem(_ mqtt: String) -> ConfigError? {
+        do {
+            _ = try parse(mqtt)
+            return nil
+        } catch let error as ConfigError {
+            return error
+        } catch {
+            return nil
+        }
+    }
+
+    @Test func withoutTheTableThereIsNoForwarding() throws {
+        let config = try TetherConfig.parse(Self.dongle, file: "f")
+        #expect(config.mqtt == nil)
+    }
+
+    @Test func onlyTheURLIsRequiredAndTheDefaultsAreTheIssues() throws {
+        let mqtt = try #require(try parse("url = \"mqtt://10.0.0.5\"\n").mqtt)
+        #expect(mqtt == MQTTSection(scheme: .mqtt, host: "10.0.0.5"))
+        #expect(mqtt.port == 1883)
+        #expect(mqtt.topic == "tether/{instance}/{device}/readings")
+        #expect(mqtt.statusTopic == "tether/{instance}/status")
+        #expect(mqtt.clientID == "tether-{instance}-{hostname}")
+        #expect(mqtt.qos == 1 && mqtt.maxInflight == 64 && mqtt.batch == 1 && mqtt.keepalive == .seconds(30))
+        #expect(try parse("url = \"mqtts://broker.example.net\"\n").mqtt?.port == 8883)
+        let v6 = try #require(try parse("url = \"mqtt://[::1]:1884\"\n").mqtt)
+        #expect(v6.host == "::1" && v6.port == 1884)
+    }
+
+    @Test func everyKeyIsRead() throws {
+        let mqtt = try #require(try parse("""
+            url = "mqtts://broker.example.net:8884"
+            topic = "fleet/{device}"
+            status_topic = "fleet/{instance}/up"
+            client_id = "gw-{hostname}"
+            qos = 0
+            username = "gw17"
+            password_file = "/etc/tether/mqtt.password"
+            ca_file = "/etc/ssl/certs/ca-certificates.crt"
+            cert_file = "/etc/tether/client.crt"
+            key_file = "/etc/tether/client.key"
+            keepalive = "1m"
+            max_inflight = 100
+            batch = 50
+
+            """).mqtt)
+        #expect(mqtt == MQTTSection(
+            scheme: .mqtts, host: "broker.example.net", port: 8884, topic: "fleet/{device}", statusTopic: "fleet/{instance}/up",
+            clientID: "gw-{hostname}", qos: 0, username: "gw17", passwordFile: "/etc/tether/mqtt.password",
+            caFile: "/etc/ssl/certs/ca-certificates.crt", certFile: "/etc/tether/client.crt", keyFile: "/etc/tether/client.key",
+            keepalive: .seconds(60), maxInflight: 100, batch: 50
+        ))
+    }
+
+    @Test func badValuesNameTheirKeyAndLine() throws {
+        let cases: [(String, String)] = [
+            ("topic = \"x\"\n", "mqtt"),  // no url
+            ("url = \"http://broker\"\n", "mqtt.url"),
+            ("url = \"mqtt://\"\n", "mqtt.url"),
+            ("url = \"mqtt://broker:0\"\n", "mqtt.url"),
+            ("url = \"mqtt://broker/path\"\n", "mqtt.url"),
+            ("url = \"mqtt://user@broker\"\n", "mqtt.url"),
+            ("url = \"mqtt://broker\"\nqos = 2\n", "mqtt.qos"),
+            ("url = \"mqtt://broker\"\ntopic = \"a/#\"\n", "mqtt.topic"),
+            ("url = \"mqtt://broker\"\nbatch = 0\n", "mqtt.batch"),
+            ("url = \"mqtt://broker\"\nmax_inflight = 0\n", "mqtt.max_inflight"),
+            ("url = \"mqtt://broker\"\nkeepalive = \"1s\"\n", "mqtt.keepalive"),
+            ("url = \"mqtt://broker\"\npassword_file = \"relative\"\n", "mqtt.password_file"),
+            ("url = \"mqtts://broker\"\ncert_file = \"/c\"\n", "mqtt.cert_file"),
+            ("url = \"mqtt://broker\"\nca_file = \"/ca\"\n", "mqtt.url"),
+            ("url = \"mqtt://broker\"\npassword = \"secret\"\n", "mqtt.password"),
+        ]
+        for (text, key) in cases {
+            let error = try #require(problem(text), "\(text) was accepted")
+            #expect(error.key == key, "\(text) gave \(error)")
+            #expect(!error.description.contains("secret"), "a secret never reaches a message")
+        }
+    }
+}

@@ -14,6 +14,7 @@ import PackageDescription
 //   LinkSupervisor      the supervisor state machine and retry policy: standard library only
 //   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
 //   Readings            the readings log: records, recorder, reader, follower (Foundation only)
+//   Forwarding          `tether forward`: the readings log to MQTT, at least once, from a durable cursor
 //   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests, the demo and the soak
 //   Systemd             sd_notify and journald's native protocol (a swift-log backend)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
@@ -68,6 +69,10 @@ let package = Package(
         .target(name: "Readings", dependencies: ["Hex"]),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop"]),
         .target(
+            name: "Forwarding",
+            dependencies: ["MQTT", "EventLoop", "Readings", "Configuration", .product(name: "Logging", package: "swift-log")]
+        ),
+        .target(
             name: "Systemd",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
         ),
@@ -86,6 +91,7 @@ let package = Package(
             name: "tether",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
+                "Forwarding", "EventLoop", "Systemd",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -113,7 +119,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
-                "TestSupport",
+                "TestSupport", "Forwarding", "MQTT", "EventLoop",
             ]
         ),
     ],

@@ -94,10 +94,18 @@ public final class ReadingLogReader {
     /// - Parameter listDirectory: whether to look for new files. `false` only reads
     ///   on in the current file (what an inotify `IN_MODIFY` calls for); the first
     ///   call, and any call without a current file, always lists.
-    public func readAvailable(listDirectory: Bool = true, to sink: Sink) throws {
+    ///
+    /// - Parameter limit: stop once about this many bytes of records have been
+    ///   delivered in this call (a chunk more at most), so that a consumer that
+    ///   holds what it gets (a forwarder with a large backlog) bounds its
+    ///   memory. Returns true if it stopped there: call again for the rest.
+    @discardableResult
+    public func readAvailable(listDirectory: Bool = true, limit: Int = .max, to sink: Sink) throws -> Bool {
+        remaining = limit
+        defer { remaining = .max }
         guard listDirectory || current == nil || !started else {
             try drainCurrent(to: sink)
-            return
+            return remaining <= 0
         }
         // List first, then finish the current file: a file in the listing was created
         // after the daemon's last write to every older file, so each older file is
@@ -120,13 +128,18 @@ public final class ReadingLogReader {
         }
         try drainCurrent(to: sink)
         for entry in next {
+            if remaining <= 0 { return true }
             guard let file = try open(entry) else { continue }  // deleted by retention meanwhile
             if let old = current { LogFileSystem.closeFile(old.fd) }
             current = file
             discarding = false
             try drainCurrent(to: sink)
         }
+        return remaining <= 0
     }
+
+    /// Bytes of records this `readAvailable` call may still deliver.
+    private var remaining = Int.max
 
     // MARK: - Files
 
@@ -212,6 +225,8 @@ public final class ReadingLogReader {
                 file.offset += Int64(count)
             } else {
                 file.offset += Int64(consumed)
+                remaining -= consumed
+                if remaining <= 0 { return }
             }
             if count < chunk.count { return }
         }

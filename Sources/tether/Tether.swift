@@ -12,12 +12,13 @@ struct Tether: AsyncParsableCommand {
 
             Watch it:       tether status, journalctl -u tether -f
             Steer it:       tether reconnect --wait
+            Deliver it:     tether forward (readings to an MQTT broker)
             Without hardware:  tether-dev demo (from a source build)
             """,
         version: "0.1.0",
         subcommands: [
             RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
-            CheckConfigCommand.self,
+            CheckConfigCommand.self, ForwardCommand.self,
         ]
     )
 }

@@ -300,7 +300,7 @@ final class SoakScript: @unchecked Sendable {
         let reader = try? ReadingLogReader(directory: readingsDirectory, since: Date().addingTimeInterval(-5))
         var newest: UInt32 = 0
         let decoder = JSONDecoder()
-        try? reader?.readAvailable { batch in
+        _ = try? reader?.readAvailable { batch in
             for line in batch.split(separator: UInt8(ascii: "\n")) {
                 if let record = try? decoder.decode(ReadingRecord.self, from: Data(line)) {
                     newest = max(newest, SimulatorRemote.sequences(in: [record]).first ?? 0)

@@ -1,0 +1,61 @@
+import Configuration
+import MQTT
+#if canImport(Glibc)
+import Glibc
+#endif
+
+extension Forwarder.Settings {
+    /// The settings `tether forward` runs with: the config's [mqtt] table,
+    /// its templates filled in, the password read from its file (never kept
+    /// anywhere else), the cursor in `stateDirectory`.
+    public init(
+        config: TetherConfig, mqtt: MQTTSection, instance: InstanceName, hostname: String, stateDirectory: String
+    ) throws(Forwarder.StartFailure) {
+        func fill(_ template: String) -> String {
+            template.replacingAll("{instance}", with: instance.description).replacingAll("{hostname}", with: hostname)
+        }
+        var password: String?
+        if let file = mqtt.passwordFile {
+            password = try Self.readSecret(file)
+        }
+        let tls = mqtt.scheme == .mqtts
+            ? MQTTClient.TLS(caFile: mqtt.caFile ?? "/etc/ssl/certs/ca-certificates.crt", certFile: mqtt.certFile, keyFile: mqtt.keyFile)
+            : nil
+        let options = MQTTClient.Options(
+            host: mqtt.host, port: mqtt.port, clientID: fill(mqtt.clientID), username: mqtt.username, password: password,
+            keepalive: mqtt.keepalive, maxInflight: mqtt.maxInflight, tls: tls
+        )
+        let cursorName = instance == .default ? "cursor" : "\(instance).cursor"
+        self.init(
+            readingsDirectory: config.readings.directory, cursor: ForwardCursor(path: stateDirectory + "/" + cursorName),
+            client: options, topic: fill(mqtt.topic), statusTopic: fill(mqtt.statusTopic), qos: Int32(mqtt.qos),
+            batch: mqtt.batch
+        )
+    }
+
+    /// The first line of a secret's file.
+    private static func readSecret(_ path: String) throws(Forwarder.StartFailure) -> String {
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else {
+            throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(String(cString: strerror(errno)))")
+        }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 4096)
+        let count = read(fd, &buffer, buffer.count)
+        guard count >= 0 else {
+            throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(String(cString: strerror(errno)))")
+        }
+        let text = String(decoding: buffer.prefix(count), as: UTF8.self)
+        return String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
+    }
+
+    /// This machine's host name, for `{hostname}`.
+    public static var hostname: String {
+        var buffer = [UInt8](repeating: 0, count: 256)
+        let ok = buffer.withUnsafeMutableBufferPointer { bytes in
+            bytes.withMemoryRebound(to: CChar.self) { chars in chars.baseAddress.map { gethostname($0, chars.count) == 0 } ?? false }
+        }
+        guard ok else { return "unknown" }
+        return String(decoding: buffer.prefix { $0 != 0 }, as: UTF8.self)
+    }
+}

@@ -1,0 +1,372 @@
+import EventLoop
+import Logging
+import MQTT
+import Readings
+#if canImport(Glibc)
+import Glibc
+#endif
+
+/// Delivers the readings log to an MQTT broker, at least once, from a
+/// durable cursor: the log is the queue.
+///
+/// Threading: confined to `loop` (the MQTT client, the directory watch and
+/// every callback run there); `status` may be read from any thread.
+///
+/// Invariants:
+/// - the cursor only moves to a seq whose record, and every record before
+///   it, the broker has acknowledged; it is stored (fsynced) at the end of
+///   the loop turn that moved it, so a crash re-sends at most what was in
+///   flight;
+/// - at most `maxInflight` messages wait for their acknowledgement;
+/// - after any broker loss, reading starts again from the cursor: what was
+///   in flight is sent again (consumers drop duplicates by `seq`);
+/// - records the log lost before they were delivered (retention) are
+///   counted and logged as a gap, never waited for.
+public final class Forwarder: @unchecked Sendable {
+    public struct Settings: Sendable {
+        public var readingsDirectory: String
+        public var cursor: ForwardCursor
+        public var client: MQTTClient.Options
+        /// With `{device}` still in it; `{instance}` and `{hostname}` resolved.
+        public var topic: String
+        public var statusTopic: String
+        public var qos: Int32
+        public var batch: Int
+        public var retryInitial: Duration = .seconds(1)
+        public var retryMax: Duration = .seconds(60)
+
+        public init(
+            readingsDirectory: String, cursor: ForwardCursor, client: MQTTClient.Options, topic: String,
+            statusTopic: String, qos: Int32, batch: Int
+        ) {
+            self.readingsDirectory = readingsDirectory
+            self.cursor = cursor
+            self.client = client
+            self.topic = topic
+            self.statusTopic = statusTopic
+            self.qos = qos
+            self.batch = batch
+        }
+    }
+
+    public struct Status: Sendable, Equatable {
+        public var connected = false
+        /// The last seq the broker acknowledged (the cursor).
+        public var acknowledgedSeq: UInt64 = 0
+        public var lastError: String?
+        public var published: UInt64 = 0
+        public var acknowledged: UInt64 = 0
+        /// Records lost to retention before they were delivered.
+        public var gapRecords: UInt64 = 0
+    }
+
+    public let loop: EventLoop
+    private let settings: Settings
+    private let logger: Logger
+    private let statusLock = NSLockLike()
+    private var statusValue = Status()
+
+    // MARK: Loop-confined state
+    private var client: MQTTClient?
+    private var changes: DirectoryChanges?
+    private var reader: ReadingLogReader?
+    private var queue: [Record] = []
+    private var queueHead = 0
+    private var inflight: [(messageID: Int32, lastSeq: UInt64, acknowledged: Bool)] = []
+    private var cursor: UInt64 = 0
+    private var storedCursor: UInt64 = 0
+    private var expectedSeq: UInt64 = 1
+    private var turnEndHook: Int?
+    private var retryDelay: Duration
+    private var retryTimer: EventLoop.TimerID?
+    private var lastRetryLog: MonotonicInstant?
+    private var stopping = false
+
+    private struct Record {
+        var seq: UInt64
+        var device: Substring
+        var line: [UInt8]
+    }
+
+    /// Records read ahead of the broker, at most; beyond, reading waits.
+    private var readAhead: Int { max(1024, 4 * settings.client.maxInflight * settings.batch) }
+
+    public init(settings: Settings, loop: EventLoop, logger: Logger) {
+        self.settings = settings
+        self.loop = loop
+        self.logger = logger
+        retryDelay = settings.retryInitial
+    }
+
+    public var status: Status { statusLock.withLock { statusValue } }
+
+    private func updateStatus(_ change: (inout Status) -> Void) {
+        statusLock.withLock { change(&statusValue) }
+    }
+
+    // MARK: Starting and stopping
+
+    public struct StartFailure: Error, CustomStringConvertible {
+        public let description: String
+        public init(description: String) { self.description = description }
+    }
+
+    /// Reads the cursor, prepares the client and starts connecting. Throws
+    /// what no retry can fix (an unreadable cursor, bad TLS files).
+    public func start() throws(StartFailure) {
+        loop.checkIsolated()
+        do {
+            cursor = try settings.cursor.load()
+        } catch {
+            throw StartFailure(description: error.description)
+        }
+        storedCursor = cursor
+        updateStatus { $0.acknowledgedSeq = cursor }
+        var options = settings.client
+        options.will = .init(topic: settings.statusTopic, payload: Array("offline".utf8), qos: 1, retain: true)
+        do {
+            let client = try MQTTClient(options: options, loop: loop)
+            client.onEvent = { [unowned self] event in handle(event) }
+            self.client = client
+        } catch {
+            throw StartFailure(description: "MQTT: \(error.description)")
+        }
+        do {
+            changes = try DirectoryChanges(directory: settings.readingsDirectory, loop: loop) { [unowned self] in
+                readMore()
+                pump()
+            }
+        } catch {
+            throw StartFailure(description: error.description)
+        }
+        turnEndHook = loop.addTurnEndHook { [unowned self] in storeCursorIfMoved() }
+        restartReading()
+        connect()
+    }
+
+    /// Publishes `offline` (retained), disconnects and stores the cursor.
+    public func stop() {
+        loop.checkIsolated()
+        stopping = true
+        if let retryTimer { loop.cancelTimer(retryTimer) }
+        retryTimer = nil
+        if let client, client.isConnected {
+            _ = try? client.publish(.init(topic: settings.statusTopic, payload: Array("offline".utf8), qos: 1, retain: true))
+        }
+        client?.close()
+        client = nil
+        changes?.close()
+        changes = nil
+        if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
+        turnEndHook = nil
+        storeCursorIfMoved()
+        updateStatus { $0.connected = false }
+    }
+
+    // MARK: The broker
+
+    private func connect() {
+        guard !stopping, let client else { return }
+        do {
+            try client.connect()
+        } catch {
+            lost(error.description)
+        }
+    }
+
+    private func handle(_ event: MQTTClient.Event) {
+        switch event {
+        case .connected:
+            retryDelay = settings.retryInitial
+            lastRetryLog = nil
+            updateStatus { $0.connected = true; $0.lastError = nil }
+            logger.info("connected to the broker \(settings.client.host):\(settings.client.port); forwarding after seq \(cursor)",
+                        metadata: ["event": "broker-connected"])
+            _ = try? client?.publish(.init(topic: settings.statusTopic, payload: Array("online".utf8), qos: 1, retain: true))
+            pump()
+        case .disconnected(let error):
+            lost(error.description)
+        case .published(let messageID):
+            acknowledged(messageID)
+        }
+    }
+
+    /// The broker is gone or refused us: everything in flight will be read
+    /// again from the cursor; retry with backoff and jitter, logged at most
+    /// once a minute.
+    private func lost(_ why: String) {
+        let wasConnected = status.connected
+        updateStatus { $0.connected = false; $0.lastError = why }
+        guard !stopping else { return }
+        let now = MonotonicInstant.now
+        if wasConnected {
+            logger.warning("lost the broker: \(why)", metadata: ["event": "broker-lost"])
+        } else if lastRetryLog.map({ $0.duration(to: now) >= .seconds(60) }) ?? true {
+            logger.warning("cannot reach the broker: \(why); retrying in \(retryDelay) and at most every \(settings.retryMax)",
+                           metadata: ["event": "broker-unreachable"])
+            lastRetryLog = now
+        }
+        restartReading()
+        let jitter = Double.random(in: 0.8...1.2)
+        let delay = retryDelay * jitter
+        retryDelay = min(settings.retryMax, retryDelay * 2)
+        if let retryTimer { loop.cancelTimer(retryTimer) }
+        retryTimer = loop.schedule(after: delay) { [unowned self] in
+            retryTimer = nil
+            connect()
+        }
+    }
+
+    // MARK: Reading and publishing
+
+    /// Forgets what was read ahead and in flight; reads on from the cursor.
+    private func restartReading() {
+        inflight.removeAll()
+        queue.removeAll()
+        queueHead = 0
+        expectedSeq = cursor + 1
+        do {
+            reader = try ReadingLogReader(directory: settings.readingsDirectory, afterSeq: cursor)
+        } catch {
+            reader = nil
+            updateStatus { $0.lastError = "\(error)" }
+            logger.error("cannot read the readings directory: \(error)")
+        }
+        readMore()
+    }
+
+    /// Tops the queue up from the log, up to `readAhead` records.
+    private func readMore() {
+        guard let reader else { return }
+        while queue.count - queueHead < readAhead {
+            var stoppedEarly = false
+            do {
+                stoppedEarly = try reader.readAvailable(limit: 256 << 10) { [unowned self] batch in take(batch) }
+            } catch {
+                updateStatus { $0.lastError = "\(error)" }
+                logger.error("reading the readings log: \(error)")
+                return
+            }
+            if !stoppedEarly { return }
+        }
+    }
+
+    private func take(_ batch: UnsafeRawBufferPointer) {
+        if queueHead > 0, queueHead == queue.count {
+            queue.removeAll(keepingCapacity: true)
+            queueHead = 0
+        }
+        var start = 0
+        while start < batch.count {
+            var end = start
+            while end < batch.count, batch[end] != UInt8(ascii: "\n") { end += 1 }
+            let line = UnsafeRawBufferPointer(rebasing: batch[start..<end])
+            start = end + 1
+            guard let seq = ReadingLogReader.seq(ofRecord: line) else { continue }
+            if seq > expectedSeq {
+                let missing = seq - expectedSeq
+                updateStatus { $0.gapRecords += missing }
+                logger.warning("\(missing) readings (seq \(expectedSeq)…\(seq - 1)) left the log before they were forwarded",
+                               metadata: ["event": "forward-gap", "count": "\(missing)"])
+            }
+            expectedSeq = seq + 1
+            queue.append(Record(seq: seq, device: Self.device(of: line), line: Array(line)))
+        }
+    }
+
+    /// Publishes while there is room in flight.
+    private func pump() {
+        guard let client, client.isConnected, !stopping else { return }
+        while inflight.count < settings.client.maxInflight {
+            if queueHead == queue.count { readMore() }
+            guard queueHead < queue.count else { return }
+            let device = queue[queueHead].device
+            var payload: [UInt8] = []
+            var lastSeq: UInt64 = 0
+            var count = 0
+            while queueHead < queue.count, count < settings.batch, queue[queueHead].device == device {
+                if count > 0 { payload.append(UInt8(ascii: "\n")) }
+                payload += queue[queueHead].line
+                lastSeq = queue[queueHead].seq
+                queueHead += 1
+                count += 1
+            }
+            let topic = settings.topic.replacingAll("{device}", with: String(device))
+            do {
+                let messageID = try client.publish(.init(topic: topic, payload: payload, qos: settings.qos))
+                inflight.append((messageID, lastSeq, false))
+                updateStatus { $0.published += UInt64(count) }
+            } catch {
+                return lost(error.description)
+            }
+        }
+    }
+
+    private func acknowledged(_ messageID: Int32) {
+        guard let index = inflight.firstIndex(where: { $0.messageID == messageID && !$0.acknowledged }) else { return }
+        inflight[index].acknowledged = true
+        var moved = false
+        while let first = inflight.first, first.acknowledged {
+            cursor = first.lastSeq
+            inflight.removeFirst()
+            moved = true
+        }
+        if moved { updateStatus { $0.acknowledgedSeq = cursor; $0.acknowledged = cursor } }
+        pump()
+    }
+
+    /// At the end of a loop turn: one fsync for all the turn's acknowledgements.
+    private func storeCursorIfMoved() {
+        guard cursor != storedCursor else { return }
+        do {
+            try settings.cursor.store(cursor)
+            storedCursor = cursor
+        } catch {
+            updateStatus { $0.lastError = error.description }
+            logger.error("\(error.description)")
+        }
+    }
+
+    /// The `device` field of a record line (`"device":"AA:BB:…"`), or "unknown".
+    static func device(of line: UnsafeRawBufferPointer) -> Substring {
+        let key = Array(#""device":""#.utf8)
+        guard line.count > key.count else { return "unknown" }
+        var index = 0
+        while index + key.count < line.count {
+            if line[index] == key[0], UnsafeRawBufferPointer(rebasing: line[index..<index + key.count]).elementsEqual(key) {
+                let start = index + key.count
+                var end = start
+                while end < line.count, line[end] != UInt8(ascii: "\"") { end += 1 }
+                return Substring(String(decoding: UnsafeRawBufferPointer(rebasing: line[start..<end]), as: UTF8.self))
+            }
+            index += 1
+        }
+        return "unknown"
+    }
+}
+
+/// A lock around a value read from other threads (the status).
+final class NSLockLike: @unchecked Sendable {
+    private var mutex = pthread_mutex_t()
+    init() { pthread_mutex_init(&mutex, nil) }
+    deinit { pthread_mutex_destroy(&mutex) }
+    func withLock<T>(_ body: () -> T) -> T {
+        pthread_mutex_lock(&mutex)
+        defer { pthread_mutex_unlock(&mutex) }
+        return body()
+    }
+}
+
+extension String {
+    func replacingAll(_ target: String, with replacement: String) -> String {
+        guard !target.isEmpty else { return self }
+        var result = ""
+        var rest = Substring(self)
+        while let range = rest.range(of: target) {
+            result += rest[..<range.lowerBound]
+            result += replacement
+            rest = rest[range.upperBound...]
+        }
+        return result + rest
+    }
+}

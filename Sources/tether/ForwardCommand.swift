@@ -1,0 +1,113 @@
+import ArgumentParser
+import Configuration
+import EventLoop
+import Forwarding
+import Foundation
+import Logging
+import Systemd
+import TetherDaemon
+
+struct ForwardCommand: AsyncParsableCommand {
+    static let configuration = CommandConfiguration(
+        commandName: "forward",
+        abstract: "Deliver the readings to an MQTT broker, at least once, from the log on disk (tether-forward.service).",
+        discussion: """
+            Reads the instance's readings directory and publishes every record (the JSON line as on \
+            disk; with mqtt.batch = N, up to N lines per message) to the broker of the config's [mqtt] \
+            table. The last seq the broker acknowledged is kept, fsynced, in STATE_DIRECTORY (or \
+            --state-directory); on start and after every broker loss it goes on from there, so what was \
+            in flight may be sent twice, never lost: consumers drop duplicates by seq. A retained status \
+            topic says online, and the last will offline. It never touches Bluetooth. Exit status: 0 \
+            after SIGTERM or SIGINT; 78 on a bad config or an unreadable password, cursor or TLS file.
+            """
+    )
+
+    @OptionGroup var instanceOptions: InstanceOptions
+
+    @Option(name: .shortAndLong, help: "The config file (default: /etc/tether/tether.toml, or /etc/tether/NAME.toml with --instance).")
+    var config: String?
+
+    @Option(help: "Where the cursor is kept (default: $STATE_DIRECTORY, else /var/lib/tether-forward).")
+    var stateDirectory: String?
+
+    @Option(help: "The least severe messages to log.")
+    var logLevel: Logger.Level = .info
+
+    func run() async throws {
+        let instance = try instanceOptions.resolved()
+        let environment = ProcessInfo.processInfo.environment
+        LoggingSetup.bootstrap(level: logLevel)
+        let logger = Logger(label: "tether-forward")
+        let path = config ?? instance.configPath
+        let settings: Forwarder.Settings
+        do {
+            let loaded: TetherConfig
+            do {
+                loaded = try TetherConfig.load(path: path, instance: instance)
+            } catch {
+                throw Forwarder.StartFailure(description: "\(error)")
+            }
+            guard let mqtt = loaded.mqtt else {
+                throw Forwarder.StartFailure(description: "\(path): tether forward needs an [mqtt] table with at least url = \"mqtt://HOST\"")
+            }
+            let state = stateDirectory ?? environment["STATE_DIRECTORY"]?.split(separator: ":").first.map(String.init)
+                ?? "/var/lib/tether-forward"
+            settings = try Forwarder.Settings(
+                config: loaded, mqtt: mqtt, instance: instance, hostname: Forwarder.Settings.hostname, stateDirectory: state
+            )
+        } catch {
+            logger.critical("\(error)")
+            LoggingSetup.flush()
+            throw ExitCode(DaemonRunner.Exit.config)
+        }
+
+        let loop = EventLoop(name: "tether-forward")
+        let forwarder = Forwarder(settings: settings, loop: loop, logger: logger)
+        let started: Forwarder.StartFailure? = await withCheckedContinuation { continuation in
+            loop.execute {
+                do throws(Forwarder.StartFailure) {
+                    try forwarder.start()
+                    continuation.resume(returning: nil)
+                } catch {
+                    continuation.resume(returning: error)
+                }
+            }
+        }
+        if let started {
+            logger.critical("\(started)")
+            LoggingSetup.flush()
+            loop.stop()
+            throw ExitCode(DaemonRunner.Exit.config)
+        }
+        let notifier = SystemdNotifier(environment: environment)
+        _ = notifier.ready()
+        let watchdog = SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
+        await withTaskGroup(of: Void.self) { group in
+            if let watchdog {
+                // Petted only while the loop answers.
+                group.addTask {
+                    while !Task.isCancelled {
+                        await withCheckedContinuation { continuation in loop.execute { continuation.resume() } }
+                        _ = notifier.watchdog()
+                        try? await Task.sleep(for: watchdog)
+                    }
+                }
+            }
+            group.addTask {
+                let name = await TerminationSignal.wait()
+                logger.info("\(name ?? "cancelled"): stopping")
+            }
+            _ = await group.next()
+            group.cancelAll()
+        }
+        _ = notifier.stopping()
+        await withCheckedContinuation { continuation in
+            loop.execute {
+                forwarder.stop()
+                continuation.resume()
+            }
+        }
+        loop.stop()
+        LoggingSetup.flush()
+    }
+}

@@ -70,7 +70,7 @@ build: deps
 
 # The Swift runtime and Foundation are linked in statically, so the installed
 # binary runs on a gateway without the toolchain (only glibc, libdbus-1 and
-# libbluetooth from Debian are needed there).
+# libbluetooth from Debian are needed there, and libmosquitto1 for `tether forward`).
 release: deps
 	$(SWIFT) build -c release --static-swift-stdlib
 

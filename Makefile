@@ -44,7 +44,7 @@ BIN_PREREQ = $(if $(TETHER_BIN),,release)
 # scratch tree.
 GEN_DIR   ?= .build/packaging
 CHECK_DIR ?= .build/check-units
-UNITS     = systemd/tether.service systemd/tether@.service
+UNITS     = systemd/tether.service systemd/tether@.service systemd/tether-forward.service systemd/tether-forward@.service
 # `systemd-analyze security` scores 0.0 (best) to 10.0; --threshold= takes
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
@@ -157,6 +157,7 @@ install: man completions
 	  echo "Next: set dongle.address in $(SYSCONFDIR)/tether/tether.toml, then"; \
 	  echo "  systemd-sysusers tether.conf && systemctl daemon-reload && udevadm control --reload"; \
 	  echo "  systemctl enable --now tether.service     # or tether@NAME.service with $(SYSCONFDIR)/tether/NAME.toml"; \
+	  echo "  systemctl enable --now tether-forward.service   # with an [mqtt] table: the readings to a broker"; \
 	fi
 
 # Removes what `install` installed, except the config (and the readings in
@@ -164,6 +165,7 @@ install: man completions
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/tether"
 	rm -f "$(DESTDIR)$(UNITDIR)/tether.service" "$(DESTDIR)$(UNITDIR)/tether@.service"
+	rm -f "$(DESTDIR)$(UNITDIR)/tether-forward.service" "$(DESTDIR)$(UNITDIR)/tether-forward@.service"
 	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
@@ -173,7 +175,7 @@ uninstall:
 	  echo "kept $(DESTDIR)$(SYSCONFDIR)/tether/tether.toml"; \
 	fi
 
-# Checks both units with systemd-analyze:
+# Checks every unit with systemd-analyze:
 #  - security --offline=yes: overall exposure at most 2.0 (SECURITY_THRESHOLD);
 #  - verify, on the units as installed: into $(CHECK_DIR)/root (PREFIX=/usr)
 #    with the debug binary (or TETHER_BIN). verify insists that ExecStart's
@@ -199,8 +201,8 @@ check-units: $(if $(TETHER_BIN),,build)
 	    $(CHECK_DIR)/root/usr/lib/systemd/system/$$name > $(CHECK_DIR)/units/$$name; \
 	done
 	MANPATH="$(abspath $(CHECK_DIR))/root/usr/share/man" systemd-analyze verify --recursive-errors=no \
-	  $(CHECK_DIR)/units/tether.service $(CHECK_DIR)/units/tether@.service
-	@echo "check-units: both units pass security (exposure at most $(SECURITY_THRESHOLD)/10) and verify"
+	  $(addprefix $(CHECK_DIR)/units/,$(notdir $(UNITS)))
+	@echo "check-units: every unit passes security (exposure at most $(SECURITY_THRESHOLD)/10) and verify"
 
 # Benchmarks against the simulator, side by side with a Python peer (bleak +
 # bleak-retry-connector, bench/peer_bleak.py, installed into BENCH_VENV):

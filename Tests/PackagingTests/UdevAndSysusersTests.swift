@@ -217,5 +217,12 @@ struct UdevRule {
         #expect(tether[2] == user[3], "tether's primary group is tether")
         let bluetooth = try #require(groups.first { $0[0] == "bluetooth" })
         #expect(bluetooth[3].split(separator: ",").contains("tether"))
+
+        // The forwarder's own user: in group tether (to read the readings), not in bluetooth.
+        let forwarder = try #require(passwd.first { $0.hasPrefix("tether-forward:") }).split(separator: ":", omittingEmptySubsequences: false)
+        #expect(forwarder[5] == "/var/lib/tether-forward")
+        #expect(forwarder[6].hasSuffix("nologin"))
+        #expect(tether[3].split(separator: ",").contains("tether-forward"))
+        #expect(!bluetooth[3].split(separator: ",").contains("tether-forward"))
     }
 }

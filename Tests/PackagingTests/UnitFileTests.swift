@@ -6,6 +6,7 @@ import Testing
 /// them, their sandbox score, and `systemd-analyze verify` on them as installed.
 @Suite(.serialized) struct UnitFileTests {
     static let units = ["tether.service", "tether@.service"]
+    static let forwardUnits = ["tether-forward.service", "tether-forward@.service"]
     /// The highest overall exposure `systemd-analyze security` may give (0–10).
     static let exposureLimit = 2.0
 
@@ -37,6 +38,35 @@ import Testing
         #expect(Set(families) == ["AF_UNIX", "AF_BLUETOOTH"], "\(unit): address families \(families)")
         #expect(file.values("SystemCallFilter") == ["@system-service", "~@privileged @resources"])
         #expect(file.values("WantedBy", in: "Install") == ["multi-user.target"])
+    }
+
+    /// The forwarder: its own user in group tether, the network and nothing
+    /// else (no capabilities, no Bluetooth), the readings read only.
+    @Test(arguments: forwardUnits) func theForwardersUnitsDeclareItsSandbox(unit: String) throws {
+        let file = try UnitFile(path: Self.source(unit))
+        let expected: [(String, String)] = [
+            ("Type", "notify"), ("NotifyAccess", "main"), ("Restart", "on-failure"),
+            ("User", "tether-forward"), ("Group", "tether-forward"), ("SupplementaryGroups", "tether"),
+            ("StateDirectory", "tether-forward"), ("ReadOnlyPaths", "/var/lib/tether"),
+            ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""), ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"), ("RestartPreventExitStatus", "78"),
+        ]
+        for (key, value) in expected {
+            #expect(file.value(key) == value, "\(unit): \(key)")
+        }
+        #expect(file.value("WatchdogSec") != nil)
+        let families = file.values("RestrictAddressFamilies").joined(separator: " ").split(separator: " ").map(String.init)
+        #expect(Set(families) == ["AF_UNIX", "AF_INET", "AF_INET6"], "\(unit): address families \(families)")
+        #expect(file.value("IPAddressDeny") == nil, "the forwarder needs the network")
+    }
+
+    @Test func theForwarderTemplateDiffersOnlyInTheInstance() throws {
+        let plain = try UnitFile(path: Self.source("tether-forward.service"))
+        let template = try UnitFile(path: Self.source("tether-forward@.service"))
+        #expect(plain.value("ExecStart")?.hasSuffix("/tether forward") == true)
+        #expect(template.value("ExecStart")?.hasSuffix("/tether forward --instance %i") == true)
+        let instanceKeys: Set<String> = ["Description", "ExecStart", "After"]
+        #expect(plain.directives.filter { !instanceKeys.contains($0.key) } == template.directives.filter { !instanceKeys.contains($0.key) })
     }
 
     @Test func templateRunsOneInstancePerDongle() throws {
@@ -74,7 +104,7 @@ import Testing
         return (try #require(figure, "no overall exposure in:\n\(result.output)"), result)
     }
 
-    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"), arguments: units)
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"), arguments: units + forwardUnits)
     func sandboxExposureIsAtMostTwo(unit: String) throws {
         let (exposure, result) = try Self.overallExposure(Self.source(unit))
         print("figure: systemd-analyze security --offline=yes \(unit): overall exposure \(exposure) (limit \(Self.exposureLimit))")
@@ -111,7 +141,7 @@ import Testing
         let copies = directory.url.appendingPathComponent("verify")
         try FileManager.default.createDirectory(at: copies, withIntermediateDirectories: true)
         var paths: [String] = []
-        for unit in units {
+        for unit in units + forwardUnits {
             let installed = try Packaging.read("\(root)/usr/lib/systemd/system/\(unit)")
             let rewritten = installed.replacingOccurrences(of: "ExecStart=/usr/bin/tether ", with: "ExecStart=\(root)/usr/bin/tether ")
             #expect(rewritten != installed, "\(unit): installed ExecStart is not /usr/bin/tether")
@@ -161,5 +191,6 @@ import Testing
         #expect(result.status == 0, "make check-units: \(result)")
         #expect(result.output.contains("Overall exposure level for tether.service"))
         #expect(result.output.contains("Overall exposure level for tether@"))
+        #expect(result.output.contains("Overall exposure level for tether-forward.service"))
     }
 }

@@ -17,7 +17,11 @@ public final class MosquittoBroker: @unchecked Sendable {
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         port = try Self.freePort()
         config = directory.appendingPathComponent("mosquitto.conf")
+        // Started as root, mosquitto drops to user mosquitto unless told
+        // otherwise, and then cannot write its persistence file or log here.
+        let user = getpwuid(getuid()).map { String(cString: $0.pointee.pw_name) } ?? "root"
         var lines = [
+            "user \(user)",
             "listener \(port) 127.0.0.1",
             "persistence \(persistence)",
             "persistence_location \(directory.path)/",

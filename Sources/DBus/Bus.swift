@@ -611,7 +611,12 @@ public actor Bus {
     /// `serveMethodCalls()` when someone runs it, else in a task of its own.
     private func run(_ work: @escaping @Sendable () async -> Void) {
         if let methodCalls, case .enqueued = methodCalls.yield(work) { return }
-        Task { await work() }
+        // On the loop, which runs tasks in the order they were made: each
+        // handler starts (up to its first suspension) in the order the calls
+        // arrived, as a single-threaded service (bluetoothd) serves them. On
+        // the global executor two calls that arrive together could start in
+        // either order.
+        Task(executorPreference: loop) { await work() }
     }
 
     /// Runs the handlers of incoming method calls (exported methods and

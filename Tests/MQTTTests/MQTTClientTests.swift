@@ -106,6 +106,59 @@ import Testing
         await f.close()
     }
 
+    /// A CA, a server certificate for 127.0.0.1 and a client certificate,
+    /// made by openssl; and a second CA that signed none of them.
+    static func makeCertificates(in directory: String) throws {
+        let script = """
+            set -e
+            cd '\(directory)'
+            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.crt 2>/dev/null
+            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca -keyout other.key -out other.crt 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout server.key -out server.csr 2>/dev/null
+            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -copy_extensions copy -out server.crt 2>/dev/null
+            openssl req -newkey rsa:2048 -nodes -subj /CN=gateway -keyout client.key -out client.csr 2>/dev/null
+            openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null
+            chmod 0644 *.key
+            """
+        let process = Process()
+        process.executableURL = URL(fileURLWithPath: "/bin/sh")
+        process.arguments = ["-c", script]
+        try process.run()
+        process.waitUntilExit()
+        try #require(process.terminationStatus == 0, "openssl failed")
+    }
+
+    /// Mutual TLS: the right CA and a client certificate connect and
+    /// publish; a CA that did not sign the server's certificate does not.
+    @Test func mutualTLSConnectsAndAWrongCAIsRefused() async throws {
+        let directory = try TemporaryDirectory("mqtt-tls")
+        defer { directory.remove() }
+        try Self.makeCertificates(in: directory.path)
+        let broker = try MosquittoBroker(
+            directory: directory.url.appendingPathComponent("broker"),
+            extraConfig: [
+                "cafile \(directory.path)/ca.crt", "certfile \(directory.path)/server.crt",
+                "keyfile \(directory.path)/server.key", "require_certificate true",
+            ]
+        )
+        defer { broker.stop() }
+        var options = Self.options(broker)
+        options.tls = .init(caFile: directory.path + "/ca.crt", certFile: directory.path + "/client.crt", keyFile: directory.path + "/client.key")
+        let good = try await Fixture(options)
+        #expect(await eventually { good.connects == 1 }, "losses: \(good.losses)")
+        let published: Bool = await good.onLoop { [good] in (try? good.client?.publish(.init(topic: "t/tls", payload: [1]))) != nil }
+        #expect(published)
+        #expect(await eventually { good.acknowledged == 1 })
+        await good.close()
+
+        options.tls = .init(caFile: directory.path + "/other.crt", certFile: directory.path + "/client.crt", keyFile: directory.path + "/client.key")
+        let bad = try await Fixture(options)
+        #expect(await eventually { !bad.losses.isEmpty })
+        #expect(bad.connects == 0)
+        print("figure: a wrong CA: \(bad.losses.first.map(\.description) ?? "-")")
+        await bad.close()
+    }
+
     @Test func aWrongPasswordIsRefusedWithTheBrokersReason() async throws {
         let directory = try TemporaryDirectory("mqtt-test")
         defer { directory.remove() }

@@ -12,7 +12,8 @@ public final class MosquittoBroker: @unchecked Sendable {
     private let config: URL
 
     /// - Parameter passwords: user → password; with any, anonymous clients are refused.
-    public init(directory: URL, passwords: [String: String] = [:], persistence: Bool = true) throws {
+    /// - Parameter extraConfig: lines for the listener (TLS files, say).
+    public init(directory: URL, passwords: [String: String] = [:], persistence: Bool = true, extraConfig: [String] = []) throws {
         self.directory = directory
         try FileManager.default.createDirectory(at: directory, withIntermediateDirectories: true)
         port = try Self.freePort()
@@ -27,6 +28,7 @@ public final class MosquittoBroker: @unchecked Sendable {
             "persistence_location \(directory.path)/",
             "log_dest file \(directory.path)/mosquitto.log",
         ]
+        lines += extraConfig
         if passwords.isEmpty {
             lines.append("allow_anonymous true")
         } else {

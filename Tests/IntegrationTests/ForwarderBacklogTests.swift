@@ -1,0 +1,86 @@
+import EventLoop
+import Forwarding
+import Foundation
+import Logging
+import MQTT
+import Readings
+import TestSupport
+import Testing
+
+/// The forwarder against logs written directly (no daemon): a long outage's
+/// backlog, and retention that deleted what was never delivered.
+@Suite(.serialized) struct ForwarderBacklogTests {
+    static func reading(_ n: UInt32) -> Reading {
+        let bytes = withUnsafeBytes(of: n.littleEndian) { Array($0) } + [0, 0, 0, 0]
+        return Reading(device: "AA:BB:CC:DD:EE:FF", characteristic: "6e400003-b5a3-f393-e0a9-e50e24dcca9e", payload: bytes)
+    }
+
+    static func settings(readings: String, state: String, port: Int, batch: Int) -> Forwarder.Settings {
+        Forwarder.Settings(
+            readingsDirectory: readings, cursor: ForwardCursor(path: state + "/cursor"),
+            client: MQTTClient.Options(host: "127.0.0.1", port: port, clientID: "tether-forward-backlog", keepalive: .seconds(10)),
+            topic: "tether/test/{device}/readings", statusTopic: "tether/test/status", qos: 1, batch: batch
+        )
+    }
+
+    /// 100,000 records on disk before the forwarder starts: all of them
+    /// reach the broker, and the cursor ends at the last.
+    @Test func aLongOutagesBacklogIsCaughtUp() async throws {
+        let directory = try TemporaryDirectory("forward-backlog")
+        defer { directory.remove() }
+        let readings = directory.path + "/readings"
+        let log = try ReadingLog(directory: readings, rotateSize: 4 << 20, retainSize: 1 << 30)
+        for chunk in 0..<100 {
+            try log.append((0..<1000).map { Self.reading(UInt32(chunk * 1000 + $0 + 1)) })
+        }
+        log.close()
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        let subscriber = try MosquittoSubscriber(port: broker.port, topic: "tether/test/+/readings", directory: directory.url)
+        defer { subscriber.stop() }
+        try await Task.sleep(for: .milliseconds(300))
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let started = ContinuousClock.now
+        let forwarder = try await ForwarderTests.RunningForwarder(
+            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 100))
+        let caughtUp = await eventually(timeout: .seconds(60), every: .milliseconds(100)) {
+            forwarder.forwarder.status.acknowledgedSeq == 100_000
+        }
+        let elapsed = ContinuousClock.now - started
+        let delivered = await eventually(timeout: .seconds(30), every: .milliseconds(200)) {
+            Set(ForwarderTests.sequences(subscriber.lines)).count == 100_000
+        }
+        await forwarder.stop()
+        let cursor = try ForwardCursor(path: directory.path + "/state/cursor").load()
+        print("figure: forward backlog of 100,000 records (batch 100): acknowledged in \(elapsed)")
+        #expect(caughtUp)
+        #expect(delivered)
+        #expect(cursor == 100_000)
+    }
+
+    /// Retention deleted the oldest files before they were forwarded: the
+    /// forwarder counts the lost records and goes on with the rest.
+    @Test func recordsRetentionDeletedAreCountedAsAGap() async throws {
+        let directory = try TemporaryDirectory("forward-gap")
+        defer { directory.remove() }
+        let readings = directory.path + "/readings"
+        // Small files and a small retention: the oldest files go.
+        let log = try ReadingLog(directory: readings, rotateSize: 16 << 10, retainSize: 64 << 10)
+        for chunk in 0..<20 {
+            try log.append((0..<100).map { Self.reading(UInt32(chunk * 100 + $0 + 1)) })
+        }
+        log.close()
+        let first = try #require(try ReadingLog.readRecords(directory: readings).first?.seq)
+        #expect(first > 1, "retention deleted the first files")
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let forwarder = try await ForwarderTests.RunningForwarder(
+            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+        let done = await eventually(timeout: .seconds(20)) { forwarder.forwarder.status.acknowledgedSeq == 2000 }
+        let status = forwarder.forwarder.status
+        await forwarder.stop()
+        #expect(done)
+        #expect(status.gapRecords == first - 1, "the records before seq \(first) are counted as lost")
+    }
+}

@@ -25,6 +25,10 @@ public final class MosquittoBroker: @unchecked Sendable {
             "user \(user)",
             "listener \(port) 127.0.0.1",
             "persistence \(persistence)",
+            // A persistent subscriber that reconnects after the forwarder
+            // would otherwise lose what passed the default limit of 1000
+            // queued messages while it was away.
+            "max_queued_messages 0",
             "persistence_location \(directory.path)/",
             "log_dest file \(directory.path)/mosquitto.log",
         ]

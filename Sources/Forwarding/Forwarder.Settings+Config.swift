@@ -12,7 +12,7 @@ extension Forwarder.Settings {
         config: TetherConfig, mqtt: MQTTSection, instance: InstanceName, hostname: String, stateDirectory: String
     ) throws(Forwarder.StartFailure) {
         func fill(_ template: String) -> String {
-            template.replacingAll("{instance}", with: instance.description).replacingAll("{hostname}", with: hostname)
+            template.replacing("{instance}", with: instance.description).replacing("{hostname}", with: hostname)
         }
         var password: String?
         if let file = mqtt.passwordFile {

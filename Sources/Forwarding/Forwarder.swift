@@ -2,6 +2,7 @@ import EventLoop
 import Logging
 import MQTT
 import Readings
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -63,8 +64,7 @@ public final class Forwarder: @unchecked Sendable {
     public let loop: EventLoop
     private let settings: Settings
     private let logger: Logger
-    private let statusLock = NSLockLike()
-    private var statusValue = Status()
+    private let statusValue = Mutex(Status())
 
     // MARK: Loop-confined state
     private var client: MQTTClient?
@@ -98,10 +98,10 @@ public final class Forwarder: @unchecked Sendable {
         retryDelay = settings.retryInitial
     }
 
-    public var status: Status { statusLock.withLock { statusValue } }
+    public var status: Status { statusValue.withLock { $0 } }
 
     private func updateStatus(_ change: (inout Status) -> Void) {
-        statusLock.withLock { change(&statusValue) }
+        statusValue.withLock { change(&$0) }
     }
 
     // MARK: Starting and stopping
@@ -291,7 +291,7 @@ public final class Forwarder: @unchecked Sendable {
                 queueHead += 1
                 count += 1
             }
-            let topic = settings.topic.replacingAll("{device}", with: String(device))
+            let topic = settings.topic.replacing("{device}", with: device)
             do {
                 let messageID = try client.publish(.init(topic: topic, payload: payload, qos: settings.qos))
                 inflight.append((messageID, lastSeq, false))
@@ -342,31 +342,5 @@ public final class Forwarder: @unchecked Sendable {
             index += 1
         }
         return "unknown"
-    }
-}
-
-/// A lock around a value read from other threads (the status).
-final class NSLockLike: @unchecked Sendable {
-    private var mutex = pthread_mutex_t()
-    init() { pthread_mutex_init(&mutex, nil) }
-    deinit { pthread_mutex_destroy(&mutex) }
-    func withLock<T>(_ body: () -> T) -> T {
-        pthread_mutex_lock(&mutex)
-        defer { pthread_mutex_unlock(&mutex) }
-        return body()
-    }
-}
-
-extension String {
-    func replacingAll(_ target: String, with replacement: String) -> String {
-        guard !target.isEmpty else { return self }
-        var result = ""
-        var rest = Substring(self)
-        while let range = rest.range(of: target) {
-            result += rest[..<range.lowerBound]
-            result += replacement
-            rest = rest[range.upperBound...]
-        }
-        return result + rest
     }
 }

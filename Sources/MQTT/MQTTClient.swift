@@ -151,15 +151,16 @@ public final class MQTTClient {
         guard let handle else { throw MQTTError(code: MOSQ_ERR_INVAL.rawValue, "the client is closed") }
         stopWatching()
         let seconds = Int32(clamping: max(5, options.keepalive.components.seconds))
-        let rc = watchedSocket < 0 && !everConnected
-            ? mosquitto_connect_async(handle, options.host, Int32(options.port), seconds)
-            : mosquitto_reconnect_async(handle)
-        everConnected = true
+        let rc = connectedBefore
+            ? mosquitto_reconnect_async(handle)
+            : mosquitto_connect_async(handle, options.host, Int32(options.port), seconds)
+        connectedBefore = true
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError.library(rc, "connect to \(options.host):\(options.port)") }
         startWatching()
     }
 
-    private var everConnected = false
+    /// `connect()` ran before: later calls reconnect with the same settings.
+    private var connectedBefore = false
 
     /// Queues a message; its id comes back with `.published` once the
     /// broker has it. Throws when libmosquitto refuses (not connected:

@@ -22,23 +22,17 @@ struct ForwardCommand: AsyncParsableCommand {
             """
     )
 
-    @OptionGroup var instanceOptions: InstanceOptions
-
-    @Option(name: .shortAndLong, help: "The config file (default: /etc/tether/tether.toml, or /etc/tether/NAME.toml with --instance).")
-    var config: String?
+    @OptionGroup var options: ServiceOptions
 
     @Option(help: "Where the cursor is kept (default: $STATE_DIRECTORY, else /var/lib/tether-forward).")
     var stateDirectory: String?
 
-    @Option(help: "The least severe messages to log.")
-    var logLevel: Logger.Level = .info
-
     func run() async throws {
-        let instance = try instanceOptions.resolved()
+        let instance = try options.instanceOptions.resolved()
         let environment = ProcessInfo.processInfo.environment
-        LoggingSetup.bootstrap(level: logLevel)
+        LoggingSetup.bootstrap(level: options.logLevel)
         let logger = Logger(label: "tether-forward")
-        let path = config ?? instance.configPath
+        let path = options.configPath(for: instance)
         let settings: Forwarder.Settings
         do {
             let loaded: TetherConfig

@@ -24,20 +24,14 @@ struct RunCommand: AsyncParsableCommand {
             """
     )
 
-    @OptionGroup var instanceOptions: InstanceOptions
-
-    @Option(name: .shortAndLong, help: "The config file (default: /etc/tether/tether.toml, or /etc/tether/NAME.toml with --instance).")
-    var config: String?
-
-    @Option(help: "The least severe messages to log.")
-    var logLevel: Logger.Level = .info
+    @OptionGroup var options: ServiceOptions
 
     func run() async throws {
-        let instance = try instanceOptions.resolved()
+        let instance = try options.instanceOptions.resolved()
         let environment = ProcessInfo.processInfo.environment
-        LoggingSetup.bootstrap(level: logLevel)
+        LoggingSetup.bootstrap(level: options.logLevel)
         let logger = Logger(label: "tether")
-        let path = config ?? instance.configPath
+        let path = options.configPath(for: instance)
         let loaded: TetherConfig
         do {
             loaded = try TetherConfig.load(path: path, instance: instance)

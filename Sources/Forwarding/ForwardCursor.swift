@@ -1,3 +1,4 @@
+import Configuration
 #if canImport(Glibc)
 import Glibc
 #endif
@@ -10,6 +11,11 @@ public struct ForwardCursor: Sendable {
     public let path: String
 
     public init(path: String) { self.path = path }
+
+    /// The cursor of `instance`'s forwarder in `stateDirectory`.
+    public init(stateDirectory: String, instance: InstanceName) {
+        path = stateDirectory + "/" + (instance == .default ? "cursor" : "\(instance).cursor")
+    }
 
     public struct Failure: Error, CustomStringConvertible {
         public let description: String

@@ -21,15 +21,21 @@ extension Forwarder.Settings {
         let tls = mqtt.scheme == .mqtts
             ? MQTTClient.TLS(caFile: mqtt.caFile ?? "/etc/ssl/certs/ca-certificates.crt", certFile: mqtt.certFile, keyFile: mqtt.keyFile)
             : nil
+        if let tls {
+            // libmosquitto only says "invalid arguments" for a file it cannot open.
+            for (setting, file) in [("ca_file", tls.caFile), ("cert_file", tls.certFile), ("key_file", tls.keyFile)] {
+                guard let file, access(file, R_OK) != 0 else { continue }
+                throw Forwarder.StartFailure(description: "\(file): cannot read mqtt.\(setting): \(String(cString: strerror(errno)))")
+            }
+        }
         let options = MQTTClient.Options(
             host: mqtt.host, port: mqtt.port, clientID: fill(mqtt.clientID), username: mqtt.username, password: password,
             keepalive: mqtt.keepalive, maxInflight: mqtt.maxInflight, tls: tls
         )
-        let cursorName = instance == .default ? "cursor" : "\(instance).cursor"
         self.init(
-            readingsDirectory: config.readings.directory, cursor: ForwardCursor(path: stateDirectory + "/" + cursorName),
+            readingsDirectory: config.readings.directory, cursor: ForwardCursor(stateDirectory: stateDirectory, instance: instance),
             client: options, topic: fill(mqtt.topic), statusTopic: fill(mqtt.statusTopic), qos: Int32(mqtt.qos),
-            batch: mqtt.batch
+            batch: mqtt.batch, statusFile: ForwarderStatusFile(stateDirectory: stateDirectory, instance: instance)
         )
     }
 

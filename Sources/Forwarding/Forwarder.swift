@@ -1,4 +1,6 @@
+import Configuration
 import EventLoop
+import Foundation
 import Logging
 import MQTT
 import Readings
@@ -35,11 +37,14 @@ public final class Forwarder: @unchecked Sendable {
         public var batch: Int
         public var retryInitial: Duration = .seconds(1)
         public var retryMax: Duration = .seconds(60)
+        /// Where `tether status` learns the forwarder's state; nil: nowhere.
+        public var statusFile: ForwarderStatusFile?
 
         public init(
             readingsDirectory: String, cursor: ForwardCursor, client: MQTTClient.Options, topic: String,
-            statusTopic: String, qos: Int32, batch: Int
+            statusTopic: String, qos: Int32, batch: Int, statusFile: ForwarderStatusFile? = nil
         ) {
+            self.statusFile = statusFile
             self.readingsDirectory = readingsDirectory
             self.cursor = cursor
             self.client = client
@@ -72,7 +77,7 @@ public final class Forwarder: @unchecked Sendable {
     private var reader: ReadingLogReader?
     private var queue: [Record] = []
     private var queueHead = 0
-    private var inflight: [(messageID: Int32, lastSeq: UInt64, acknowledged: Bool)] = []
+    private var inflight: [(messageID: Int32, lastSeq: UInt64, records: Int, acknowledged: Bool)] = []
     private var cursor: UInt64 = 0
     private var storedCursor: UInt64 = 0
     private var expectedSeq: UInt64 = 1
@@ -81,6 +86,10 @@ public final class Forwarder: @unchecked Sendable {
     private var retryTimer: EventLoop.TimerID?
     private var lastRetryLog: MonotonicInstant?
     private var stopping = false
+    /// When the connection last changed (or the start), for the status file.
+    private var connectionSince = Date()
+    private var writtenStatusFile: ForwarderStatusFile.Contents?
+    private var statusFileFailing = false
 
     private struct Record {
         var seq: UInt64
@@ -141,6 +150,7 @@ public final class Forwarder: @unchecked Sendable {
         }
         turnEndHook = loop.addTurnEndHook { [unowned self] in storeCursorIfMoved() }
         restartReading()
+        writeStatusFile()
         connect()
     }
 
@@ -161,6 +171,8 @@ public final class Forwarder: @unchecked Sendable {
         turnEndHook = nil
         storeCursorIfMoved()
         updateStatus { $0.connected = false }
+        connectionSince = Date()
+        writeStatusFile(running: false)
     }
 
     // MARK: The broker
@@ -170,7 +182,7 @@ public final class Forwarder: @unchecked Sendable {
         do {
             try client.connect()
         } catch {
-            lost(error.description)
+            lost(error)
         }
     }
 
@@ -180,12 +192,14 @@ public final class Forwarder: @unchecked Sendable {
             retryDelay = settings.retryInitial
             lastRetryLog = nil
             updateStatus { $0.connected = true; $0.lastError = nil }
+            connectionSince = Date()
+            writeStatusFile()
             logger.info("connected to the broker \(settings.client.host):\(settings.client.port); forwarding after seq \(cursor)",
                         metadata: ["event": "broker-connected"])
             _ = try? client?.publish(.init(topic: settings.statusTopic, payload: Array("online".utf8), qos: 1, retain: true))
             pump()
         case .disconnected(let error):
-            lost(error.description)
+            lost(error)
         case .published(let messageID):
             acknowledged(messageID)
         }
@@ -193,18 +207,31 @@ public final class Forwarder: @unchecked Sendable {
 
     /// The broker is gone or refused us: everything in flight will be read
     /// again from the cursor; retry with backoff and jitter, logged at most
-    /// once a minute.
-    private func lost(_ why: String) {
+    /// once a minute. A refusal of our credentials or a failed TLS handshake
+    /// is retried too (the broker's side may be what changes), but logged as
+    /// an error naming the settings to check.
+    private func lost(_ error: MQTTError) {
+        let why = error.description
         let wasConnected = status.connected
         updateStatus { $0.connected = false; $0.lastError = why }
         guard !stopping else { return }
+        if wasConnected { connectionSince = Date() }
+        writeStatusFile()
         let now = MonotonicInstant.now
+        let retrying = "retrying in \(DurationText.rounded(retryDelay)), then at most every \(DurationText.rounded(settings.retryMax))"
         if wasConnected {
             logger.warning("lost the broker: \(why)", metadata: ["event": "broker-lost"])
         } else if lastRetryLog.map({ $0.duration(to: now) >= .seconds(60) }) ?? true {
-            logger.warning("cannot reach the broker: \(why); retrying in \(retryDelay) and at most every \(settings.retryMax)",
-                           metadata: ["event": "broker-unreachable"])
             lastRetryLog = now
+            if error.isCredentialRefusal {
+                logger.error("\(why): check mqtt.username and mqtt.password_file; \(retrying)",
+                             metadata: ["event": "broker-refused"])
+            } else if error.kind == .tls {
+                logger.error("\(why): check mqtt.ca_file (and cert_file, key_file for mutual TLS) and the broker's certificate; \(retrying)",
+                             metadata: ["event": "broker-tls-failed"])
+            } else {
+                logger.warning("cannot reach the broker: \(why); \(retrying)", metadata: ["event": "broker-unreachable"])
+            }
         }
         restartReading()
         let jitter = Double.random(in: 0.8...1.2)
@@ -231,6 +258,7 @@ public final class Forwarder: @unchecked Sendable {
             reader = nil
             updateStatus { $0.lastError = "\(error)" }
             logger.error("cannot read the readings directory: \(error)")
+            writeStatusFile()
         }
         readMore()
     }
@@ -245,6 +273,7 @@ public final class Forwarder: @unchecked Sendable {
             } catch {
                 updateStatus { $0.lastError = "\(error)" }
                 logger.error("reading the readings log: \(error)")
+                writeStatusFile()
                 return
             }
             if !stoppedEarly { return }
@@ -268,6 +297,7 @@ public final class Forwarder: @unchecked Sendable {
                 updateStatus { $0.gapRecords += missing }
                 logger.warning("\(missing) readings (seq \(expectedSeq)…\(seq - 1)) left the log before they were forwarded",
                                metadata: ["event": "forward-gap", "count": "\(missing)"])
+                writeStatusFile()
             }
             expectedSeq = seq + 1
             queue.append(Record(seq: seq, device: Self.device(of: line), line: Array(line)))
@@ -294,10 +324,10 @@ public final class Forwarder: @unchecked Sendable {
             let topic = settings.topic.replacing("{device}", with: device)
             do {
                 let messageID = try client.publish(.init(topic: topic, payload: payload, qos: settings.qos))
-                inflight.append((messageID, lastSeq, false))
+                inflight.append((messageID, lastSeq, count, false))
                 updateStatus { $0.published += UInt64(count) }
             } catch {
-                return lost(error.description)
+                return lost(error)
             }
         }
     }
@@ -305,13 +335,13 @@ public final class Forwarder: @unchecked Sendable {
     private func acknowledged(_ messageID: Int32) {
         guard let index = inflight.firstIndex(where: { $0.messageID == messageID && !$0.acknowledged }) else { return }
         inflight[index].acknowledged = true
-        var moved = false
+        var records = 0
         while let first = inflight.first, first.acknowledged {
             cursor = first.lastSeq
+            records += first.records
             inflight.removeFirst()
-            moved = true
         }
-        if moved { updateStatus { $0.acknowledgedSeq = cursor; $0.acknowledged = cursor } }
+        if records > 0 { updateStatus { $0.acknowledgedSeq = cursor; $0.acknowledged += UInt64(records) } }
         pump()
     }
 
@@ -324,6 +354,28 @@ public final class Forwarder: @unchecked Sendable {
         } catch {
             updateStatus { $0.lastError = error.description }
             logger.error("\(error.description)")
+            writeStatusFile()
+        }
+    }
+
+    /// Tells `tether status` what changed; written only when it differs
+    /// from what was written last, and a failure logged once until it heals.
+    private func writeStatusFile(running: Bool = true) {
+        guard let file = settings.statusFile else { return }
+        let now = status
+        let contents = ForwarderStatusFile.Contents(
+            pid: getpid(), running: running, broker: "\(settings.client.host):\(settings.client.port)",
+            readingsDirectory: settings.readingsDirectory, connected: now.connected, since: connectionSince,
+            lastError: now.lastError, gapRecords: now.gapRecords
+        )
+        guard contents != writtenStatusFile else { return }
+        do {
+            try file.write(contents)
+            writtenStatusFile = contents
+            statusFileFailing = false
+        } catch {
+            if !statusFileFailing { logger.error("\(error.description); tether status will not show the forwarder") }
+            statusFileFailing = true
         }
     }
 

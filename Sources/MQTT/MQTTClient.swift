@@ -114,6 +114,7 @@ public final class MQTTClient {
         mosquitto_connect_callback_set(handle, Self.connectCallback)
         mosquitto_disconnect_callback_set(handle, Self.disconnectCallback)
         mosquitto_publish_callback_set(handle, Self.publishCallback)
+        mosquitto_log_callback_set(handle, Self.logCallback)
         do throws(MQTTError) {
             try check(mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311), "protocol version")
             try check(mosquitto_max_inflight_messages_set(handle, UInt32(max(1, options.maxInflight))), "max_inflight")
@@ -150,17 +151,24 @@ public final class MQTTClient {
         loop.checkIsolated()
         guard let handle else { throw MQTTError(code: MOSQ_ERR_INVAL.rawValue, "the client is closed") }
         stopWatching()
+        lastLoggedError = nil
         let seconds = Int32(clamping: max(5, options.keepalive.components.seconds))
         let rc = connectedBefore
             ? mosquitto_reconnect_async(handle)
             : mosquitto_connect_async(handle, options.host, Int32(options.port), seconds)
         connectedBefore = true
-        guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError.library(rc, "connect to \(options.host):\(options.port)") }
+        guard rc == MOSQ_ERR_SUCCESS.rawValue else {
+            throw MQTTError.library(rc, "connect to \(options.host):\(options.port)", detail: lastLoggedError)
+        }
         startWatching()
     }
 
     /// `connect()` ran before: later calls reconnect with the same settings.
     private var connectedBefore = false
+
+    /// The last error libmosquitto logged since `connect()`: kept to explain
+    /// the failure it reports next.
+    private var lastLoggedError: String?
 
     /// Queues a message; its id comes back with `.published` once the
     /// broker has it. Throws when libmosquitto refuses (not connected:
@@ -262,6 +270,14 @@ public final class MQTTClient {
     }
 
     private func lost(_ error: MQTTError) {
+        var error = error
+        // libmosquitto says "A TLS error occurred."; its log has OpenSSL's
+        // reason ("certificate verify failed"), which names what to fix.
+        if let detail = lastLoggedError, !error.description.contains(detail) {
+            error.description += " (\(detail))"
+            if error.kind == .connection, detail.contains("OpenSSL") || detail.contains("SSL") { error.kind = .tls }
+        }
+        lastLoggedError = nil
         let wasWatching = watch != nil
         stopWatching()
         connected = false
@@ -292,7 +308,18 @@ public final class MQTTClient {
     private static let disconnectCallback: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, Int32) -> Void = {
         _, data, code in
         guard let client = client(data), client.watch != nil else { return }
-        client.lost(MQTTError(code: code, "the connection to \(client.options.host):\(client.options.port) closed (\(String(cString: mosquitto_strerror(code))))"))
+        client.lost(MQTTError.library(code, "the connection to \(client.options.host):\(client.options.port) closed"))
+    }
+
+    /// Only errors are kept; libmosquitto logs nothing else we need.
+    private static let logCallback: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, Int32, UnsafePointer<CChar>?) -> Void = {
+        _, data, level, text in
+        guard level & MOSQ_LOG_ERR != 0, let text, let client = client(data) else { return }
+        let line = String(cString: text)
+        // OpenSSL's queue comes first-to-last; the first entry is the cause.
+        if client.lastLoggedError == nil || !line.hasPrefix("OpenSSL Error[") || line.hasPrefix("OpenSSL Error[0]") {
+            client.lastLoggedError = line
+        }
     }
 
     private static let publishCallback: @convention(c) (OpaquePointer?, UnsafeMutableRawPointer?, Int32) -> Void = {

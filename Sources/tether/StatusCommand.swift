@@ -1,6 +1,8 @@
 import ArgumentParser
 import Configuration
+import Forwarding
 import Foundation
+import Readings
 import TetherDaemon
 
 struct StatusCommand: AsyncParsableCommand {
@@ -11,8 +13,13 @@ struct StatusCommand: AsyncParsableCommand {
             Reads the properties of io.tether.Tether1 on the system bus (anyone may). With --json, prints \
             one JSON object with stable keys: instance, running, state, device, adapter, connected_since, \
             connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, reconnects, \
-            window_attempt, next_attempt_in_seconds, last_error (times in UTC ISO 8601; null when not applicable). \
-            Exit status: 0 when running, 3 when the daemon is not running, 1 on other errors.
+            window_attempt, next_attempt_in_seconds, last_error, and forwarder (times in UTC ISO 8601; null when \
+            not applicable). The forwarder's state (tether forward) is read from its files in \
+            --forwarder-state-directory: null when no forwarder ever ran there, else an object with running, \
+            connected, broker, since, acknowledged_seq, backlog (records on disk not yet acknowledged), \
+            gap_records, last_error and error (why some of it could not be read). \
+            Exit status: 0 when the daemon runs, 3 when it does not (the forwarder's state is printed either way), \
+            1 on other errors.
             """
     )
 
@@ -21,20 +28,74 @@ struct StatusCommand: AsyncParsableCommand {
     @Flag(help: "Print JSON instead of text.")
     var json = false
 
+    @Option(help: ArgumentHelp("Where tether forward keeps its cursor and status.", valueName: "directory"))
+    var forwarderStateDirectory = "/var/lib/tether-forward"
+
     func run() async throws {
         let instance = try instanceOptions.resolved()
+        let forwarder = ForwarderReport.read(stateDirectory: forwarderStateDirectory, instance: instance)
         let client = await ControlConnection.connect(instance)
         let status: LinkStatus
         do {
             status = try await client.status()
         } catch {
-            if json, case .notRunning = error {
-                print(StatusReport.notRunning(instance: instance).json())
+            if case .notRunning = error {
+                let report = StatusReport(instance: instance, status: nil, forwarder: forwarder, now: Date())
+                if json {
+                    print(report.json())
+                } else if forwarder != nil {
+                    print(report.text())
+                }
             }
             ControlConnection.exit(error)
         }
-        let report = StatusReport(instance: instance, status: status, now: Date())
+        let report = StatusReport(instance: instance, status: status, forwarder: forwarder, now: Date())
         print(json ? report.json() : report.text())
+    }
+}
+
+/// The forwarder's part of `tether status`: its status file, its cursor and
+/// the newest seq on disk, each read without asking the forwarder.
+struct ForwarderReport {
+    /// nil: the status file could not be read (see `error`).
+    var state: ForwarderStatusFile.Contents?
+    var alive: Bool
+    var acknowledgedSeq: UInt64?
+    var backlog: UInt64?
+    /// What could not be read, and why.
+    var error: String?
+
+    /// nil when no forwarder ever ran with this state directory.
+    static func read(stateDirectory: String, instance: InstanceName) -> ForwarderReport? {
+        var report = ForwarderReport(state: nil, alive: false)
+        var problems: [String] = []
+        do {
+            report.state = try ForwarderStatusFile(stateDirectory: stateDirectory, instance: instance).read()
+        } catch {
+            problems.append(error.description)
+        }
+        let cursor = ForwardCursor(stateDirectory: stateDirectory, instance: instance)
+        if report.state == nil, problems.isEmpty, access(cursor.path, F_OK) != 0, errno == ENOENT {
+            return nil
+        }
+        if let state = report.state {
+            report.alive = ForwarderStatusFile.isAlive(state)
+        }
+        do {
+            report.acknowledgedSeq = try cursor.load()
+        } catch {
+            problems.append(error.description)
+        }
+        if let state = report.state, let acknowledged = report.acknowledgedSeq {
+            do {
+                let last = try ReadingLogTail.lastSeq(inDirectory: state.readingsDirectory) ?? 0
+                report.backlog = last > acknowledged ? last - acknowledged : 0
+            } catch {
+                problems.append("the backlog is unknown: \(error)")
+            }
+        }
+        report.error = problems.isEmpty ? nil : problems.joined(separator: "; ")
+        return report
     }
 }
 
@@ -42,18 +103,20 @@ struct StatusCommand: AsyncParsableCommand {
 struct StatusReport {
     var instance: InstanceName
     var status: LinkStatus?
+    var forwarder: ForwarderReport?
     var now: Date
 
-    static func notRunning(instance: InstanceName) -> StatusReport {
-        StatusReport(instance: instance, status: nil, now: Date())
-    }
-
     func text() -> String {
-        guard let s = status else { return "tether (\(instance)): not running" }
-        var lines = ["tether (\(instance)): \(s.state.rawValue)"]
+        var lines: [String] = []
         func row(_ label: String, _ value: String) {
             lines.append("  " + label.padding(toLength: 14, withPad: " ", startingAt: 0) + value)
         }
+        guard let s = status else {
+            lines.append("tether (\(instance)): not running")
+            forwarderRows(row)
+            return lines.joined(separator: "\n")
+        }
+        lines.append("tether (\(instance)): \(s.state.rawValue)")
         row("device", (s.device ?? "not found yet") + (s.adapter.map { " via \($0)" } ?? ""))
         if let since = s.connectedSince {
             row("connected", "for \(LinkStatus.age(now.timeIntervalSince(since))) (since \(Self.iso(since)))")
@@ -74,7 +137,31 @@ struct StatusReport {
             row("retry window", "none")
         }
         if let error = s.lastError { row("last error", error) }
+        forwarderRows(row)
         return lines.joined(separator: "\n")
+    }
+
+    /// "forwarder  connected to HOST:PORT for 2h 3m; acknowledged seq 1234, backlog 0"
+    private func forwarderRows(_ row: (String, String) -> Void) {
+        guard let f = forwarder else { return }
+        var state: String
+        if let s = f.state {
+            if !f.alive {
+                state = "not running"
+            } else if s.connected {
+                state = "connected to \(s.broker) for \(LinkStatus.age(now.timeIntervalSince(s.since)))"
+            } else {
+                state = "not connected to \(s.broker) (for \(LinkStatus.age(now.timeIntervalSince(s.since))))"
+            }
+        } else {
+            state = "state unknown"
+        }
+        if let acknowledged = f.acknowledgedSeq { state += "; acknowledged seq \(acknowledged)" }
+        if let backlog = f.backlog { state += ", backlog \(backlog)" }
+        row("forwarder", state)
+        if let s = f.state, f.alive, let error = s.lastError { row("broker error", error) }
+        if let s = f.state, s.gapRecords > 0 { row("forward gap", "\(s.gapRecords) records left the log undelivered") }
+        if let error = f.error { row("forwarder", error) }
     }
 
     /// Keys are fixed and always present (null when not applicable), so that
@@ -97,6 +184,24 @@ struct StatusReport {
                 ("last_error", s.lastError.map(quote) ?? "null"),
             ]
         }
+        fields.append(("forwarder", forwarderJSON()))
+        return "{" + fields.map { "\(quote($0.0)):\($0.1)" }.joined(separator: ",") + "}"
+    }
+
+    private func forwarderJSON() -> String {
+        guard let f = forwarder else { return "null" }
+        let s = f.state
+        let fields: [(String, String)] = [
+            ("running", f.alive ? "true" : "false"),
+            ("connected", s.map { f.alive && $0.connected ? "true" : "false" } ?? "null"),
+            ("broker", s.map { quote($0.broker) } ?? "null"),
+            ("since", s.map { quote(Self.iso($0.since)) } ?? "null"),
+            ("acknowledged_seq", f.acknowledgedSeq.map { "\($0)" } ?? "null"),
+            ("backlog", f.backlog.map { "\($0)" } ?? "null"),
+            ("gap_records", s.map { "\($0.gapRecords)" } ?? "null"),
+            ("last_error", s.flatMap(\.lastError).map(quote) ?? "null"),
+            ("error", f.error.map(quote) ?? "null"),
+        ]
         return "{" + fields.map { "\(quote($0.0)):\($0.1)" }.joined(separator: ",") + "}"
     }
 

@@ -31,7 +31,7 @@ import TetherDaemon
         let keys: Set<String> = [
             "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
             "last_reading_at", "last_reading_age_seconds", "readings_written", "reconnects", "window_attempt",
-            "next_attempt_in_seconds", "last_error",
+            "next_attempt_in_seconds", "last_error", "forwarder",
         ]
         #expect(Set(json.keys) == keys)
         #expect(json["device"] as? String == DaemonHarness.address)
@@ -81,9 +81,9 @@ import TetherDaemon
         let status = try await tether.run(["status"])
         #expect(status.status == 3, "\(status.all)")
         #expect(status.stderr.contains("not running") && status.stderr.contains("io.tether.Tether"), "\(status.all)")
-        let json = try await tether.run(["status", "--json", "--instance", "east"])
+        let json = try await tether.run(["status", "--json", "--instance", "east", "--forwarder-state-directory", harness.directory.path])
         #expect(json.status == 3)
-        #expect(json.stdout.contains(#"{"instance":"east","running":false}"#), "\(json.all)")
+        #expect(json.stdout.contains(#"{"instance":"east","running":false,"forwarder":null}"#), "\(json.all)")
         let reconnect = try await tether.run(["reconnect", "--instance", "east"])
         #expect(reconnect.status == 3)
         #expect(reconnect.stderr.contains("tether@east.service"), "\(reconnect.all)")

@@ -4,6 +4,7 @@ import Foundation
 import Logging
 import MQTT
 import Readings
+import Systemd
 import TestSupport
 import Testing
 
@@ -75,12 +76,34 @@ import Testing
         let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
         defer { broker.stop() }
         try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
-        let forwarder = try await ForwarderTests.RunningForwarder(
-            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+        // The journal's view: TETHER_EVENT fields, as journalctl filters them.
+        let journal = try DatagramReceiver(address: directory.path + "/journal")
+        let socketPath = journal.address
+        let logger = Logger(label: "tether-forward") { JournalLogHandler(label: $0, level: .info, socketPath: socketPath) }
+        var settings = Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10)
+        settings.statusFile = ForwarderStatusFile(path: directory.path + "/state/status.json")
+        let forwarder = try await ForwarderTests.RunningForwarder(settings, logger: logger)
         let done = await eventually(timeout: .seconds(20)) { forwarder.forwarder.status.acknowledgedSeq == 2000 }
         let status = forwarder.forwarder.status
+        let file = try #require(try settings.statusFile?.read())
+        broker.stop()
+        var entries: [ParsedJournalEntry] = []
+        _ = await eventually(timeout: .seconds(5)) {
+            while let datagram = try? journal.receive() {
+                if let entry = try? ParsedJournalEntry(datagram.passedFile ?? datagram.payload) { entries.append(entry) }
+            }
+            return entries.contains { $0["TETHER_EVENT"] == "broker-lost" }
+        }
         await forwarder.stop()
         #expect(done)
         #expect(status.gapRecords == first - 1, "the records before seq \(first) are counted as lost")
+        #expect(status.acknowledged == 2000 - (first - 1), "records acknowledged, counted once each")
+        #expect(file.gapRecords == first - 1 && file.running && file.readingsDirectory == readings, "\(file)")
+        let gap = try #require(entries.first { $0["TETHER_EVENT"] == "forward-gap" }, "\(entries.compactMap { $0["TETHER_EVENT"] })")
+        #expect(gap["TETHER_COUNT"] == "\(first - 1)" && gap["PRIORITY"] == "4", "\(gap)")
+        #expect(entries.contains { $0["TETHER_EVENT"] == "broker-connected" && $0["PRIORITY"] == "6" })
+        #expect(entries.contains { $0["TETHER_EVENT"] == "broker-lost" && $0["PRIORITY"] == "4" })
+        let stopped = try #require(try settings.statusFile?.read())
+        #expect(!stopped.running && !stopped.connected, "at stop the file says so: \(stopped)")
     }
 }

@@ -16,8 +16,8 @@ import Testing
         let loop = EventLoop(name: "test-forwarder")
         let forwarder: Forwarder
 
-        init(_ settings: Forwarder.Settings) async throws {
-            forwarder = Forwarder(settings: settings, loop: loop, logger: Logger(label: "forwarder-test"))
+        init(_ settings: Forwarder.Settings, logger: Logger = Logger(label: "forwarder-test")) async throws {
+            forwarder = Forwarder(settings: settings, loop: loop, logger: logger)
             let failure: Forwarder.StartFailure? = await withCheckedContinuation { continuation in
                 loop.execute { [forwarder] in
                     do throws(Forwarder.StartFailure) {

@@ -106,34 +106,12 @@ import Testing
         await f.close()
     }
 
-    /// A CA, a server certificate for 127.0.0.1 and a client certificate,
-    /// made by openssl; and a second CA that signed none of them.
-    static func makeCertificates(in directory: String) throws {
-        let script = """
-            set -e
-            cd '\(directory)'
-            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=test-ca -keyout ca.key -out ca.crt 2>/dev/null
-            openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj /CN=other-ca -keyout other.key -out other.crt 2>/dev/null
-            openssl req -newkey rsa:2048 -nodes -subj /CN=127.0.0.1 -addext subjectAltName=IP:127.0.0.1 -keyout server.key -out server.csr 2>/dev/null
-            openssl x509 -req -in server.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -copy_extensions copy -out server.crt 2>/dev/null
-            openssl req -newkey rsa:2048 -nodes -subj /CN=gateway -keyout client.key -out client.csr 2>/dev/null
-            openssl x509 -req -in client.csr -CA ca.crt -CAkey ca.key -CAcreateserial -days 2 -out client.crt 2>/dev/null
-            chmod 0644 *.key
-            """
-        let process = Process()
-        process.executableURL = URL(fileURLWithPath: "/bin/sh")
-        process.arguments = ["-c", script]
-        try process.run()
-        process.waitUntilExit()
-        try #require(process.terminationStatus == 0, "openssl failed")
-    }
-
     /// Mutual TLS: the right CA and a client certificate connect and
     /// publish; a CA that did not sign the server's certificate does not.
     @Test func mutualTLSConnectsAndAWrongCAIsRefused() async throws {
         let directory = try TemporaryDirectory("mqtt-tls")
         defer { directory.remove() }
-        try Self.makeCertificates(in: directory.path)
+        try TestCertificates.make(in: directory.path)
         let broker = try MosquittoBroker(
             directory: directory.url.appendingPathComponent("broker"),
             extraConfig: [
@@ -159,7 +137,10 @@ import Testing
             let bad = try await Fixture(options)
             #expect(await eventually { !bad.losses.isEmpty })
             #expect(bad.connects == 0)
-            print("figure: a wrong CA: \(bad.losses.first.map(\.description) ?? "-")")
+            let loss = try #require(bad.losses.first)
+            #expect(loss.kind == .tls, "\(loss)")
+            #expect(loss.description.contains("certificate verify failed"), "OpenSSL's reason is named: \(loss)")
+            print("figure: a wrong CA: \(loss.description)")
             await bad.close()
         } catch let error as MQTTError {
             print("figure: a wrong CA: \(error)")
@@ -179,6 +160,7 @@ import Testing
         #expect(await eventually { !f.losses.isEmpty })
         let loss = try #require(f.losses.first)
         #expect(loss.description.contains("not authorised") || loss.description.contains("refused"), "\(loss)")
+        #expect(loss.isCredentialRefusal, "\(loss.kind)")
         #expect(f.connects == 0)
         await f.close()
     }

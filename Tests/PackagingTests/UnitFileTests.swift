@@ -46,7 +46,7 @@ import Testing
         let file = try UnitFile(path: Self.source(unit))
         let expected: [(String, String)] = [
             ("Type", "notify"), ("NotifyAccess", "main"), ("Restart", "on-failure"),
-            ("User", "tether-forward"), ("Group", "tether-forward"), ("SupplementaryGroups", "tether"),
+            ("User", "tether-forward"), ("Group", "tether"),
             ("StateDirectory", "tether-forward"), ("ReadOnlyPaths", "/var/lib/tether"),
             ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""), ("NoNewPrivileges", "yes"),
             ("ProtectSystem", "strict"), ("RestartPreventExitStatus", "78"),

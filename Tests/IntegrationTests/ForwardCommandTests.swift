@@ -1,0 +1,191 @@
+import ChildProcess
+import DBus
+import Forwarding
+import Foundation
+import Readings
+import TestSupport
+import Testing
+
+/// `tether forward` as a process, as systemd runs it: its exit codes for
+/// what only the operator can fix, its logged retries for what the broker
+/// answers, and what `tether status` shows of it.
+@Suite(.serialized) struct ForwardCommandTests {
+    /// A temporary directory with a readings log, a config and a state directory.
+    struct Setup {
+        let directory: TemporaryDirectory
+        var readings: String { directory.path + "/readings" }
+        var state: String { directory.path + "/state" }
+        var config: String { directory.path + "/tether.toml" }
+
+        init(records: Int) throws {
+            directory = try TemporaryDirectory("forward-command")
+            try FileManager.default.createDirectory(atPath: state, withIntermediateDirectories: true)
+            let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+            if records > 0 { try log.append((1...records).map { ForwarderBacklogTests.reading(UInt32($0)) }) }
+            log.close()
+        }
+
+        func append(_ range: ClosedRange<Int>) throws {
+            let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+            try log.append(range.map { ForwarderBacklogTests.reading(UInt32($0)) })
+            log.close()
+        }
+
+        func writeConfig(mqtt: [String]) throws {
+            try """
+            [dongle]
+            address = "AA:BB:CC:DD:EE:FF"
+            [readings]
+            directory = "\(readings)"
+            [mqtt]
+            \(mqtt.joined(separator: "\n"))
+            """.write(toFile: config, atomically: false, encoding: .utf8)
+        }
+
+        func forward(log: String = "forward.log") throws -> ChildProcess {
+            try ChildProcess(
+                executable: DaemonProcessTests.tetherPath,
+                arguments: ["forward", "--config", config, "--state-directory", state],
+                stderrPath: directory.path + "/" + log
+            )
+        }
+
+        func log(_ name: String = "forward.log") -> String {
+            (try? String(contentsOfFile: directory.path + "/" + name, encoding: .utf8)) ?? ""
+        }
+
+        func cursor() throws -> UInt64 { try ForwardCursor(path: state + "/cursor").load() }
+    }
+
+    /// A missing password file or TLS file cannot heal by retrying: exit 78
+    /// (systemd's RestartPreventExitStatus) naming the setting and the file.
+    @Test(arguments: [
+        ("password_file", [#"username = "gw17""#, #"password_file = "/nonexistent/mqtt.password""#], "mqtt://127.0.0.1:1"),
+        ("ca_file", [#"ca_file = "/nonexistent/ca.crt""#], "mqtts://127.0.0.1:1"),
+        ("cert_file", [#"cert_file = "/nonexistent/client.crt""#, #"key_file = "/nonexistent/client.key""#], "mqtts://127.0.0.1:1"),
+    ])
+    func aFileOnlyTheOperatorCanFixExits78(setting: String, lines: [String], url: String) async throws {
+        let setup = try Setup(records: 10)
+        defer { setup.directory.remove() }
+        try setup.writeConfig(mqtt: [#"url = "\#(url)""#] + lines)
+        let process = try setup.forward()
+        let status = process.wait(timeout: .seconds(10))
+        let log = setup.log()
+        #expect(ChildProcess.exitCode(status) == 78, "\(log)")
+        #expect(log.contains("mqtt.\(setting)") && log.contains("/nonexistent/"), "names the setting and the file: \(log)")
+        #expect(try setup.cursor() == 0)
+        #expect(try ReadingLog.readRecords(directory: setup.readings).count == 10, "the readings are untouched")
+    }
+
+    /// A broker that refuses the password, or a certificate the CA does not
+    /// verify: the broker's side may be what changes, so the forwarder keeps
+    /// retrying, and says as an error what to check; SIGTERM still ends it
+    /// with 0, nothing was acknowledged and nothing is lost.
+    @Test(arguments: ["password", "ca"])
+    func aRefusalByTheBrokerIsLoggedNamingTheCauseAndRetried(wrong: String) async throws {
+        let setup = try Setup(records: 100)
+        defer { setup.directory.remove() }
+        let broker: MosquittoBroker
+        if wrong == "password" {
+            broker = try MosquittoBroker(directory: setup.directory.url.appendingPathComponent("broker"), passwords: ["gw17": "right"])
+            try "wrong\n".write(toFile: setup.directory.path + "/password", atomically: false, encoding: .utf8)
+            try setup.writeConfig(mqtt: [
+                #"url = "mqtt://127.0.0.1:\#(broker.port)""#, #"username = "gw17""#,
+                #"password_file = "\#(setup.directory.path)/password""#,
+            ])
+        } else {
+            try TestCertificates.make(in: setup.directory.path)
+            broker = try MosquittoBroker(
+                directory: setup.directory.url.appendingPathComponent("broker"),
+                extraConfig: ["cafile \(setup.directory.path)/ca.crt", "certfile \(setup.directory.path)/server.crt",
+                              "keyfile \(setup.directory.path)/server.key"]
+            )
+            try setup.writeConfig(mqtt: [
+                #"url = "mqtts://127.0.0.1:\#(broker.port)""#, #"ca_file = "\#(setup.directory.path)/other.crt""#,
+            ])
+        }
+        defer { broker.stop() }
+        let process = try setup.forward()
+        let expected = wrong == "password"
+            ? ["not authorised", "check mqtt.username and mqtt.password_file", "event=broker-refused"]
+            : ["certificate verify failed", "check mqtt.ca_file", "event=broker-tls-failed"]
+        let logged = await eventually(timeout: .seconds(10)) { expected.allSatisfy { setup.log().contains($0) } }
+        #expect(logged, "\(setup.log())")
+        #expect(process.isRunning, "a refusal is retried, not an exit: \(setup.log())")
+        #expect(!setup.log().contains("wrong"), "the password is never logged")
+
+        let bus = try BusDaemonProcess(directory: setup.directory.url.appendingPathComponent("bus"))
+        defer { bus.stop() }
+        let tether = TetherCommand(directory: setup.directory.url, busAddress: bus.address)
+        let report = try #require(try await Self.forwarderJSON(tether, state: setup.state))
+        #expect(report["running"] as? Bool == true)
+        #expect(report["connected"] as? Bool == false)
+        #expect((report["last_error"] as? String)?.contains(expected[0]) == true, "\(report)")
+        #expect(report["backlog"] as? Int == 100)
+
+        let status = process.terminate()
+        #expect(ChildProcess.exitCode(status) == 0, "\(setup.log())")
+        #expect(try setup.cursor() == 0)
+        #expect(try ReadingLog.readRecords(directory: setup.readings).count == 100)
+    }
+
+    /// `tether status` shows the forwarder: connected and caught up; not
+    /// connected with a backlog while the broker is away; not running
+    /// after a SIGKILL (the file cannot say so, the pid check does).
+    @Test func statusShowsTheForwardersConnectionCursorAndBacklog() async throws {
+        let setup = try Setup(records: 1000)
+        defer { setup.directory.remove() }
+        let broker = try MosquittoBroker(directory: setup.directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try setup.writeConfig(mqtt: [#"url = "mqtt://127.0.0.1:\#(broker.port)""#, "batch = 10"])
+        let bus = try BusDaemonProcess(directory: setup.directory.url.appendingPathComponent("bus"))
+        defer { bus.stop() }
+        let tether = TetherCommand(directory: setup.directory.url, busAddress: bus.address)
+
+        // Before any forwarder ran here: null, and no row in the text.
+        let none = try await tether.run(["status", "--json", "--forwarder-state-directory", setup.state])
+        #expect(none.status == 3, "no daemon runs: \(none.all)")
+        #expect(none.stdout.contains(#""forwarder":null"#), "\(none.all)")
+
+        let process = try setup.forward()
+        var report: [String: Any] = [:]
+        let caughtUp = await eventually(timeout: .seconds(15), every: .milliseconds(200)) {
+            report = ((try? await Self.forwarderJSON(tether, state: setup.state)) ?? nil) ?? [:]
+            return report["acknowledged_seq"] as? Int == 1000
+        }
+        #expect(caughtUp, "\(report)\n\(setup.log())")
+        #expect(report["running"] as? Bool == true && report["connected"] as? Bool == true, "\(report)")
+        #expect(report["broker"] as? String == "127.0.0.1:\(broker.port)")
+        #expect(report["backlog"] as? Int == 0 && report["gap_records"] as? Int == 0 && report["error"] is NSNull, "\(report)")
+        let text = try await tether.run(["status", "--forwarder-state-directory", setup.state])
+        #expect(text.status == 3)
+        #expect(text.stdout.contains("tether (default): not running"), "\(text.all)")
+        #expect(text.stdout.contains("forwarder     connected to 127.0.0.1:\(broker.port)")
+                && text.stdout.contains("acknowledged seq 1000, backlog 0"), "\(text.all)")
+
+        broker.stop()
+        try setup.append(1001...1050)
+        let away = await eventually(timeout: .seconds(10), every: .milliseconds(200)) {
+            report = ((try? await Self.forwarderJSON(tether, state: setup.state)) ?? nil) ?? [:]
+            return report["connected"] as? Bool == false
+        }
+        #expect(away, "\(report)")
+        #expect(report["backlog"] as? Int == 50 && report["acknowledged_seq"] as? Int == 1000, "\(report)")
+        #expect(report["last_error"] is String, "\(report)")
+        #expect(setup.log().contains("event=broker-lost"), "\(setup.log())")
+
+        process.signal(SIGKILL)
+        _ = process.wait()
+        report = try #require(try await Self.forwarderJSON(tether, state: setup.state))
+        #expect(report["running"] as? Bool == false && report["connected"] as? Bool == false, "\(report)")
+        #expect(report["backlog"] as? Int == 50)
+    }
+
+    /// `tether status --json`'s forwarder object.
+    /// nil when there is none (yet).
+    static func forwarderJSON(_ tether: TetherCommand, state: String) async throws -> [String: Any]? {
+        let result = try await tether.run(["status", "--json", "--forwarder-state-directory", state])
+        let object = try JSONSerialization.jsonObject(with: Data(result.stdout.utf8)) as? [String: Any]
+        return object?["forwarder"] as? [String: Any]
+    }
+}

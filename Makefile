@@ -205,8 +205,9 @@ check-units: $(if $(TETHER_BIN),,build)
 	@echo "check-units: every unit passes security (exposure at most $(SECURITY_THRESHOLD)/10) and verify"
 
 # Benchmarks against the simulator, side by side with a Python peer (bleak +
-# bleak-retry-connector, bench/peer_bleak.py, installed into BENCH_VENV):
-# footprint, ingest, keepalive, recovery, startup (bench/run.py says what each
+# bleak-retry-connector, and paho-mqtt for forwarding: bench/peer_bleak.py,
+# installed into BENCH_VENV): footprint, ingest, keepalive, recovery, startup,
+# forward (against Debian's mosquitto; bench/run.py says what each
 # measures). Prints one table per benchmark and writes the figures to
 # .build/bench/results.json; asserts nothing. One of them: make bench BENCH=ingest.
 # The runs hold /tmp/tether-build.lock so no build on this machine distorts them.
@@ -219,16 +220,17 @@ BENCH_NOTIFY_PATHS       ?= start-notify,acquire-notify
 BENCH_KEEPALIVE_DURATION ?= 10m
 BENCH_KEEPALIVE_RATE     ?= 20000
 BENCH_DROPS              ?= 50
+BENCH_FORWARD_DURATION   ?= 20s
 .PHONY: bench
 bench: deps
 	flock /tmp/tether-build.lock $(SWIFT) build -c release --static-swift-stdlib
 	@command -v python3 >/dev/null || { echo "bench needs python3" >&2; exit 1; }
 	@[ -x $(BENCH_VENV)/bin/pip ] || python3 -m venv $(BENCH_VENV) || { \
 	  echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }
-	@$(BENCH_VENV)/bin/python -c 'import bleak, bleak_retry_connector' 2>/dev/null || \
-	  $(BENCH_VENV)/bin/pip install -q bleak bleak-retry-connector
+	@$(BENCH_VENV)/bin/python -c 'import bleak, bleak_retry_connector, paho.mqtt' 2>/dev/null || \
+	  $(BENCH_VENV)/bin/pip install -q bleak bleak-retry-connector paho-mqtt
 	flock /tmp/tether-build.lock env TETHER_BIN="$(BIN)" PEER_PYTHON="$(abspath $(BENCH_VENV))/bin/python" \
 	  BENCH_FOOTPRINT_DURATION=$(BENCH_FOOTPRINT_DURATION) BENCH_INGEST_DURATION=$(BENCH_INGEST_DURATION) \
 	  BENCH_INGEST_RATES=$(BENCH_INGEST_RATES) BENCH_NOTIFY_PATHS=$(BENCH_NOTIFY_PATHS) BENCH_KEEPALIVE_DURATION=$(BENCH_KEEPALIVE_DURATION) \
-	  BENCH_KEEPALIVE_RATE=$(BENCH_KEEPALIVE_RATE) \
+	  BENCH_KEEPALIVE_RATE=$(BENCH_KEEPALIVE_RATE) BENCH_FORWARD_DURATION=$(BENCH_FORWARD_DURATION) \
 	  BENCH_DROPS=$(BENCH_DROPS) python3 bench/run.py $(BENCH)

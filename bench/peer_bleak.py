@@ -6,7 +6,13 @@ address, subscribe to NUS TX, write a keep-alive to NUS RX every interval,
 reconnect on disconnect, append each notification as a JSON line, fsync the
 file every second, flush and exit 0 on SIGTERM/SIGINT.
 
-    peer_bleak.py --address AA:BB:CC:DD:EE:FF --out DIR [--interval 1.0]
+With --mqtt HOST:PORT it also publishes each notification's JSON line to a
+broker straight from memory, as BLE-to-MQTT gateways (Theengs Gateway,
+ble2mqtt) do: paho-mqtt's own network thread, QoS --mqtt-qos (1 by default,
+the same guarantee per message as Tether's forwarder), nothing kept on disk
+for the broker: what is queued in memory dies with the process.
+
+    peer_bleak.py --address AA:BB:CC:DD:EE:FF --out DIR [--interval 1.0] [--mqtt 127.0.0.1:1883]
 
 bleak talks to the system bus; DBUS_SYSTEM_BUS_ADDRESS points it elsewhere
 (dbus-fast reads it). Status lines on stdout: "online", "offline", "error …".
@@ -39,7 +45,22 @@ async def main() -> int:
     parser.add_argument("--retry-pause", type=float, default=1.0, help="pause after a failed connect, seconds")
     parser.add_argument("--acquire-notify", action="store_true",
                         help="subscribe with AcquireNotify (bleak's use_start_notify=False); default StartNotify, bleak's default")
+    parser.add_argument("--mqtt", help="HOST:PORT of a broker to publish every reading to")
+    parser.add_argument("--mqtt-topic", default="peer/readings")
+    parser.add_argument("--mqtt-qos", type=int, default=1)
     args = parser.parse_args()
+
+    mqtt = None
+    if args.mqtt:
+        import paho.mqtt.client as paho  # only the forwarding benchmark needs it
+
+        host, _, port = args.mqtt.rpartition(":")
+        mqtt = paho.Client(paho.CallbackAPIVersion.VERSION2, client_id="peer-forwarder", clean_session=False)
+        mqtt.max_inflight_messages_set(64)
+        mqtt.max_queued_messages_set(0)  # unlimited: queue in memory while the broker is away
+        mqtt.reconnect_delay_set(1, 60)
+        mqtt.connect_async(host, int(port), keepalive=30)
+        mqtt.loop_start()
 
     os.makedirs(args.out, exist_ok=True)
     out = open(os.path.join(args.out, "readings.jsonl"), "a", encoding="utf-8")
@@ -53,10 +74,13 @@ async def main() -> int:
         nonlocal seq
         seq += 1
         now = datetime.datetime.now(datetime.timezone.utc)
-        out.write(json.dumps({
+        line = json.dumps({
             "ts": now.isoformat(timespec="milliseconds").replace("+00:00", "Z"),
             "seq": seq, "device": args.address, "char": TX, "source": "notify", "hex": data.hex(),
-        }, separators=(",", ":")) + "\n")
+        }, separators=(",", ":"))
+        out.write(line + "\n")
+        if mqtt is not None:
+            mqtt.publish(args.mqtt_topic, line, qos=args.mqtt_qos)
 
     async def flusher() -> None:
         while True:
@@ -100,6 +124,9 @@ async def main() -> int:
     out.flush()
     os.fsync(out.fileno())
     out.close()
+    if mqtt is not None:
+        mqtt.disconnect()
+        mqtt.loop_stop()
     return 0
 
 

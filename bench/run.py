@@ -10,10 +10,11 @@ BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
 BENCH_NOTIFY_PATHS (start-notify,acquire-notify: ingest runs both sides with each),
 BENCH_KEEPALIVE_DURATION (10m), BENCH_KEEPALIVE_RATE (20000), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
-BENCH_STARTUP_RUNS (10). Prints one table per benchmark and merges the figures
-into BENCH_OUT/results.json. Asserts nothing.
+BENCH_STARTUP_RUNS (10), BENCH_FORWARD_DURATION (20s). Prints one table per
+benchmark and merges the figures into BENCH_OUT/results.json. Asserts nothing.
 """
 
+import getpass
 import json
 import os
 import re
@@ -201,7 +202,8 @@ def switches(pid):
 class Side:
     """`tether run` or the bleak peer against one simulator."""
 
-    def __init__(self, kind, work, sim, reconnect="", extra_env=None, keepalive=True, notify_path="start-notify"):
+    def __init__(self, kind, work, sim, reconnect="", extra_env=None, keepalive=True, notify_path="start-notify",
+                 mqtt_port=None):
         self.kind, self.readings = kind, f"{work}/readings-{kind}"
         env = {"DBUS_SYSTEM_BUS_ADDRESS": sim.address, **(extra_env or {})}
         log = open(f"{work}/{kind}.log", "w")
@@ -215,8 +217,15 @@ class Side:
             self.proc = spawn([BIN, "run", "--config", config], env, log)
         else:
             acquire = ["--acquire-notify"] if notify_path == "acquire-notify" else []
-            self.proc = spawn([PEER_PY, PEER, "--address", DONGLE, "--out", self.readings, "--interval", "1", *acquire],
-                              env, log)
+            forward = ["--mqtt", f"127.0.0.1:{mqtt_port}"] if mqtt_port else []
+            self.argv = [PEER_PY, PEER, "--address", DONGLE, "--out", self.readings, "--interval", "1", *acquire, *forward]
+            self.env, self.log = env, log
+            self.proc = spawn(self.argv, env, log)
+        self.pid = self.proc.pid
+
+    def restart(self):
+        """The peer again, after a SIGKILL (the forwarding benchmark's kills)."""
+        self.proc = spawn(self.argv, self.env, self.log)
         self.pid = self.proc.pid
 
     def stop(self):
@@ -556,6 +565,338 @@ def bench_startup():
     return {"tether": {"ready_ms": ready, "subscribed_ms": subscribed["tether"]}, "peer": {"subscribed_ms": subscribed["peer"]}}
 
 
+# MARK: forwarding (tether forward against Debian's mosquitto)
+
+MOSQUITTO = "/usr/sbin/mosquitto"
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def accepts(port):
+    try:
+        socket.create_connection(("127.0.0.1", port), 0.2).close()
+        return True
+    except OSError:
+        return False
+
+
+class Broker:
+    """Debian's mosquitto on a free loopback port: persistence on (a restart
+    keeps the subscriber's session), no limit on queued messages."""
+
+    def __init__(self, work):
+        self.work, self.port = work, free_port()
+        self.conf = f"{work}/mosquitto.conf"
+        with open(self.conf, "w") as f:
+            f.write(f"user {getpass.getuser()}\nlistener {self.port} 127.0.0.1\nallow_anonymous true\n"
+                    f"persistence true\npersistence_location {work}/\nmax_queued_messages 0\n"
+                    f"log_dest file {work}/mosquitto.log\n")
+        self.start()
+
+    def start(self):
+        self.proc = spawn([MOSQUITTO, "-c", self.conf])
+        if not wait_for(lambda: accepts(self.port), 5):
+            raise RuntimeError("mosquitto did not start")
+
+    def stop(self):
+        stop(self.proc)
+
+
+class Subscriber:
+    """mosquitto_sub with a persistent QoS 1 session, everything to one file."""
+
+    def __init__(self, work, port):
+        self.path, self.port, self.offset, self.seqs = f"{work}/received.txt", port, 0, []
+        self.start()
+
+    def start(self):
+        self.proc = spawn(["mosquitto_sub", "-h", "127.0.0.1", "-p", str(self.port), "-t", "#", "-q", "1", "-c",
+                           "-i", "bench-subscriber"], out=open(self.path, "ab"))
+        time.sleep(0.3)
+
+    def stop(self):
+        stop(self.proc)
+
+    def received(self):
+        """Dongle sequence numbers received so far, in arrival order (batched
+        payloads are one record per line)."""
+        with open(self.path, "rb") as f:
+            f.seek(self.offset)
+            data = f.read()
+        end = data.rfind(b"\n") + 1
+        self.offset += end
+        for line in data[:end].split(b"\n"):
+            if b'"source":"notify"' in line:
+                i = line.index(b'"hex":"') + 7
+                self.seqs.append(int.from_bytes(bytes.fromhex(line[i:i + 8].decode()), "little"))
+        return self.seqs
+
+
+class TetherForward:
+    """`tether forward` on the config `Side` wrote, its cursor in work/state."""
+
+    def __init__(self, work, state="state"):
+        self.work, self.state = work, f"{work}/{state}"
+        os.makedirs(self.state, exist_ok=True)
+        self.start()
+
+    def start(self):
+        self.proc = spawn([BIN, "forward", "--config", f"{self.work}/tether.toml", "--state-directory", self.state],
+                          out=open(f"{self.work}/forward.log", "a"))
+        self.pid = self.proc.pid
+
+    def cursor(self):
+        try:
+            return int(open(f"{self.state}/cursor").read())
+        except (OSError, ValueError):
+            return 0
+
+    def connected(self):
+        """What its status file (tether status's source) says."""
+        try:
+            return json.load(open(f"{self.state}/status.json"))["connected"]
+        except (OSError, ValueError, KeyError):
+            return False
+
+
+def last_seq_on_disk(directory):
+    """The log's newest record seq (its own, not the dongle's)."""
+    names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
+    for name in reversed(names):
+        with open(os.path.join(directory, name), "rb") as f:
+            lines = f.read().split(b"\n")[:-1]
+        if lines:
+            line = lines[-1]
+            i = line.index(b'"seq":') + 6
+            return int(line[i:line.index(b",", i)])
+    return 0
+
+
+def mqtt_config(port, batch):
+    return f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\nbatch = {batch}\n'
+
+
+def delivery(sim, sub):
+    sent = [e["seq"] for e in sim.log() if e["ev"] == "notify"]
+    got = sub.received()
+    return {"sent": len(sent), "received": len(got), "lost": len(set(sent) - set(got)),
+            "duplicates": len(got) - len(set(got))}
+
+
+def forward_live(kind, rate, batch, seconds):
+    """Both sides at `rate` for `seconds`: every reading to the broker while
+    it comes in. CPU per reading of the forwarding (tether forward alone; the
+    peer is one process) and of the whole side, the broker's, and how long
+    after the stream stopped the last reading arrived (a forwarder that keeps
+    up needs well under a second)."""
+    work = workdir("forward")
+    sim = Sim(work, "--notify-rate", "0")
+    broker = Broker(work)
+    sub = Subscriber(work, broker.port)
+    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, batch) if kind == "tether" else "",
+                mqtt_port=broker.port if kind == "peer" else None)
+    fwd = TetherForward(work) if kind == "tether" else None
+    try:
+        wait_subscribed(sim)
+        time.sleep(0.5)
+        pids = {"side": side.pid, "broker": broker.proc.pid, **({"forwarder": fwd.pid} if fwd else {})}
+        cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
+        sim.knob("SetNotifyRate", "d", rate)
+        time.sleep(seconds)
+        sim.knob("SetNotifyRate", "d", 0)
+        stopped = time.monotonic()
+        sent = lambda: {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        target = sent()
+        arrived = wait_for(lambda: target <= set(sub.received()), 60, 0.05)
+        lag = time.monotonic() - stopped if arrived else None
+        cpu1 = {k: proc_cpu(p) for k, p in pids.items()}
+        d = delivery(sim, sub)
+        n = max(1, d["sent"])
+        cpu = {k: (cpu1[k] - cpu0[k]) * 1e6 / n for k in pids}
+        return {**d, "rate": rate, "batch": batch, "achieved_per_s": d["sent"] / seconds, "last_arrival_after_s": lag,
+                "forwarding_cpu_us_per_reading": cpu.get("forwarder", cpu["side"]),
+                "side_cpu_us_per_reading": cpu["side"] + cpu.get("forwarder", 0),
+                "broker_cpu_us_per_reading": cpu["broker"]}
+    finally:
+        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
+            stop(p)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def forward_outage(kind, rate=1000, down=10):
+    """The broker stopped for `down` seconds at `rate`, then started again:
+    the time from its return until every reading sent before it returned has
+    arrived, and what was lost or doubled overall."""
+    work = workdir("forward-outage")
+    sim = Sim(work, "--notify-rate", "0")
+    broker = Broker(work)
+    sub = Subscriber(work, broker.port)
+    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, 1) if kind == "tether" else "",
+                mqtt_port=broker.port if kind == "peer" else None)
+    fwd = TetherForward(work) if kind == "tether" else None
+    try:
+        wait_subscribed(sim)
+        time.sleep(0.5)
+        sim.knob("SetNotifyRate", "d", rate)
+        time.sleep(3)
+        sub.stop()
+        broker.stop()
+        time.sleep(down)
+        broker.start()
+        returned = time.monotonic()
+        sub.start()
+        target = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        reconnected = []
+
+        def arrived():
+            if fwd and not reconnected and fwd.connected():
+                reconnected.append(time.monotonic() - returned)
+            return target <= set(sub.received())
+        caught_up = wait_for(arrived, 120, 0.02)
+        catch_up = time.monotonic() - returned if caught_up else None
+        time.sleep(3)
+        sim.knob("SetNotifyRate", "d", 0)
+        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        wait_for(lambda: final <= set(sub.received()), 60, 0.1)
+        return {**delivery(sim, sub), "rate": rate, "down_s": down, "return_to_caught_up_s": catch_up,
+                "return_to_reconnected_s": reconnected[0] if reconnected else None}
+    finally:
+        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
+            stop(p)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def forward_kills(kind, rate=1000, kills=5, spacing=2.0):
+    """SIGKILL the forwarder (the peer: its one process) `kills` times at
+    `rate`, restarting it at once: readings doubled and lost per kill."""
+    work = workdir("forward-kill")
+    sim = Sim(work, "--notify-rate", "0")
+    broker = Broker(work)
+    sub = Subscriber(work, broker.port)
+    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, 1) if kind == "tether" else "",
+                mqtt_port=broker.port if kind == "peer" else None)
+    fwd = TetherForward(work) if kind == "tether" else None
+    try:
+        wait_subscribed(sim)
+        time.sleep(0.5)
+        sim.knob("SetNotifyRate", "d", rate)
+        for _ in range(kills):
+            time.sleep(spacing)
+            victim = fwd.proc if fwd else side.proc
+            os.kill(victim.pid, signal.SIGKILL)
+            victim.wait()
+            if fwd:
+                fwd.start()
+            else:
+                side.restart()
+        time.sleep(spacing)
+        sim.knob("SetNotifyRate", "d", 0)
+        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        wait_for(lambda: final <= set(sub.received()), 30, 0.1)
+        d = delivery(sim, sub)
+        return {**d, "rate": rate, "kills": kills, "duplicates_per_kill": d["duplicates"] / kills,
+                "lost_per_kill": d["lost"] / kills}
+    finally:
+        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
+            stop(p)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def forward_backlog(batch, seconds=5, rate=20000):
+    """Readings written while no forwarder ran (`rate` for `seconds`), then
+    `tether forward` started: records per second until the broker has
+    acknowledged all of them (the cursor at the log's last seq)."""
+    work = workdir("forward-backlog")
+    sim = Sim(work, "--notify-rate", "0")
+    broker = Broker(work)
+    sub = Subscriber(work, broker.port)
+    side = Side("tether", work, sim, reconnect=mqtt_config(broker.port, batch))
+    fwd = None
+    try:
+        wait_subscribed(sim)
+        sim.knob("SetNotifyRate", "d", rate)
+        time.sleep(seconds)
+        sim.knob("SetNotifyRate", "d", 0)
+        time.sleep(2)
+        last = last_seq_on_disk(side.readings)
+        started = time.monotonic()
+        fwd = TetherForward(work)
+        done = wait_for(lambda: fwd.cursor() >= last, 300, 0.01)
+        elapsed = time.monotonic() - started
+        cpu = proc_cpu(fwd.pid)
+        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        wait_for(lambda: final <= set(sub.received()), 30, 0.1)
+        d = delivery(sim, sub)
+        return {**d, "batch": batch, "records": last, "seconds": elapsed if done else None,
+                "records_per_s": last / elapsed if done else None, "cpu_us_per_record": cpu * 1e6 / max(1, last)}
+    finally:
+        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
+            stop(p)
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_forward():
+    seconds = duration("BENCH_FORWARD_DURATION", "20s")
+    live = {}
+    for rate, batch in ((2000, 1), (20000, 100)):
+        for kind in SIDES:
+            r = forward_live(kind, rate, batch, seconds)
+            live[f"{kind}_{rate}"] = r
+            print(f"  forward live {kind} {rate}/s batch {batch if kind == 'tether' else 1}: sent {r['sent']}, "
+                  f"received {r['received']}, lost {r['lost']}, doubled {r['duplicates']}, "
+                  f"last arrival {fmt(r['last_arrival_after_s'])} s after the stream stopped, "
+                  f"{r['forwarding_cpu_us_per_reading']:.1f} µs CPU/reading forwarding", flush=True)
+    outage = {k: forward_outage(k) for k in SIDES}
+    kills = {k: forward_kills(k) for k in SIDES}
+    backlog = {b: forward_backlog(b) for b in (1, 100)}
+    for k in SIDES:
+        print(f"  forward outage {k}: {outage[k]}", flush=True)
+        print(f"  forward kills {k}: {kills[k]}", flush=True)
+    for b, r in backlog.items():
+        print(f"  forward backlog batch {b}: {r}", flush=True)
+    rows = []
+    for rate, batch in ((2000, 1), (20000, 100)):
+        t, p = live[f"tether_{rate}"], live[f"peer_{rate}"]
+        keeps_up = t["lost"] == 0 and (t["last_arrival_after_s"] or 99) < 1
+        rows += [(f"{rate}/s for {seconds:g}s (tether batch {batch}, peer one message each): lost / doubled",
+                  f"{t['lost']} / {t['duplicates']}", f"{p['lost']} / {p['duplicates']}", "0 lost", t["lost"] == 0),
+                 ("  last reading at the broker, s after the stream stopped", t["last_arrival_after_s"],
+                  p["last_arrival_after_s"], "< 1 (keeps up)", keeps_up),
+                 ("  forwarding CPU µs per reading (tether forward; the peer's one process)",
+                  t["forwarding_cpu_us_per_reading"], p["forwarding_cpu_us_per_reading"], "", None),
+                 ("  BLE + forwarding CPU µs per reading, all of the side's processes",
+                  t["side_cpu_us_per_reading"], p["side_cpu_us_per_reading"], "", None),
+                 ("  mosquitto's CPU µs per reading", t["broker_cpu_us_per_reading"], p["broker_cpu_us_per_reading"],
+                  "", None)]
+    t, p = outage["tether"], outage["peer"]
+    rows += [("broker down 10 s at 1000/s: broker back → everything sent before it arrived, s",
+              t["return_to_caught_up_s"], p["return_to_caught_up_s"], "", None),
+             ("  of it, broker back → reconnected (the retry backoff: 1 s doubling, ±20 %, capped at 60 s), s",
+              t["return_to_reconnected_s"], None, "", None),
+             ("  lost / doubled over the run", f"{t['lost']} / {t['duplicates']}", f"{p['lost']} / {p['duplicates']}",
+              "0 lost", t["lost"] == 0)]
+    t, p = kills["tether"], kills["peer"]
+    rows += [("SIGKILL ×5 at 1000/s (peer: its one process): doubled per kill", t["duplicates_per_kill"],
+              p["duplicates_per_kill"], "≤ 64 (max_inflight)", t["duplicates_per_kill"] <= 64),
+             ("  lost per kill", t["lost_per_kill"], p["lost_per_kill"], "0", t["lost"] == 0)]
+    for b, r in backlog.items():
+        rows.append((f"backlog of {r['records']} records on disk, batch {b}: records/s to all acknowledged",
+                     r["records_per_s"], None, "", None))
+        rows.append(("  CPU µs per record; lost / doubled", f"{r['cpu_us_per_record']:.1f}; {r['lost']} / {r['duplicates']}",
+                     None, "0 lost", r["lost"] == 0))
+    table("Forwarding to a local mosquitto (QoS 1, persistent subscriber; the peer publishes each reading from "
+          "memory with paho-mqtt)", rows)
+    return {"live": live, "outage": outage, "kills": kills, "backlog": {str(b): r for b, r in backlog.items()}}
+
+
 def fmt(v):
     if v is None:
         return "—"
@@ -579,7 +920,7 @@ def table(title, rows):
 
 
 BENCHES = {"footprint": bench_footprint, "ingest": bench_ingest, "keepalive": bench_keepalive,
-           "recovery": bench_recovery, "startup": bench_startup}
+           "recovery": bench_recovery, "startup": bench_startup, "forward": bench_forward}
 
 
 def main():

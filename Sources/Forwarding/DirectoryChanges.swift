@@ -1,48 +1,47 @@
 import EventLoop
-#if canImport(Glibc)
-import Glibc
-#endif
+import Readings
 
-/// inotify on a readings directory, as a descriptor of an `EventLoop`:
-/// `onChange` runs on the loop when files in it are created, written or
-/// renamed (the daemon appends, rotates, retention deletes).
+/// A readings directory's `ReadingsDirectoryWatch` as a descriptor of an
+/// `EventLoop`: `onChange` runs on the loop with what the events called for
+/// (read on; list the directory first after a rotation).
 ///
-/// Threading: confined to `loop`. Invariants: the watch and the inotify
-/// descriptor live from `init` to `close()`.
+/// Threading: confined to `loop`. Invariants: the loop watches the
+/// descriptor from `init` to `close()`, and never after the watch is closed.
 final class DirectoryChanges {
     private let loop: EventLoop
-    private var fd: Int32
-    private var watch: EventLoop.WatchID?
+    private let watch: ReadingsDirectoryWatch
+    private var loopWatch: EventLoop.WatchID?
+    private var isOpen = true
     private var buffer = [UInt8](repeating: 0, count: 16 << 10)
 
-    struct Failure: Error, CustomStringConvertible {
-        let description: String
-    }
-
-    init(directory: String, loop: EventLoop, onChange: @escaping () -> Void) throws(Failure) {
+    /// `onChange` gets what was drained, or the error that ended the watch
+    /// (the directory deleted or moved): no more calls come after that.
+    init(directory: String, loop: EventLoop, onChange: @escaping (Result<ReadingsDirectoryWatch.Changes, ReadingLogError>) -> Void) throws(ReadingLogError) {
         loop.checkIsolated()
         self.loop = loop
-        fd = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
-        guard fd >= 0 else { throw Failure(description: "inotify_init1: \(String(cString: strerror(errno)))") }
-        let mask = UInt32(IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE) | UInt32(IN_ONLYDIR)
-        guard inotify_add_watch(fd, directory, mask) >= 0 else {
-            let why = String(cString: strerror(errno))
-            Glibc.close(fd)
-            throw Failure(description: "\(directory): cannot watch the readings directory: \(why)")
+        watch = try ReadingsDirectoryWatch(directory: directory)
+        loopWatch = loop.watch(watch.descriptor, interest: .readable) { [unowned self] _ in
+            do throws(ReadingLogError) {
+                onChange(.success(try watch.drain(into: &buffer)))
+            } catch {
+                stopWatching()
+                onChange(.failure(error))
+            }
         }
-        watch = loop.watch(fd, interest: .readable) { [unowned self] _ in
-            // Every event means the same: read on. Drain them all.
-            while read(fd, &buffer, buffer.count) > 0 {}
-            onChange()
-        }
+    }
+
+    private func stopWatching() {
+        if let loopWatch { loop.removeWatch(loopWatch) }
+        loopWatch = nil
     }
 
     func close() {
-        if let watch { loop.removeWatch(watch) }
-        watch = nil
-        if fd >= 0 { Glibc.close(fd) }
-        fd = -1
+        stopWatching()
+        if isOpen { watch.close() }
+        isOpen = false
     }
 
-    deinit { if fd >= 0 { Glibc.close(fd) } }
+    deinit {
+        if isOpen { watch.close() }
+    }
 }

@@ -13,46 +13,34 @@ import Synchronization
 public final class ReadingLogFollower: Sendable {
     public let directory: String
     private let since: Date?
-    private let inotifyFD: Int32
+    private let watch: ReadingsDirectoryWatch
     /// `stop()` writes a byte to `stopPipe.write`; `run` polls `stopPipe.read`.
     private let stopPipe: (read: Int32, write: Int32)
     private let stopped = Atomic<Bool>(false)
     private let running = Atomic<Bool>(false)
-
-    private static let mask = UInt32(IN_MODIFY | IN_CREATE | IN_MOVED_TO | IN_CLOSE_WRITE | IN_DELETE_SELF | IN_MOVE_SELF)
-    /// Events after which the directory is listed again for new files.
-    private static let listingEvents = UInt32(IN_CREATE | IN_MOVED_TO | IN_Q_OVERFLOW)
-    /// Events that say the directory itself is gone.
-    private static let goneEvents = UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT)
 
     /// Starts watching `directory` (so that nothing written from now on is missed).
     /// Throws a `ReadingLogError` if it cannot be watched or read.
     public init(directory: String, since: Date? = nil) throws {
         self.directory = directory
         self.since = since
-        let inotify = inotify_init1(Int32(IN_CLOEXEC | IN_NONBLOCK))
-        guard inotify >= 0 else { throw LogFileSystem.failure("inotify_init1", directory) }
-        guard inotify_add_watch(inotify, directory, Self.mask | UInt32(IN_ONLYDIR)) >= 0 else {
-            let error = LogFileSystem.failure("inotify_add_watch", directory)
-            LogFileSystem.closeFile(inotify)
-            throw error
-        }
+        let watch = try ReadingsDirectoryWatch(directory: directory)
         var fds: [Int32] = [-1, -1]
         guard pipe(&fds) == 0 else {
             let error = LogFileSystem.failure("pipe", directory)
-            LogFileSystem.closeFile(inotify)
+            watch.close()
             throw error
         }
         for fd in fds {
             _ = fcntl(fd, F_SETFD, FD_CLOEXEC)
             _ = fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK)
         }
-        inotifyFD = inotify
+        self.watch = watch
         stopPipe = (fds[0], fds[1])
     }
 
     deinit {
-        LogFileSystem.closeFile(inotifyFD)
+        watch.close()
         LogFileSystem.closeFile(stopPipe.read)
         LogFileSystem.closeFile(stopPipe.write)
     }
@@ -86,8 +74,8 @@ public final class ReadingLogFollower: Sendable {
             try reader.readAvailable(to: guardedSink)
             var events = [UInt8](repeating: 0, count: 64 << 10)
             while try waitForEvents() {
-                guard let needsListing = try drainEvents(into: &events) else { return }
-                try reader.readAvailable(listDirectory: needsListing, to: guardedSink)
+                let changes = try watch.drain(into: &events)
+                try reader.readAvailable(listDirectory: changes.needsListing, to: guardedSink)
             }
         } catch is Stopped {
             return
@@ -97,7 +85,7 @@ public final class ReadingLogFollower: Sendable {
     /// Blocks until inotify has events (true) or `stop()` was called (false).
     private func waitForEvents() throws -> Bool {
         var fds = [
-            pollfd(fd: inotifyFD, events: Int16(POLLIN), revents: 0),
+            pollfd(fd: watch.descriptor, events: Int16(POLLIN), revents: 0),
             pollfd(fd: stopPipe.read, events: Int16(POLLIN), revents: 0),
         ]
         while true {
@@ -110,36 +98,6 @@ public final class ReadingLogFollower: Sendable {
             if fds[1].revents != 0 { return false }
             if fds[0].revents & Int16(POLLIN) != 0 { return true }
             if fds[0].revents != 0 { throw LogFileSystem.failure("poll", directory, EIO) }
-        }
-    }
-
-    /// Reads every pending inotify event. Returns whether one calls for listing the
-    /// directory, or nil if the directory is gone.
-    private func drainEvents(into buffer: inout [UInt8]) throws -> Bool? {
-        var needsListing = false
-        while true {
-            let count = buffer.withUnsafeMutableBytes { read(inotifyFD, $0.baseAddress, $0.count) }
-            if count < 0 {
-                if errno == EINTR { continue }
-                if errno == EAGAIN || errno == EWOULDBLOCK { return needsListing }
-                throw LogFileSystem.failure("read inotify", directory)
-            }
-            if count == 0 { return needsListing }
-            var gone = false
-            buffer.withUnsafeBytes { bytes in
-                // struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }
-                var offset = 0
-                while offset + 16 <= count {
-                    let mask = bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
-                    let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
-                    if mask & Self.goneEvents != 0 { gone = true }
-                    if mask & Self.listingEvents != 0 { needsListing = true }
-                    offset += 16 + length
-                }
-            }
-            if gone {
-                throw ReadingLogError(operation: "follow (the directory was deleted or moved)", path: directory, code: ENOENT)
-            }
         }
     }
 }

@@ -664,10 +664,13 @@ class TetherForward:
 
 
 def last_seq_on_disk(directory):
-    """The log's newest record seq (its own, not the dongle's)."""
+    """The log's newest complete record's seq (its own, not the dongle's),
+    from the last 64 KiB of the newest non-empty file."""
     names = sorted(n for n in os.listdir(directory) if n.endswith(".jsonl"))
     for name in reversed(names):
         with open(os.path.join(directory, name), "rb") as f:
+            f.seek(0, os.SEEK_END)
+            f.seek(max(0, f.tell() - 65536))
             lines = f.read().split(b"\n")[:-1]
         if lines:
             line = lines[-1]
@@ -706,18 +709,27 @@ def forward_live(kind, rate, batch, seconds):
         pids = {"side": side.pid, "broker": broker.proc.pid, **({"forwarder": fwd.pid} if fwd else {})}
         cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
         sim.knob("SetNotifyRate", "d", rate)
-        time.sleep(seconds)
+        # Tether's backlog (records on disk not yet acknowledged), sampled:
+        # a forwarder that keeps up holds it to what a fraction of a second brings.
+        backlog, end = [], time.monotonic() + seconds
+        while time.monotonic() < end:
+            time.sleep(0.5)
+            if fwd:
+                try:
+                    backlog.append(max(0, last_seq_on_disk(side.readings) - fwd.cursor()))
+                except (OSError, ValueError):
+                    pass
         sim.knob("SetNotifyRate", "d", 0)
         stopped = time.monotonic()
-        sent = lambda: {e["seq"] for e in sim.log() if e["ev"] == "notify"}
-        target = sent()
-        arrived = wait_for(lambda: target <= set(sub.received()), 60, 0.05)
+        target = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        arrived = wait_for(lambda: target <= set(sub.received()), 20, 0.05)
         lag = time.monotonic() - stopped if arrived else None
         cpu1 = {k: proc_cpu(p) for k, p in pids.items()}
         d = delivery(sim, sub)
         n = max(1, d["sent"])
         cpu = {k: (cpu1[k] - cpu0[k]) * 1e6 / n for k in pids}
         return {**d, "rate": rate, "batch": batch, "achieved_per_s": d["sent"] / seconds, "last_arrival_after_s": lag,
+                "backlog_max": max(backlog, default=None), "backlog_median": pct(backlog, 50),
                 "forwarding_cpu_us_per_reading": cpu.get("forwarder", cpu["side"]),
                 "side_cpu_us_per_reading": cpu["side"] + cpu.get("forwarder", 0),
                 "broker_cpu_us_per_reading": cpu["broker"]}
@@ -865,11 +877,14 @@ def bench_forward():
     rows = []
     for rate, batch in ((2000, 1), (20000, 100)):
         t, p = live[f"tether_{rate}"], live[f"peer_{rate}"]
-        keeps_up = t["lost"] == 0 and (t["last_arrival_after_s"] or 99) < 1
+        # Keeping up: never more than half a second's readings behind.
+        keeps_up = t["lost"] == 0 and t["backlog_max"] is not None and t["backlog_max"] <= rate / 2
         rows += [(f"{rate}/s for {seconds:g}s (tether batch {batch}, peer one message each): lost / doubled",
                   f"{t['lost']} / {t['duplicates']}", f"{p['lost']} / {p['duplicates']}", "0 lost", t["lost"] == 0),
+                 ("  backlog (on disk, not acknowledged) sampled every 0.5 s: median / max",
+                  f"{fmt(t['backlog_median'])} / {fmt(t['backlog_max'])}", None, f"max ≤ {rate // 2} (keeps up)", keeps_up),
                  ("  last reading at the broker, s after the stream stopped", t["last_arrival_after_s"],
-                  p["last_arrival_after_s"], "< 1 (keeps up)", keeps_up),
+                  p["last_arrival_after_s"], "", None),
                  ("  forwarding CPU µs per reading (tether forward; the peer's one process)",
                   t["forwarding_cpu_us_per_reading"], p["forwarding_cpu_us_per_reading"], "", None),
                  ("  BLE + forwarding CPU µs per reading, all of the side's processes",

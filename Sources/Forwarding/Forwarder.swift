@@ -77,6 +77,8 @@ public final class Forwarder: @unchecked Sendable {
     // MARK: Loop-confined state
     private var client: MQTTClient?
     private var changes: DirectoryChanges?
+    /// While the readings directory does not exist yet.
+    private var appearance: DirectoryAppearance?
     private var reader: ReadingLogReader?
     private var queue: [Record] = []
     private var queueHead = 0
@@ -157,6 +159,42 @@ public final class Forwarder: @unchecked Sendable {
         } catch {
             throw StartFailure(description: "MQTT: \(error.description)")
         }
+        if DirectoryAppearance.isDirectory(settings.readingsDirectory) {
+            try watchReadings()
+        } else {
+            // At a first boot the forwarder may start before `tether run`
+            // has created the directory: wait for it (a failure to read it
+            // once it exists is the config's, and ends the start).
+            let directory = settings.readingsDirectory
+            logger.notice("waiting for the readings directory \(directory) to appear (tether run creates it)")
+            do {
+                appearance = try DirectoryAppearance(path: directory, loop: loop) { [unowned self] in
+                    appearance = nil
+                    logger.notice("the readings directory \(directory) is there: forwarding from it")
+                    do throws(StartFailure) {
+                        try watchReadings()
+                    } catch {
+                        updateStatus { $0.lastError = error.description }
+                        logger.error("\(error.description)")
+                        writeStatusFile()
+                    }
+                    restartReading()
+                    pump()
+                }
+            } catch {
+                throw StartFailure(description: error.description)
+            }
+        }
+        turnEndHook = loop.addTurnEndHook { [unowned self] in
+            if cursorStoreDue { storeCursor() }
+        }
+        restartReading()
+        writeStatusFile()
+        connect()
+    }
+
+    /// Follows the readings directory's changes (it exists).
+    private func watchReadings() throws(StartFailure) {
         do {
             changes = try DirectoryChanges(directory: settings.readingsDirectory, loop: loop) { [unowned self] result in
                 switch result {
@@ -173,12 +211,6 @@ public final class Forwarder: @unchecked Sendable {
         } catch {
             throw StartFailure(description: error.description)
         }
-        turnEndHook = loop.addTurnEndHook { [unowned self] in
-            if cursorStoreDue { storeCursor() }
-        }
-        restartReading()
-        writeStatusFile()
-        connect()
     }
 
     /// Publishes `offline` (retained), disconnects and stores the cursor.
@@ -194,6 +226,8 @@ public final class Forwarder: @unchecked Sendable {
         client = nil
         changes?.close()
         changes = nil
+        appearance?.close()
+        appearance = nil
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
         storeCursor()
@@ -282,6 +316,10 @@ public final class Forwarder: @unchecked Sendable {
         queueHead = 0
         expectedSeq = cursor + 1
         listingPending = true
+        guard appearance == nil else {
+            reader = nil  // the directory is not there yet
+            return
+        }
         do {
             reader = try ReadingLogReader(directory: settings.readingsDirectory, afterSeq: cursor)
         } catch {

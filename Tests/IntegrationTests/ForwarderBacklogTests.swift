@@ -106,4 +106,27 @@ import Testing
         let stopped = try #require(try settings.statusFile?.read())
         #expect(!stopped.running && !stopped.connected, "at stop the file says so: \(stopped)")
     }
+
+    /// At a first boot the forwarder may start before `tether run` created
+    /// the readings directory (two levels of it, here): it waits for it,
+    /// watching the nearest ancestor, and forwards what is then written.
+    @Test func aReadingsDirectoryThatDoesNotExistYetIsWaitedFor() async throws {
+        let directory = try TemporaryDirectory("forward-appear")
+        defer { directory.remove() }
+        let readings = directory.path + "/instance/readings"
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let forwarder = try await ForwarderTests.RunningForwarder(
+            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+        #expect(await eventually { forwarder.forwarder.status.connected }, "it connects meanwhile")
+        try FileManager.default.createDirectory(atPath: directory.path + "/instance", withIntermediateDirectories: true)
+        try await Task.sleep(for: .milliseconds(100))
+        let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append((1...100).map { Self.reading(UInt32($0)) })
+        log.close()
+        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 100 }
+        await forwarder.stop()
+        #expect(done, "\(forwarder.forwarder.status)")
+    }
 }

@@ -127,7 +127,21 @@ completions: $(BIN_PREREQ)
 # completions and, unless one is there already, the example config. It starts
 # nothing and creates no user: see the hint it prints. The binary is stripped
 # (install -s): symbols are a quarter of it, and a gateway does not need them.
-install: man completions
+# A prebuilt binary (TETHER_BIN=…) installs without a Swift toolchain: the
+# completions come from the binary itself, and the man pages are generated
+# when $(SWIFT) is here, else taken from $(GEN_DIR)/man if they were copied
+# there (`make man` where a toolchain is), else left out with a warning.
+install: $(if $(TETHER_BIN),,man) completions
+	@if [ -n "$(TETHER_BIN)" ]; then \
+	  if command -v "$(SWIFT)" >/dev/null 2>&1; then \
+	    $(MAKE) --no-print-directory man TETHER_BIN="$(TETHER_BIN)" GEN_DIR="$(GEN_DIR)" SWIFT="$(SWIFT)"; \
+	  elif ls $(GEN_DIR)/man/*.1 >/dev/null 2>&1; then \
+	    echo "no $(SWIFT) here: installing the man pages already in $(GEN_DIR)/man"; \
+	  else \
+	    echo "warning: no man pages installed: $(SWIFT) is not here to generate them from $(TETHER_BIN);" \
+	      "run 'make man TETHER_BIN=…' where a toolchain is and copy $(GEN_DIR)/man here, or install the Debian package" >&2; \
+	  fi; \
+	fi
 	install -D -s -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
 	@set -e; for unit in $(UNITS); do \
 	  name=$$(basename $$unit); \
@@ -140,6 +154,7 @@ install: man completions
 	install -D -m 0644 systemd/io.tether.Tether.conf "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	@set -e; for page in $(GEN_DIR)/man/*.1; do \
+	  [ -e "$$page" ] || continue; \
 	  echo "install -D -m 0644 $$page $(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
 	  install -D -m 0644 $$page "$(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
 	done

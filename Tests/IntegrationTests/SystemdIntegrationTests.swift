@@ -53,6 +53,33 @@ import TetherDaemon
         await harness.stop()
     }
 
+    /// STATUS= says "no reading yet" when the link comes up, and "last
+    /// reading …" once the first reading is written: at once, not at the
+    /// next watchdog tick (here there is none: no WATCHDOG_USEC).
+    @Test func statusTellsOfTheFirstReadingAtOnce() async throws {
+        let harness = try await DaemonHarness()
+        let config = try DaemonProcessTests.writeConfig(harness)
+        let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
+        var environment = ProcessInfo.processInfo.environment
+        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
+        environment["NOTIFY_SOCKET"] = notify.address
+        environment["WATCHDOG_USEC"] = nil
+        let daemon = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+        var statuses: [String] = []
+        let told = await eventually(timeout: .seconds(10)) {
+            while let datagram = try? notify.receive() {
+                if let status = NotifyDatagram(datagram.payload)["STATUS"] { statuses.append(status) }
+            }
+            return statuses.contains { $0.hasPrefix("online \(DaemonHarness.address), last reading") }
+        }
+        #expect(told, "STATUS= lines: \(statuses)")
+        _ = daemon.terminate()
+        await harness.stop()
+    }
+
     @Test func noWatchdogPingsWithoutWatchdogUsecAndNothingWithoutNotifySocket() async throws {
         let harness = try await DaemonHarness()
         let config = try DaemonProcessTests.writeConfig(harness)

@@ -118,4 +118,35 @@ import Testing
         #expect(FileManager.default.fileExists(atPath: "\(root)/usr/local/share/man/man1/tether.1"))
         #expect(FileManager.default.fileExists(atPath: "\(root)/usr/local/share/zsh/site-functions/_tether"))
     }
+
+    /// A prebuilt binary installs on a box without a Swift toolchain (issue
+    /// 13's defect: `install` needed `man`, which builds a Swift tool). The
+    /// completions come from the binary; the man pages are left out with a
+    /// warning, or taken from GEN_DIR/man when they were copied there.
+    @Test(.enabled(if: Packaging.hasMake && Packaging.which("install") != nil, "needs make and install"))
+    func aPrebuiltBinaryInstallsWithoutAToolchain() throws {
+        let binary = try Packaging.requireBinary()
+        let directory = try TemporaryDirectory("tether-packaging")
+        defer { directory.remove() }
+        let bare = try Packaging.make([
+            "install", "DESTDIR=\(directory.path)/bare", "PREFIX=/usr", "TETHER_BIN=\(binary)",
+            "GEN_DIR=\(directory.path)/gen", "SWIFT=/nonexistent/swift",
+        ])
+        #expect(bare.status == 0, "\(bare)")
+        #expect(bare.output.contains("warning: no man pages installed"), "\(bare)")
+        #expect(FileManager.default.isExecutableFile(atPath: "\(directory.path)/bare/usr/bin/tether"))
+        #expect(FileManager.default.fileExists(atPath: "\(directory.path)/bare/usr/lib/systemd/system/tether-forward.service"))
+        #expect(FileManager.default.fileExists(atPath: "\(directory.path)/bare/usr/share/bash-completion/completions/tether"))
+        #expect(!FileManager.default.fileExists(atPath: "\(directory.path)/bare/usr/share/man/man1/tether.1"))
+
+        try FileManager.default.createDirectory(atPath: "\(directory.path)/gen/man", withIntermediateDirectories: true)
+        try ".Dd November 24, 2026\n.Dt TETHER 1\n".write(toFile: "\(directory.path)/gen/man/tether.1", atomically: false, encoding: .utf8)
+        let copied = try Packaging.make([
+            "install", "DESTDIR=\(directory.path)/copied", "PREFIX=/usr", "TETHER_BIN=\(binary)",
+            "GEN_DIR=\(directory.path)/gen", "SWIFT=/nonexistent/swift",
+        ])
+        #expect(copied.status == 0, "\(copied)")
+        #expect(copied.output.contains("installing the man pages already in"), "\(copied)")
+        #expect(FileManager.default.fileExists(atPath: "\(directory.path)/copied/usr/share/man/man1/tether.1"))
+    }
 }

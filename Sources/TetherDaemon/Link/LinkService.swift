@@ -90,6 +90,8 @@ public final class LinkService: @unchecked Sendable {
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
     private var published: PublishedFields?
+    /// A reading was written since start (loop-confined twin of `lastReadingAt`).
+    private var anyReadingWritten = false
     private var resolutionChangedSincePublish = true
 
     public init(
@@ -247,6 +249,13 @@ public final class LinkService: @unchecked Sendable {
         recorder.write(turnReadings)
         turnReadings.removeAll(keepingCapacity: true)
         shared.withLock { $0.lastReadingAt = last.receivedAt }
+        if !anyReadingWritten {
+            // STATUS= said "no reading yet": say otherwise now, not at the
+            // next watchdog tick (up to 15 s later). Later readings only age
+            // the line, which each tick refreshes.
+            anyReadingWritten = true
+            publishIfChanged([])
+        }
     }
 
     // MARK: bluetoothd's view
@@ -413,15 +422,19 @@ public final class LinkService: @unchecked Sendable {
         var supervisor: Supervisor.Status
         var device: String?
         var adapter: String?
+        /// Whether any reading was written since start ("no reading yet").
+        var anyReading: Bool
     }
 
     private func publishIfChanged(_ actions: [SupervisorAction]) {
         // Most events (a poll and its reply) change neither: skip the work.
-        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish else { return }
+        let anyReading = anyReadingWritten
+        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish || anyReading != published?.anyReading
+        else { return }
         resolutionChangedSincePublish = false
         let current = PublishedFields(
             supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
-            adapter: resolution.adapter?.interfaceName
+            adapter: resolution.adapter?.interfaceName, anyReading: anyReading
         )
         guard current != published else { return }
         published = current

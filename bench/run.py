@@ -683,49 +683,76 @@ def mqtt_config(port, batch):
     return f'[mqtt]\nurl = "mqtt://127.0.0.1:{port}"\nbatch = {batch}\n'
 
 
-def delivery(sim, sub):
-    sent = [e["seq"] for e in sim.log() if e["ev"] == "notify"]
-    got = sub.received()
-    return {"sent": len(sent), "received": len(got), "lost": len(set(sent) - set(got)),
-            "duplicates": len(got) - len(set(got))}
+class ForwardRig:
+    """One side of a forwarding benchmark, as a context manager: a simulator
+    (silent until told), mosquitto, a persistent subscriber, and either
+    `tether run` + `tether forward` (batch `batch`) or the peer with --mqtt;
+    `start_forwarder=False` leaves `tether forward` to be started later."""
+
+    def __init__(self, kind, name, batch=1, start_forwarder=True):
+        self.kind, self.work = kind, workdir(name)
+        self.sim = Sim(self.work, "--notify-rate", "0")
+        self.broker = Broker(self.work)
+        self.sub = Subscriber(self.work, self.broker.port)
+        tether = kind == "tether"
+        self.side = Side(kind, self.work, self.sim, reconnect=mqtt_config(self.broker.port, batch) if tether else "",
+                         mqtt_port=None if tether else self.broker.port)
+        self.fwd = TetherForward(self.work) if tether and start_forwarder else None
+
+    def __enter__(self):
+        try:
+            wait_subscribed(self.sim)
+        except BaseException:
+            self.__exit__()
+            raise
+        return self
+
+    def __exit__(self, *_):
+        for p in ([self.fwd.proc] if self.fwd else []) + [self.side.proc, self.sub.proc, self.broker.proc]:
+            stop(p)
+        self.sim.close()
+        shutil.rmtree(self.work, ignore_errors=True)
+
+    def sent(self):
+        return {e["seq"] for e in self.sim.log() if e["ev"] == "notify"}
+
+    def wait_received(self, seqs, timeout, step=0.1):
+        return wait_for(lambda: seqs <= set(self.sub.received()), timeout, step)
+
+    def delivery(self):
+        sent = [e["seq"] for e in self.sim.log() if e["ev"] == "notify"]
+        got = self.sub.received()
+        return {"sent": len(sent), "received": len(got), "lost": len(set(sent) - set(got)),
+                "duplicates": len(got) - len(set(got))}
 
 
 def forward_live(kind, rate, batch, seconds):
     """Both sides at `rate` for `seconds`: every reading to the broker while
     it comes in. CPU per reading of the forwarding (tether forward alone; the
-    peer is one process) and of the whole side, the broker's, and how long
-    after the stream stopped the last reading arrived (a forwarder that keeps
-    up needs well under a second)."""
-    work = workdir("forward")
-    sim = Sim(work, "--notify-rate", "0")
-    broker = Broker(work)
-    sub = Subscriber(work, broker.port)
-    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, batch) if kind == "tether" else "",
-                mqtt_port=broker.port if kind == "peer" else None)
-    fwd = TetherForward(work) if kind == "tether" else None
-    try:
-        wait_subscribed(sim)
+    peer is one process) and of the whole side, the broker's, Tether's
+    backlog while it runs, and how long after the stream stopped the last
+    reading arrived."""
+    with ForwardRig(kind, "forward", batch) as rig:
         time.sleep(0.5)
-        pids = {"side": side.pid, "broker": broker.proc.pid, **({"forwarder": fwd.pid} if fwd else {})}
+        pids = {"side": rig.side.pid, "broker": rig.broker.proc.pid, **({"forwarder": rig.fwd.pid} if rig.fwd else {})}
         cpu0 = {k: proc_cpu(p) for k, p in pids.items()}
-        sim.knob("SetNotifyRate", "d", rate)
+        rig.sim.knob("SetNotifyRate", "d", rate)
         # Tether's backlog (records on disk not yet acknowledged), sampled:
         # a forwarder that keeps up holds it to what a fraction of a second brings.
         backlog, end = [], time.monotonic() + seconds
         while time.monotonic() < end:
             time.sleep(0.5)
-            if fwd:
+            if rig.fwd:
                 try:
-                    backlog.append(max(0, last_seq_on_disk(side.readings) - fwd.cursor()))
+                    backlog.append(max(0, last_seq_on_disk(rig.side.readings) - rig.fwd.cursor()))
                 except (OSError, ValueError):
                     pass
-        sim.knob("SetNotifyRate", "d", 0)
+        rig.sim.knob("SetNotifyRate", "d", 0)
         stopped = time.monotonic()
-        target = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
-        arrived = wait_for(lambda: target <= set(sub.received()), 20, 0.05)
+        arrived = rig.wait_received(rig.sent(), 20, 0.05)
         lag = time.monotonic() - stopped if arrived else None
         cpu1 = {k: proc_cpu(p) for k, p in pids.items()}
-        d = delivery(sim, sub)
+        d = rig.delivery()
         n = max(1, d["sent"])
         cpu = {k: (cpu1[k] - cpu0[k]) * 1e6 / n for k in pids}
         return {**d, "rate": rate, "batch": batch, "achieved_per_s": d["sent"] / seconds, "last_arrival_after_s": lag,
@@ -733,126 +760,79 @@ def forward_live(kind, rate, batch, seconds):
                 "forwarding_cpu_us_per_reading": cpu.get("forwarder", cpu["side"]),
                 "side_cpu_us_per_reading": cpu["side"] + cpu.get("forwarder", 0),
                 "broker_cpu_us_per_reading": cpu["broker"]}
-    finally:
-        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
-            stop(p)
-        sim.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def forward_outage(kind, rate=1000, down=10):
     """The broker stopped for `down` seconds at `rate`, then started again:
     the time from its return until every reading sent before it returned has
     arrived, and what was lost or doubled overall."""
-    work = workdir("forward-outage")
-    sim = Sim(work, "--notify-rate", "0")
-    broker = Broker(work)
-    sub = Subscriber(work, broker.port)
-    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, 1) if kind == "tether" else "",
-                mqtt_port=broker.port if kind == "peer" else None)
-    fwd = TetherForward(work) if kind == "tether" else None
-    try:
-        wait_subscribed(sim)
+    with ForwardRig(kind, "forward-outage") as rig:
         time.sleep(0.5)
-        sim.knob("SetNotifyRate", "d", rate)
+        rig.sim.knob("SetNotifyRate", "d", rate)
         time.sleep(3)
-        sub.stop()
-        broker.stop()
+        rig.sub.stop()
+        rig.broker.stop()
         time.sleep(down)
-        broker.start()
+        rig.broker.start()
         returned = time.monotonic()
-        sub.start()
-        target = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
+        rig.sub.start()
+        target = rig.sent()
         reconnected = []
 
         def arrived():
-            if fwd and not reconnected and fwd.connected():
+            if rig.fwd and not reconnected and rig.fwd.connected():
                 reconnected.append(time.monotonic() - returned)
-            return target <= set(sub.received())
+            return target <= set(rig.sub.received())
         caught_up = wait_for(arrived, 120, 0.02)
         catch_up = time.monotonic() - returned if caught_up else None
         time.sleep(3)
-        sim.knob("SetNotifyRate", "d", 0)
-        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
-        wait_for(lambda: final <= set(sub.received()), 60, 0.1)
-        return {**delivery(sim, sub), "rate": rate, "down_s": down, "return_to_caught_up_s": catch_up,
+        rig.sim.knob("SetNotifyRate", "d", 0)
+        rig.wait_received(rig.sent(), 60)
+        return {**rig.delivery(), "rate": rate, "down_s": down, "return_to_caught_up_s": catch_up,
                 "return_to_reconnected_s": reconnected[0] if reconnected else None}
-    finally:
-        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
-            stop(p)
-        sim.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def forward_kills(kind, rate=1000, kills=5, spacing=2.0):
     """SIGKILL the forwarder (the peer: its one process) `kills` times at
     `rate`, restarting it at once: readings doubled and lost per kill."""
-    work = workdir("forward-kill")
-    sim = Sim(work, "--notify-rate", "0")
-    broker = Broker(work)
-    sub = Subscriber(work, broker.port)
-    side = Side(kind, work, sim, reconnect=mqtt_config(broker.port, 1) if kind == "tether" else "",
-                mqtt_port=broker.port if kind == "peer" else None)
-    fwd = TetherForward(work) if kind == "tether" else None
-    try:
-        wait_subscribed(sim)
+    with ForwardRig(kind, "forward-kill") as rig:
         time.sleep(0.5)
-        sim.knob("SetNotifyRate", "d", rate)
+        rig.sim.knob("SetNotifyRate", "d", rate)
         for _ in range(kills):
             time.sleep(spacing)
-            victim = fwd.proc if fwd else side.proc
+            victim = rig.fwd.proc if rig.fwd else rig.side.proc
             os.kill(victim.pid, signal.SIGKILL)
             victim.wait()
-            if fwd:
-                fwd.start()
+            if rig.fwd:
+                rig.fwd.start()
             else:
-                side.restart()
+                rig.side.restart()
         time.sleep(spacing)
-        sim.knob("SetNotifyRate", "d", 0)
-        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
-        wait_for(lambda: final <= set(sub.received()), 30, 0.1)
-        d = delivery(sim, sub)
+        rig.sim.knob("SetNotifyRate", "d", 0)
+        rig.wait_received(rig.sent(), 30)
+        d = rig.delivery()
         return {**d, "rate": rate, "kills": kills, "duplicates_per_kill": d["duplicates"] / kills,
                 "lost_per_kill": d["lost"] / kills}
-    finally:
-        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
-            stop(p)
-        sim.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def forward_backlog(batch, seconds=5, rate=20000):
     """Readings written while no forwarder ran (`rate` for `seconds`), then
     `tether forward` started: records per second until the broker has
     acknowledged all of them (the cursor at the log's last seq)."""
-    work = workdir("forward-backlog")
-    sim = Sim(work, "--notify-rate", "0")
-    broker = Broker(work)
-    sub = Subscriber(work, broker.port)
-    side = Side("tether", work, sim, reconnect=mqtt_config(broker.port, batch))
-    fwd = None
-    try:
-        wait_subscribed(sim)
-        sim.knob("SetNotifyRate", "d", rate)
+    with ForwardRig("tether", "forward-backlog", batch, start_forwarder=False) as rig:
+        rig.sim.knob("SetNotifyRate", "d", rate)
         time.sleep(seconds)
-        sim.knob("SetNotifyRate", "d", 0)
+        rig.sim.knob("SetNotifyRate", "d", 0)
         time.sleep(2)
-        last = last_seq_on_disk(side.readings)
+        last = last_seq_on_disk(rig.side.readings)
         started = time.monotonic()
-        fwd = TetherForward(work)
-        done = wait_for(lambda: fwd.cursor() >= last, 300, 0.01)
+        rig.fwd = TetherForward(rig.work)
+        done = wait_for(lambda: rig.fwd.cursor() >= last, 300, 0.01)
         elapsed = time.monotonic() - started
-        cpu = proc_cpu(fwd.pid)
-        final = {e["seq"] for e in sim.log() if e["ev"] == "notify"}
-        wait_for(lambda: final <= set(sub.received()), 30, 0.1)
-        d = delivery(sim, sub)
-        return {**d, "batch": batch, "records": last, "seconds": elapsed if done else None,
+        cpu = proc_cpu(rig.fwd.pid)
+        rig.wait_received(rig.sent(), 30)
+        return {**rig.delivery(), "batch": batch, "records": last, "seconds": elapsed if done else None,
                 "records_per_s": last / elapsed if done else None, "cpu_us_per_record": cpu * 1e6 / max(1, last)}
-    finally:
-        for p in ([fwd.proc] if fwd else []) + [side.proc, sub.proc, broker.proc]:
-            stop(p)
-        sim.close()
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def bench_forward():

@@ -1,4 +1,5 @@
 import Configuration
+import Foundation
 import Testing
 
 @Suite("Config file: [mqtt]")
@@ -86,5 +87,21 @@ struct MQTTConfigTests {
             #expect(error.key == key, "\(text) gave \(error)")
             #expect(!error.description.contains("secret"), "a secret never reaches a message")
         }
+    }
+
+    /// The example config (installed as /etc/tether/tether.toml) carries the
+    /// [mqtt] table commented out: uncommented, it must be valid as it stands.
+    @Test func theExampleConfigsTableIsValidWhenUncommented() throws {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("config/tether.toml")
+        let text = try String(contentsOf: example, encoding: .utf8)
+        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
+        let start = try #require(lines.firstIndex(of: "# [mqtt]"), "config/tether.toml has a commented [mqtt] table")
+        let uncommented = lines[..<start].joined(separator: "\n") + "\n"
+            + lines[start...].map { $0.hasPrefix("# ") ? String($0.dropFirst(2)) : String($0) }.joined(separator: "\n")
+        let config = try TetherConfig.parse(uncommented, file: example.path)
+        let mqtt = try #require(config.mqtt)
+        #expect(mqtt.scheme == .mqtts && mqtt.host == "broker.example.net" && mqtt.port == 8883)
+        #expect(mqtt.passwordFile == "/etc/tether/mqtt.password" && mqtt.certFile == nil && mqtt.keyFile == nil)
     }
 }

@@ -11,19 +11,26 @@ import TetherDaemon
 /// The daemon under a stand-in for systemd: the notify socket and the
 /// journal socket are datagram sockets this test binds and reads.
 @Suite(.serialized) struct SystemdIntegrationTests {
-    @Test func notifiesReadyStatusWatchdogAndStopping() async throws {
-        let harness = try await DaemonHarness()
+    /// `tether run` on the harness's simulator, told of `notifySocket` and
+    /// given `extra` (WATCHDOG_USEC, …; nil removes a variable).
+    static func startDaemon(_ harness: DaemonHarness, notifySocket: String, extra: [String: String?] = [:]) throws -> ChildProcess {
         let config = try DaemonProcessTests.writeConfig(harness)
-        let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
-        environment["NOTIFY_SOCKET"] = notify.address
-        environment["WATCHDOG_USEC"] = "1000000"  // pings every 0.5 s
-        let start = ContinuousClock.now
-        let daemon = try ChildProcess(
+        environment["NOTIFY_SOCKET"] = notifySocket
+        for (key, value) in extra { environment[key] = value }
+        return try ChildProcess(
             executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
             stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
         )
+    }
+
+    @Test func notifiesReadyStatusWatchdogAndStopping() async throws {
+        let harness = try await DaemonHarness()
+        let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
+        let start = ContinuousClock.now
+        // Pings every 0.5 s.
+        let daemon = try Self.startDaemon(harness, notifySocket: notify.address, extra: ["WATCHDOG_USEC": "1000000"])
 
         var messages: [(at: Duration, message: NotifyDatagram)] = []
         func collect(until done: ([NotifyDatagram]) -> Bool) async -> Bool {
@@ -58,16 +65,8 @@ import TetherDaemon
     /// next watchdog tick (here there is none: no WATCHDOG_USEC).
     @Test func statusTellsOfTheFirstReadingAtOnce() async throws {
         let harness = try await DaemonHarness()
-        let config = try DaemonProcessTests.writeConfig(harness)
         let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
-        var environment = ProcessInfo.processInfo.environment
-        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
-        environment["NOTIFY_SOCKET"] = notify.address
-        environment["WATCHDOG_USEC"] = nil
-        let daemon = try ChildProcess(
-            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
-            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
-        )
+        let daemon = try Self.startDaemon(harness, notifySocket: notify.address, extra: ["WATCHDOG_USEC": nil])
         var statuses: [String] = []
         let told = await eventually(timeout: .seconds(10)) {
             while let datagram = try? notify.receive() {
@@ -82,17 +81,9 @@ import TetherDaemon
 
     @Test func noWatchdogPingsWithoutWatchdogUsecAndNothingWithoutNotifySocket() async throws {
         let harness = try await DaemonHarness()
-        let config = try DaemonProcessTests.writeConfig(harness)
         let notify = try DatagramReceiver.abstract()
-        var environment = ProcessInfo.processInfo.environment
-        environment["DBUS_SYSTEM_BUS_ADDRESS"] = harness.busDaemon.address
-        environment["NOTIFY_SOCKET"] = notify.address
-        environment["WATCHDOG_USEC"] = "1000000"
-        environment["WATCHDOG_PID"] = "1"  // meant for another process: not ours to ping
-        let daemon = try ChildProcess(
-            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config], environment: environment,
-            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
-        )
+        // WATCHDOG_PID names another process: not ours to ping.
+        let daemon = try Self.startDaemon(harness, notifySocket: notify.address, extra: ["WATCHDOG_USEC": "1000000", "WATCHDOG_PID": "1"])
         var keys: [String] = []
         _ = await eventually(timeout: .seconds(3)) {
             while let datagram = try? notify.receive() { keys += NotifyDatagram(datagram.payload).keys }

@@ -128,10 +128,13 @@ import Testing
         let binary = try Packaging.requireBinary()
         let directory = try TemporaryDirectory("tether-packaging")
         defer { directory.remove() }
-        let bare = try Packaging.make([
-            "install", "DESTDIR=\(directory.path)/bare", "PREFIX=/usr", "TETHER_BIN=\(binary)",
-            "GEN_DIR=\(directory.path)/gen", "SWIFT=/nonexistent/swift",
-        ])
+        func installWithoutSwift(into root: String) throws -> Packaging.Result {
+            try Packaging.make([
+                "install", "DESTDIR=\(directory.path)/\(root)", "PREFIX=/usr", "TETHER_BIN=\(binary)",
+                "GEN_DIR=\(directory.path)/gen", "SWIFT=/nonexistent/swift",
+            ])
+        }
+        let bare = try installWithoutSwift(into: "bare")
         #expect(bare.status == 0, "\(bare)")
         #expect(bare.output.contains("warning: no man pages installed"), "\(bare)")
         #expect(FileManager.default.isExecutableFile(atPath: "\(directory.path)/bare/usr/bin/tether"))
@@ -141,10 +144,7 @@ import Testing
 
         try FileManager.default.createDirectory(atPath: "\(directory.path)/gen/man", withIntermediateDirectories: true)
         try ".Dd November 24, 2026\n.Dt TETHER 1\n".write(toFile: "\(directory.path)/gen/man/tether.1", atomically: false, encoding: .utf8)
-        let copied = try Packaging.make([
-            "install", "DESTDIR=\(directory.path)/copied", "PREFIX=/usr", "TETHER_BIN=\(binary)",
-            "GEN_DIR=\(directory.path)/gen", "SWIFT=/nonexistent/swift",
-        ])
+        let copied = try installWithoutSwift(into: "copied")
         #expect(copied.status == 0, "\(copied)")
         #expect(copied.output.contains("installing the man pages already in"), "\(copied)")
         #expect(FileManager.default.fileExists(atPath: "\(directory.path)/copied/usr/share/man/man1/tether.1"))

@@ -7,8 +7,9 @@ DESTDIR    ?=
 # The build needs the -dev packages; the tests also run systemd-analyze
 # (systemd), udevadm (udev), man (man-db, for verify's Documentation= check),
 # useradd (passwd) and setpriv (util-linux) for the D-Bus policy test, and
-# mosquitto (the broker) for the MQTT client's tests.
-APT_PACKAGES = libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux
+# mosquitto (the broker) for the MQTT client's tests, dpkg-dev (dpkg-shlibdeps)
+# and lintian for the Debian package's.
+APT_PACKAGES = libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian
 
 # Where `make install` puts things ($(DESTDIR) is prepended to each). With
 # PREFIX=/usr they are Debian's own places; with the default /usr/local,
@@ -49,7 +50,7 @@ UNITS     = systemd/tether.service systemd/tether@.service systemd/tether-forwar
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
 
-.PHONY: all build release test demo soak e2e fuzz deps clean
+.PHONY: deb all build release test demo soak e2e fuzz deps clean
 .PHONY: install uninstall man completions check-units
 
 all: build
@@ -77,9 +78,11 @@ release: deps
 # Serial: the integration tests measure timing (poll gaps, reconnect delays)
 # and each starts its own dbus-daemon and simulator; on two cores they must
 # not compete with each other.
+# The Debian package is built first (a release build): its test checks it.
 test: deps
+	$(MAKE) --no-print-directory deb
 	$(SWIFT) build --build-tests
-	$(SWIFT) test --skip-build --no-parallel
+	TETHER_DEB_DIR="$(abspath $(DEB_DIR))" $(SWIFT) test --skip-build --no-parallel
 
 # The demo and the soak are in tether-dev, the development tools (`swift build`
 # builds it next to tether, which they start for `tether run`).
@@ -118,7 +121,8 @@ man: $(BIN_PREREQ)
 # Shell completions, from the binary's ArgumentParser definitions.
 completions: $(BIN_PREREQ)
 	@mkdir -p $(GEN_DIR)/completions
-	"$(BIN)" --generate-completion-script bash > $(GEN_DIR)/completions/tether.bash
+	@# bash-completion sources the file: the generator's #! line is noise (lintian says so).
+	"$(BIN)" --generate-completion-script bash | sed '1{/^#!/d}' > $(GEN_DIR)/completions/tether.bash
 	"$(BIN)" --generate-completion-script zsh  > $(GEN_DIR)/completions/_tether
 	"$(BIN)" --generate-completion-script fish > $(GEN_DIR)/completions/tether.fish
 
@@ -174,6 +178,15 @@ install: $(if $(TETHER_BIN),,man) completions
 	  echo "  systemctl enable --now tether.service     # or tether@NAME.service with $(SYSCONFDIR)/tether/NAME.toml"; \
 	  echo "  systemctl enable --now tether-forward.service   # with an [mqtt] table: the readings to a broker"; \
 	fi
+
+# The Debian package (packaging/deb/build-deb.sh): tether_VERSION_ARCH.deb in
+# DEB_DIR, from the static release binary (or TETHER_BIN), with the man pages,
+# completions, units, sysusers.d, D-Bus policy, udev rules and the example
+# config as a conffile; Depends: from dpkg-shlibdeps. `lintian` checks it
+# (the tests run it; the warnings kept are in packaging/deb/lintian-overrides).
+DEB_DIR ?= .build/deb
+deb: $(BIN_PREREQ)
+	@packaging/deb/build-deb.sh "$(BIN)" $(DEB_DIR)
 
 # Removes what `install` installed, except the config (and the readings in
 # /var/lib/tether, the user and the groups): those are the admin's.

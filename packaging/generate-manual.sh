@@ -77,3 +77,10 @@ if [ ! -s "$out/tether.1" ]; then
     echo "$0: the generator wrote no tether.1 into $out" >&2
     exit 70
 fi
+
+# A blank line in a help text's discussion reaches the page as an empty input
+# line, which groff warns about (and lintian reports): mdoc's paragraph break
+# is .Pp.
+for page in "$out"/*.1; do
+    sed -i 's/^$/.Pp/' "$page"
+done

@@ -17,8 +17,13 @@ struct ForwardCommand: AsyncParsableCommand {
             table. The last seq the broker acknowledged is kept, fsynced, in STATE_DIRECTORY (or \
             --state-directory); on start and after every broker loss it goes on from there, so what was \
             in flight may be sent twice, never lost: consumers drop duplicates by seq. A retained status \
-            topic says online, and the last will offline. It never touches Bluetooth. Exit status: 0 \
-            after SIGTERM or SIGINT; 78 on a bad config or an unreadable password, cursor or TLS file.
+            topic says online, and the last will offline. Its state (connected or not, the last error, \
+            gaps) is kept in status.json beside the cursor, for tether status. A broker that is away, \
+            refuses the credentials or fails the TLS handshake is retried with backoff (1 s doubling to \
+            60 s), logged at most once a minute and, for the last two, as an error naming the settings to \
+            check. A readings directory that does not exist yet is waited for. It never touches \
+            Bluetooth. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
+            password, cursor, CA, certificate or key file (each named).
             """
     )
 

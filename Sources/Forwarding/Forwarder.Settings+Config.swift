@@ -41,17 +41,17 @@ extension Forwarder.Settings {
 
     /// The first line of a secret's file.
     private static func readSecret(_ path: String) throws(Forwarder.StartFailure) -> String {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(String(cString: strerror(errno)))")
+        let bytes: [UInt8]
+        do throws(SmallFile.Failure) {
+            // A missing file is an error here, unlike for the cursor.
+            guard let read = try SmallFile.read(path, limit: 4096) else {
+                throw SmallFile.Failure(operation: "read \(path)", code: ENOENT)
+            }
+            bytes = read
+        } catch {
+            throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(error.reason)")
         }
-        defer { close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 4096)
-        let count = read(fd, &buffer, buffer.count)
-        guard count >= 0 else {
-            throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(String(cString: strerror(errno)))")
-        }
-        let text = String(decoding: buffer.prefix(count), as: UTF8.self)
+        let text = String(decoding: bytes, as: UTF8.self)
         return String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
     }
 

@@ -132,6 +132,14 @@ public final class Forwarder: @unchecked Sendable {
         statusValue.withLock { change(&$0) }
     }
 
+    /// An error that is not the broker's: kept as the last error (for
+    /// `status` and the status file) and logged, as `logged` if given.
+    private func recordError(_ error: String, logged: String? = nil) {
+        updateStatus { $0.lastError = error }
+        logger.error("\(logged ?? error)")
+        writeStatusFile()
+    }
+
     // MARK: Starting and stopping
 
     public struct StartFailure: Error, CustomStringConvertible {
@@ -174,9 +182,7 @@ public final class Forwarder: @unchecked Sendable {
                     do throws(StartFailure) {
                         try watchReadings()
                     } catch {
-                        updateStatus { $0.lastError = error.description }
-                        logger.error("\(error.description)")
-                        writeStatusFile()
+                        recordError(error.description)
                     }
                     restartReading()
                     pump()
@@ -203,9 +209,10 @@ public final class Forwarder: @unchecked Sendable {
                     readMore()
                     pump()
                 case .failure(let error):
-                    updateStatus { $0.lastError = error.description }
-                    logger.error("\(error.description): no new readings will be forwarded; restart tether forward once the directory is back")
-                    writeStatusFile()
+                    recordError(
+                        error.description,
+                        logged: "\(error.description): no new readings will be forwarded; restart tether forward once the directory is back"
+                    )
                 }
             }
         } catch {
@@ -230,9 +237,7 @@ public final class Forwarder: @unchecked Sendable {
         appearance = nil
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
-        storeCursor()
-        if let cursorStoreTimer { loop.cancelTimer(cursorStoreTimer) }
-        cursorStoreTimer = nil
+        storeCursor()  // also cancels its timer, and schedules none while stopping
         updateStatus { $0.connected = false }
         connectionSince = Date()
         writeStatusFile(running: false)
@@ -324,9 +329,7 @@ public final class Forwarder: @unchecked Sendable {
             reader = try ReadingLogReader(directory: settings.readingsDirectory, afterSeq: cursor)
         } catch {
             reader = nil
-            updateStatus { $0.lastError = "\(error)" }
-            logger.error("cannot read the readings directory: \(error)")
-            writeStatusFile()
+            recordError("\(error)", logged: "cannot read the readings directory: \(error)")
         }
         readMore()
     }
@@ -341,9 +344,7 @@ public final class Forwarder: @unchecked Sendable {
                     take(batch)
                 }
             } catch {
-                updateStatus { $0.lastError = "\(error)" }
-                logger.error("reading the readings log: \(error)")
-                writeStatusFile()
+                recordError("\(error)", logged: "reading the readings log: \(error)")
                 return
             }
             if !stoppedEarly {
@@ -426,7 +427,6 @@ public final class Forwarder: @unchecked Sendable {
                 cursorStoreTimer = loop.schedule(after: Self.cursorStoreDelay) { [unowned self] in
                     cursorStoreTimer = nil
                     storeCursor()
-                    pump()
                 }
             }
         }
@@ -447,9 +447,7 @@ public final class Forwarder: @unchecked Sendable {
             unstoredMessages = 0
             if !stopping { loop.execute { [weak self] in self?.pump() } }
         } catch {
-            updateStatus { $0.lastError = error.description }
-            logger.error("\(error.description)")
-            writeStatusFile()
+            recordError(error.description)
             if !stopping {
                 cursorStoreTimer = loop.schedule(after: .seconds(1)) { [unowned self] in
                     cursorStoreTimer = nil

@@ -66,38 +66,23 @@ public struct ForwarderStatusFile: Sendable {
             throw Failure(description: "\(path): cannot encode the forwarder's status", code: nil)
         }
         bytes.append(UInt8(ascii: "\n"))
-        let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o640)
-        guard fd >= 0 else { throw failure("create \(temporary)") }
-        let written = Glibc.write(fd, bytes, bytes.count)
-        let code = errno
-        close(fd)
-        guard written == bytes.count else {
-            errno = written < 0 ? code : ENOSPC
-            throw failure("write \(temporary)")
+        do throws(SmallFile.Failure) {
+            try SmallFile.replace(path, with: bytes, durable: false)
+        } catch {
+            throw failure(error)
         }
-        guard rename(temporary, path) == 0 else { throw failure("rename \(temporary)") }
     }
 
     /// The contents; nil when there is no file (the forwarder never ran here).
     public func read() throws(Failure) -> Contents? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else {
-            if errno == ENOENT { return nil }
-            if errno == EACCES {
-                throw Failure(description: "\(path): permission denied (root and members of group tether may read it)", code: EACCES)
-            }
-            throw failure("read \(path)")
-        }
-        defer { close(fd) }
-        var bytes: [UInt8] = []
-        var chunk = [UInt8](repeating: 0, count: 4096)
-        while true {
-            let count = Glibc.read(fd, &chunk, chunk.count)
-            if count < 0, errno == EINTR { continue }
-            guard count >= 0 else { throw failure("read \(path)") }
-            if count == 0 || bytes.count > 1 << 20 { break }
-            bytes += chunk.prefix(count)
+        let bytes: [UInt8]
+        do throws(SmallFile.Failure) {
+            guard let read = try SmallFile.read(path, limit: 1 << 20) else { return nil }
+            bytes = read
+        } catch where error.code == EACCES {
+            throw Failure(description: "\(path): permission denied (root and members of group tether may read it)", code: EACCES)
+        } catch {
+            throw failure(error)
         }
         let data = Data(bytes)
         let decoder = JSONDecoder()
@@ -117,8 +102,7 @@ public struct ForwarderStatusFile: Sendable {
         return kill(contents.pid, 0) == 0 || errno == EPERM
     }
 
-    private func failure(_ what: String) -> Failure {
-        let code = errno
-        return Failure(description: "cannot \(what) (the forwarder's status): \(String(cString: strerror(code)))", code: code)
+    private func failure(_ error: SmallFile.Failure) -> Failure {
+        Failure(description: "cannot \(error.operation) (the forwarder's status): \(error.reason)", code: error.code)
     }
 }

@@ -83,14 +83,10 @@ struct ForwardCommand: AsyncParsableCommand {
         let watchdog = SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
         await withTaskGroup(of: Void.self) { group in
             if let watchdog {
-                // Petted only while the loop answers.
-                group.addTask {
-                    while !Task.isCancelled {
-                        await withCheckedContinuation { continuation in loop.execute { continuation.resume() } }
-                        _ = notifier.watchdog()
-                        try? await Task.sleep(for: watchdog)
-                    }
-                }
+                // Petted only while the loop answers; a wedged loop is logged,
+                // and does not hold up the stop.
+                let petter = SupervisorWatchdog(notifier: notifier, logger: logger, loop: loop, loopName: "the forwarder's loop")
+                group.addTask { await petter.run(every: watchdog) }
             }
             group.addTask {
                 let name = await TerminationSignal.wait()

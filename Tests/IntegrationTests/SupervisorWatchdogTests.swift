@@ -1,3 +1,4 @@
+import EventLoop
 import Foundation
 import Logging
 import Synchronization
@@ -31,6 +32,16 @@ import TetherDaemon
         }
     }
 
+    /// The WATCHDOG=1 datagrams that arrive on `socket` within `period`.
+    static func pings(on socket: DatagramReceiver, during period: Duration) async throws -> Int {
+        try await Task.sleep(for: period)
+        var count = 0
+        while let datagram = try socket.receive() {
+            if NotifyDatagram(datagram.payload)["WATCHDOG"] == "1" { count += 1 }
+        }
+        return count
+    }
+
     @Test func petsOnlyWhileTheLoopAnswers() async throws {
         let socket = try DatagramReceiver.abstract()
         let link = FakeLink()
@@ -39,12 +50,7 @@ import TetherDaemon
         ) { link }
         let task = Task { await watchdog.run(every: .milliseconds(50)) }
         func pings(during period: Duration) async throws -> Int {
-            try await Task.sleep(for: period)
-            var count = 0
-            while let datagram = try socket.receive() {
-                if NotifyDatagram(datagram.payload)["WATCHDOG"] == "1" { count += 1 }
-            }
-            return count
+            try await Self.pings(on: socket, during: period)
         }
         let healthy = try await pings(during: .milliseconds(400))
         #expect(healthy >= 4, "a responsive loop is pinged every 50 ms: \(healthy) in 400 ms")
@@ -70,10 +76,37 @@ import TetherDaemon
         try await Task.sleep(for: .milliseconds(300))
         task.cancel()
         await task.value
-        var count = 0
-        while let datagram = try socket.receive() {
-            if NotifyDatagram(datagram.payload)["WATCHDOG"] == "1" { count += 1 }
-        }
+        let count = try await Self.pings(on: socket, during: .zero)
         #expect(count >= 3, "waiting for the bus is not a hang: \(count) pings")
+    }
+
+    /// The forwarder's use: a bare `EventLoop`, wedged for a while by work
+    /// that does not return.
+    @Test func petsOnlyWhileAnEventLoopAnswers() async throws {
+        let socket = try DatagramReceiver.abstract()
+        let loop = EventLoop(name: "watched")
+        defer { loop.stop() }
+        let watchdog = SupervisorWatchdog(
+            notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
+            loop: loop, loopName: "the test's loop"
+        )
+        let task = Task { await watchdog.run(every: .milliseconds(50)) }
+        func pings(during period: Duration) async throws -> Int {
+            try await Self.pings(on: socket, during: period)
+        }
+        let healthy = try await pings(during: .milliseconds(400))
+        #expect(healthy >= 4, "a responsive loop is pinged every 50 ms: \(healthy) in 400 ms")
+
+        loop.execute { usleep(700_000) }
+        _ = try await pings(during: .milliseconds(60))  // the tick in flight may still pet
+        let stuck = try await pings(during: .milliseconds(400))
+        #expect(stuck == 0, "a wedged loop must not be pinged: \(stuck)")
+
+        try await Task.sleep(for: .milliseconds(300))  // the wedge ends
+        _ = try await pings(during: .milliseconds(60))
+        let recovered = try await pings(during: .milliseconds(400))
+        #expect(recovered >= 4, "pings resume: \(recovered)")
+        task.cancel()
+        await task.value
     }
 }

@@ -185,16 +185,9 @@ import Testing
         let harness = try await DaemonHarness(simulator: options, configure: Self.acquiring)
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
-        await harness.simulator.setNotifyRate(1000)
-        try await Task.sleep(for: .milliseconds(300))
-        let loop = try #require(harness.service?.loop)
-        loop.execute { usleep(150_000) }
-        try await Task.sleep(for: .milliseconds(80))
-        let sentBeforeStop = harness.sequencesSent().count
-        await harness.stopDaemon()
-        await harness.simulator.setNotifyRate(0)
-        let sent = harness.sequencesSent()
-        let disk = try harness.sequencesOnDisk()
+        let (sentBeforeStop, sent, disk) = try await harness.stopWhileTheLoopIsHeld(
+            rate: 1000, streaming: .milliseconds(300), hold: .milliseconds(150), after: .milliseconds(80)
+        )
         await harness.stop()
         print("figure: acquire-notify stop while \(sentBeforeStop) were sent: \(disk.count) on disk")
         #expect(disk == Array(sent.prefix(disk.count)))

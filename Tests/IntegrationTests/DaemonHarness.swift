@@ -162,6 +162,27 @@ final class DaemonHarness: @unchecked Sendable {
     func sequencesSent() -> [UInt32] {
         events().filter { $0.ev == "notify" }.compactMap(\.seq)
     }
+
+    struct NoDaemon: Error {}
+
+    /// Streams at `rate` for `streaming`, then holds the daemon's loop for
+    /// `hold` (nothing is read while notifications keep coming) and stops
+    /// the daemon `after` into the hold; then ends the stream. Returns how
+    /// many were sent before the stop, all that were sent, and what is on disk.
+    func stopWhileTheLoopIsHeld(
+        rate: Double, streaming: Duration, hold: Duration, after: Duration
+    ) async throws -> (sentBeforeStop: Int, sent: [UInt32], onDisk: [UInt32]) {
+        await simulator.setNotifyRate(rate)
+        try await Task.sleep(for: streaming)
+        guard let loop = service?.loop else { throw NoDaemon() }
+        let microseconds = UInt32(hold / .microseconds(1))
+        loop.execute { usleep(microseconds) }
+        try await Task.sleep(for: after)
+        let sentBeforeStop = sequencesSent().count
+        await stopDaemon()
+        await simulator.setNotifyRate(0)
+        return (sentBeforeStop, sequencesSent(), try sequencesOnDisk())
+    }
 }
 
 /// Collects the daemon's log lines for assertions and failure messages.

@@ -73,17 +73,9 @@ import Testing
         let harness = try await DaemonHarness(simulator: options)
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
-        await harness.simulator.setNotifyRate(2000)
-        try await Task.sleep(for: .milliseconds(500))
-        let loop = try #require(harness.service?.loop)
-        // Hold the daemon's loop: nothing is read while notifications keep coming.
-        loop.execute { usleep(400_000) }
-        try await Task.sleep(for: .milliseconds(250))
-        let sentBeforeStop = harness.sequencesSent().count
-        await harness.stopDaemon()
-        await harness.simulator.setNotifyRate(0)
-        let sent = harness.sequencesSent()
-        let disk = try harness.sequencesOnDisk()
+        let (sentBeforeStop, sent, disk) = try await harness.stopWhileTheLoopIsHeld(
+            rate: 2000, streaming: .milliseconds(500), hold: .milliseconds(400), after: .milliseconds(250)
+        )
         await harness.stop()
 
         print("figure: stop while \(sentBeforeStop) notifications were sent: \(disk.count) on disk, \(sent.count) sent in all")

@@ -428,13 +428,13 @@ public final class LinkService: @unchecked Sendable {
 
     private func publishIfChanged(_ actions: [SupervisorAction]) {
         // Most events (a poll and its reply) change neither: skip the work.
-        let anyReading = anyReadingWritten
-        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish || anyReading != published?.anyReading
+        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish
+            || anyReadingWritten != published?.anyReading
         else { return }
         resolutionChangedSincePublish = false
         let current = PublishedFields(
             supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
-            adapter: resolution.adapter?.interfaceName, anyReading: anyReading
+            adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten
         )
         guard current != published else { return }
         published = current

@@ -14,6 +14,8 @@ import PackageDescription
 //   LinkSupervisor      the supervisor state machine and retry policy: standard library only
 //   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
 //   Readings            the readings log: records, recorder, reader, follower (Foundation only)
+//   DurableFile         small files read and replaced whole, atomically and durably (cursor, status, metrics)
+//   MetricsTextfile     swift-metrics instruments on a swift-prometheus registry, written for node_exporter
 //   Forwarding          `tether forward`: the readings log to MQTT, at least once, from a durable cursor
 //   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests, the demo and the soak
 //   Systemd             sd_notify and journald's native protocol (a swift-log backend)
@@ -38,6 +40,8 @@ let package = Package(
         .package(url: "https://github.com/apple/swift-argument-parser", from: "1.5.0"),
         .package(url: "https://github.com/apple/swift-log", from: "1.6.0"),
         .package(url: "https://github.com/LebJe/TOMLKit", from: "0.6.0"),
+        .package(url: "https://github.com/apple/swift-metrics", from: "2.5.0"),
+        .package(url: "https://github.com/swift-server/swift-prometheus", from: "2.1.0"),
     ],
     targets: [
         .systemLibrary(
@@ -67,10 +71,24 @@ let package = Package(
         .target(name: "LinkSupervisor"),
         .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
         .target(name: "Readings", dependencies: ["Hex"]),
+        .target(name: "DurableFile"),
+        .target(
+            name: "MetricsTextfile",
+            dependencies: [
+                "DurableFile",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Prometheus", package: "swift-prometheus"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop"]),
         .target(
             name: "Forwarding",
-            dependencies: ["MQTT", "EventLoop", "Readings", "Configuration", .product(name: "Logging", package: "swift-log")]
+            dependencies: [
+                "MQTT", "EventLoop", "Readings", "Configuration", "DurableFile", "MetricsTextfile",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
+                .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .target(
             name: "Systemd",
@@ -80,6 +98,8 @@ let package = Package(
             name: "TetherDaemon",
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "HCI", "LinkSupervisor", "Configuration", "Readings", "Systemd",
+                "MetricsTextfile",
+                .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ]
         ),
@@ -91,7 +111,7 @@ let package = Package(
             name: "tether",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
-                "Forwarding", "EventLoop", "Systemd",
+                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ]
@@ -104,7 +124,10 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .target(name: "TestSupport", dependencies: ["DBus", "CSystemd", "ChildProcess"], path: "Tests/TestSupport"),
+        .target(
+            name: "TestSupport", dependencies: ["DBus", "CSystemd", "ChildProcess", .product(name: "Logging", package: "swift-log")],
+            path: "Tests/TestSupport"
+        ),
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
@@ -116,10 +139,17 @@ let package = Package(
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
         .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(
+            name: "MetricsTests",
+            dependencies: [
+                "MetricsTextfile", "TetherDaemon", "Forwarding", "LinkSupervisor", "Readings", "TestSupport",
+                .product(name: "Logging", package: "swift-log"),
+            ]
+        ),
+        .testTarget(
             name: "IntegrationTests",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
-                "TestSupport", "Forwarding", "MQTT", "EventLoop",
+                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile",
             ]
         ),
     ],

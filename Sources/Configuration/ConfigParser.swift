@@ -22,13 +22,14 @@ extension TetherConfig {
             keepalive: try parseKeepAlive(section("keepalive")),
             reconnect: try parseReconnect(section("reconnect")),
             readings: try parseReadings(section("readings"), instance: instance),
-            mqtt: try parseMQTT(section("mqtt"))
+            mqtt: try parseMQTT(section("mqtt")),
+            metrics: try parseMetrics(section("metrics"))
         )
         try config.validate(context: context)
         return config
     }
 
-    private static let tableNames: Set<String> = ["bluez", "dongle", "keepalive", "reconnect", "readings", "mqtt"]
+    private static let tableNames: Set<String> = ["bluez", "dongle", "keepalive", "reconnect", "readings", "mqtt", "metrics"]
 
     private static func parseTOML(_ text: String, context: ConfigContext) throws(ConfigError) -> TOMLTable {
         // TOMLKit hands the text to C++ as a C string, which would silently end at a NUL.

@@ -145,6 +145,8 @@ public struct TetherConfig: Sendable, Equatable {
     public var readings: ReadingsSection
     /// Where `tether forward` delivers the readings; nil without an [mqtt] table.
     public var mqtt: MQTTSection?
+    /// Prometheus textfiles; off unless a path is given.
+    public var metrics: MetricsSection
 
     public static let defaultPath = "/etc/tether/tether.toml"
 
@@ -154,9 +156,11 @@ public struct TetherConfig: Sendable, Equatable {
         keepalive: KeepAliveSection = KeepAliveSection(),
         reconnect: ReconnectSection = ReconnectSection(),
         readings: ReadingsSection = ReadingsSection(),
-        mqtt: MQTTSection? = nil
+        mqtt: MQTTSection? = nil,
+        metrics: MetricsSection = MetricsSection()
     ) {
         self.mqtt = mqtt
+        self.metrics = metrics
         self.bluez = bluez
         self.dongle = dongle
         self.keepalive = keepalive

@@ -1,4 +1,5 @@
 import Configuration
+import DurableFile
 
 /// The forwarder's durable position: the last `seq` the broker acknowledged.
 /// Stored as one decimal line in a file of its own, replaced atomically

@@ -1,4 +1,5 @@
 import Configuration
+import DurableFile
 import MQTT
 #if canImport(Glibc)
 import Glibc

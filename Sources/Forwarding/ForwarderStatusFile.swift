@@ -1,4 +1,5 @@
 import Configuration
+import DurableFile
 import Foundation
 #if canImport(Glibc)
 import Glibc

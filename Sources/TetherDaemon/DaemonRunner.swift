@@ -5,6 +5,7 @@ import Dispatch
 import EventLoop
 import Foundation
 import Logging
+import MetricsTextfile
 import Readings
 import Synchronization
 import Systemd
@@ -60,14 +61,31 @@ public enum DaemonRunner {
         // threads to talk to another.
         let loop = EventLoop(name: "tether")
         loop.moderation = LinkService.loadModeration
+        // Metrics, when a textfile is configured: recorded on the loop,
+        // written by a task of their own (below).
+        let exporter = config.metrics.textfile.map { path in
+            let metrics = LinkMetrics(instanceName: "\(instance)")
+            return (metrics, MetricsTextfileWriter(path: path, registry: metrics.registry, logger: logger))
+        }
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
-            recorder: recorder, logger: logger, notifier: notifier, loop: loop
+            recorder: recorder, logger: logger, notifier: notifier, loop: loop, metrics: exporter?.0
         )
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
                 group.addTask { await session.serve().map { .fatal($0) } }
                 group.addTask { await TerminationSignal.wait().map { .signal($0) } }
+                if let (metrics, writer) = exporter {
+                    group.addTask {
+                        // File I/O (write, fsync, rename): off the loop.
+                        await withTaskExecutorPreference(globalConcurrentExecutor) {
+                            await writer.run(every: config.metrics.interval, on: ContinuousClock()) {
+                                metrics.refresh(readings: recorder.stats)
+                            }
+                        }
+                        return nil
+                    }
+                }
                 if let watchdog {
                     group.addTask {
                         await session.petWatchdog(every: watchdog / 2)
@@ -93,6 +111,12 @@ public enum DaemonRunner {
         }
         recorder.close()
         let stats = recorder.stats
+        if let (metrics, writer) = exporter {
+            // The last word: every reading written, and not online.
+            metrics.refresh(readings: stats)
+            metrics.stopped()
+            writer.write()
+        }
         guard stats.pending == 0 else {
             logger.critical("stopped with \(stats.pending) readings that could not be written: \(stats.lastError ?? "unknown error")")
             return Exit.ioError
@@ -113,14 +137,16 @@ private final class Session: Sendable {
     let logger: Logger
     let notifier: SystemdNotifier
     let loop: EventLoop
+    let metrics: LinkMetrics?
     /// The link being served right now; nil while (re)connecting to the bus.
     private let current = Mutex<(any ControlledLink)?>(nil)
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
-        notifier: SystemdNotifier, loop: EventLoop
+        notifier: SystemdNotifier, loop: EventLoop, metrics: LinkMetrics?
     ) {
         self.loop = loop
+        self.metrics = metrics
         self.config = config
         self.address = address
         self.busAddress = busAddress
@@ -158,7 +184,7 @@ private final class Session: Sendable {
             lastWarning = nil
             delay = .milliseconds(500)
 
-            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger)
+            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {
                 try await control.export()

@@ -4,6 +4,8 @@ import EventLoop
 import Forwarding
 import Foundation
 import Logging
+import MetricsTextfile
+import Readings
 import Systemd
 import TetherDaemon
 
@@ -39,6 +41,7 @@ struct ForwardCommand: AsyncParsableCommand {
         let logger = Logger(label: "tether-forward")
         let path = options.configPath(for: instance)
         let settings: Forwarder.Settings
+        let metricsSettings: MetricsSection
         do {
             let loaded: TetherConfig
             do {
@@ -46,6 +49,7 @@ struct ForwardCommand: AsyncParsableCommand {
             } catch {
                 throw Forwarder.StartFailure(description: "\(error)")
             }
+            metricsSettings = loaded.metrics
             guard let mqtt = loaded.mqtt else {
                 throw Forwarder.StartFailure(description: "\(path): tether forward needs an [mqtt] table with at least url = \"mqtt://HOST\"")
             }
@@ -62,6 +66,11 @@ struct ForwardCommand: AsyncParsableCommand {
 
         let loop = EventLoop(name: "tether-forward")
         let forwarder = Forwarder(settings: settings, loop: loop, logger: logger)
+        let exporter = metricsSettings.forwardTextfile.map { path in
+            let metrics = ForwarderMetrics(instanceName: "\(instance)")
+            return (metrics, MetricsTextfileWriter(path: path, registry: metrics.registry, logger: logger))
+        }
+        let readingsDirectory = settings.readingsDirectory
         let started: Forwarder.StartFailure? = await withCheckedContinuation { continuation in
             loop.execute {
                 do throws(Forwarder.StartFailure) {
@@ -88,6 +97,16 @@ struct ForwardCommand: AsyncParsableCommand {
                 let petter = SupervisorWatchdog(notifier: notifier, logger: logger, loop: loop, loopName: "the forwarder's loop")
                 group.addTask { await petter.run(every: watchdog) }
             }
+            if let (metrics, writer) = exporter {
+                // Runs until the stop; ending by itself it would end the group.
+                group.addTask {
+                    await writer.run(every: metricsSettings.interval, on: ContinuousClock()) {
+                        metrics.refresh(
+                            status: forwarder.status, lastSeqOnDisk: try? ReadingLogTail.lastSeq(inDirectory: readingsDirectory)
+                        )
+                    }
+                }
+            }
             group.addTask {
                 let name = await TerminationSignal.wait()
                 logger.info("\(name ?? "cancelled"): stopping")
@@ -103,6 +122,11 @@ struct ForwardCommand: AsyncParsableCommand {
             }
         }
         loop.stop()
+        if let (metrics, writer) = exporter {
+            metrics.refresh(status: forwarder.status, lastSeqOnDisk: try? ReadingLogTail.lastSeq(inDirectory: readingsDirectory))
+            metrics.stopped()
+            writer.write()
+        }
         LoggingSetup.flush()
     }
 }

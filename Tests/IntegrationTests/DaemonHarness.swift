@@ -185,27 +185,3 @@ final class DaemonHarness: @unchecked Sendable {
     }
 }
 
-/// Collects the daemon's log lines for assertions and failure messages.
-final class LogCapture: @unchecked Sendable {
-    private let lock = NSLock()
-    private var lines: [String] = []
-    func append(_ line: String) { lock.withLock { lines.append(line) } }
-    var all: [String] { lock.withLock { lines } }
-}
-
-struct CapturingLogHandler: LogHandler {
-    var logLevel: Logger.Level = .debug
-    var metadata: Logger.Metadata = [:]
-    var metadataProvider: Logger.MetadataProvider?
-    let capture: LogCapture
-
-    subscript(metadataKey key: String) -> Logger.Metadata.Value? {
-        get { metadata[key] }
-        set { metadata[key] = newValue }
-    }
-
-    func log(event: LogEvent) {
-        let extra = (event.metadata ?? [:]).map { "\($0.key)=\($0.value)" }.sorted().joined(separator: " ")
-        capture.append("\(event.level) \(event.message) \(extra)")
-    }
-}

@@ -268,8 +268,12 @@ import Testing
         let events = harness.events()
         #expect(events.contains { $0.ev == "power" && $0.on == false }, "power-cycle switched the adapter off")
         #expect(events.contains { $0.ev == "power" && $0.on == true }, "and on again")
-        #expect(events.contains { $0.ev == "discovery-start" }, "cooling down listens for the dongle")
         #expect(harness.logLines.all.contains { $0.contains("hci-reset") })
+        // The state turns cooling-down when the daemon decides it; its StartDiscovery
+        // reaches the simulator (and its event log) a moment later: wait for it.
+        #expect(
+            await eventually(timeout: .seconds(3)) { harness.events().contains { $0.ev == "discovery-start" } },
+            "cooling down listens for the dongle")
         // The dongle is woken long after the window: it advertises, and Tether connects at once.
         try await Task.sleep(for: .seconds(6))
         await harness.simulator.wake()

@@ -36,7 +36,8 @@ import Testing
         #expect(file.values("Wants", in: "Unit").joined(separator: " ").split(separator: " ").contains("bluetooth.service"))
         let families = file.values("RestrictAddressFamilies").joined(separator: " ").split(separator: " ").map(String.init)
         #expect(Set(families) == ["AF_UNIX", "AF_BLUETOOTH"], "\(unit): address families \(families)")
-        #expect(file.values("SystemCallFilter") == ["@system-service", "~@privileged @resources"])
+        #expect(file.values("SystemCallFilter") == ["@system-service", "~@privileged @resources", "setpriority"])
+        #expect(file.value("LimitNICE") == "-4", "libdispatch's worker threads ask for nice -4 (WorkerThreadPriorityTests)")
         #expect(file.values("WantedBy", in: "Install") == ["multi-user.target"])
     }
 

@@ -57,6 +57,7 @@ public final class LinkService: @unchecked Sendable {
     private let recorder: ReadingRecorder
     private let report: LinkReportLog
     private let resolver: LinkResolver
+    private let metrics: LinkMetrics?
     private let shared = Mutex(Shared())
     private let start = MonotonicInstant.now
     private let changeInput: AsyncStream<LinkStatusChange>.Continuation
@@ -95,10 +96,11 @@ public final class LinkService: @unchecked Sendable {
     private var resolutionChangedSincePublish = true
 
     public init(
-        config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger,
+        config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
         seed: UInt64 = UInt64.random(in: .min ... .max)
     ) {
         loop = bus.loop
+        self.metrics = metrics
         self.config = config
         client = BlueZClient(bus: bus)
         self.recorder = recorder
@@ -249,6 +251,7 @@ public final class LinkService: @unchecked Sendable {
         recorder.write(turnReadings)
         turnReadings.removeAll(keepingCapacity: true)
         shared.withLock { $0.lastReadingAt = last.receivedAt }
+        metrics?.readingsTaken(lastAt: last.receivedAt)
         if !anyReadingWritten {
             // STATUS= said "no reading yet": say otherwise now, not at the
             // next watchdog tick (up to 15 s later). Later readings only age
@@ -372,8 +375,10 @@ public final class LinkService: @unchecked Sendable {
     }
 
     private func process(_ event: SupervisorEvent) {
-        let actions = supervisor.handle(event, at: start.duration(to: .now))
+        let now = start.duration(to: .now)
+        let actions = supervisor.handle(event, at: now)
         let status = supervisor.status
+        metrics?.observe(event, actions: actions, status: status, at: now)
         shared.withLock { s in
             s.supervisor = status
             if status.state == .online {

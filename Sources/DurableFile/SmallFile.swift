@@ -3,25 +3,32 @@ import Glibc
 #endif
 
 /// A small file read and replaced whole: the forwarder's cursor, its status
-/// file and the MQTT password. One place for the system calls, so that each
-/// caller only says what the file is in its error messages.
+/// file, the MQTT password and the metrics textfiles. One place for the
+/// system calls, so that each caller only says what the file is in its error
+/// messages.
 ///
 /// Replacing writes `PATH.tmp` and renames it over `PATH`, so that a reader
 /// sees the old contents or the new, never a torn mix; `durable` also
 /// fsyncs the file before the rename and the directory after, so that the
 /// new contents survive a crash or a power loss.
-enum SmallFile {
+public enum SmallFile {
     /// A failed system call: which (`operation`, with the path it was on)
     /// and its errno.
-    struct Failure: Error {
-        let operation: String
-        let code: Int32
-        var reason: String { String(cString: strerror(code)) }
+    public struct Failure: Error, CustomStringConvertible {
+        public let operation: String
+        public let code: Int32
+        public var reason: String { String(cString: strerror(code)) }
+        public var description: String { "\(operation): \(reason)" }
+
+        public init(operation: String, code: Int32) {
+            self.operation = operation
+            self.code = code
+        }
     }
 
     /// Up to `limit` bytes from the start of `path`; nil when there is no
     /// such file.
-    static func read(_ path: String, limit: Int) throws(Failure) -> [UInt8]? {
+    public static func read(_ path: String, limit: Int) throws(Failure) -> [UInt8]? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
@@ -42,10 +49,14 @@ enum SmallFile {
         return Array(bytes.prefix(count))
     }
 
-    static func replace(_ path: String, with bytes: [UInt8], durable: Bool) throws(Failure) {
+    /// - Parameter mode: the new file's permissions (less the umask; the
+    ///   metrics textfiles are read by node_exporter's user, so 0644).
+    public static func replace(_ path: String, with bytes: [UInt8], durable: Bool, mode: mode_t = 0o640) throws(Failure) {
         let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0o640)
+        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw Failure(operation: "create \(temporary)", code: errno) }
+        // Exactly `mode`, whatever the umask (the units set UMask=0027).
+        _ = fchmod(fd, mode)
         let written = write(fd, bytes, bytes.count)
         var code = written < 0 ? errno : ENOSPC
         var complete = written == bytes.count

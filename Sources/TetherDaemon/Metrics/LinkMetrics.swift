@@ -1,0 +1,278 @@
+import CoreMetrics
+import Foundation
+import LinkSupervisor
+import MetricsTextfile
+import Readings
+import Synchronization
+
+/// `tether run`'s metrics, recorded from what the supervisor is handed and
+/// what it decides (`observe`), from each loop turn's readings, and from the
+/// recorder's counters when the textfile is written (`refresh`).
+///
+/// Names follow Prometheus's conventions: counters end in `_total`,
+/// durations are histograms in `_seconds`, timestamps are
+/// `_timestamp_seconds` since the Unix epoch; every series has the
+/// `instance_name` label. Every labelled series exists from the start (at
+/// 0), so `rate()` and `absent()` work from the first scrape.
+///
+/// Threading: `observe` and `readingsTaken` run on the link service's loop
+/// only (the pending polls and the connect start are loop-confined);
+/// `refresh` runs on the exporter's task. The instruments are thread-safe.
+public final class LinkMetrics: @unchecked Sendable {
+    // @unchecked: `pollStarts`, `connectStartedAt`, `lastState` and
+    // `lastReconnects` are touched on the link service's loop only;
+    // `exportedReadings` is a Mutex.
+
+    public let registry: MetricsRegistry
+    private let wallClock: @Sendable () -> Double
+
+    private let connected: Meter
+    private let stateGauges: [SupervisorState: Meter]
+    private let connectedSince: Meter
+    private let reconnects: CoreMetrics.Counter
+    private let attempts: [AttemptOutcome: CoreMetrics.Counter]
+    private let windowExhaustions: CoreMetrics.Counter
+    private let escalations: [EscalationKey: CoreMetrics.Counter]
+    private let bluetoothdRestarts: CoreMetrics.Counter
+    private let readings: CoreMetrics.Counter
+    private let readingsDropped: CoreMetrics.Counter
+    private let lastReading: Meter
+    private let polls: [PollResult: CoreMetrics.Counter]
+    private let pollLatency: CoreMetrics.Timer
+    private let connectToOnline: CoreMetrics.Timer
+
+    // MARK: Loop-confined
+    private var pollStarts: [Int: Duration] = [:]
+    private var connectStartedAt: Duration?
+    /// The state the one-hot gauges show (a new supervisor starts waiting for bluetoothd).
+    private var lastState = SupervisorState.waitingForBluez
+    private var lastReconnects = 0
+
+    // MARK: The exporter's
+    private let exportedReadings = Mutex<(written: UInt64, dropped: UInt64)>((0, 0))
+
+    /// Why an attempt failed, as a label: the kind of BlueZ error, or what
+    /// ended it otherwise.
+    enum AttemptOutcome: String, CaseIterable {
+        case success = "none"
+        case transient
+        case inProgress = "in-progress"
+        case fatal
+        case timeout
+        case linkLost = "link-lost"
+        case other
+    }
+
+    enum PollResult: String, CaseIterable {
+        case ok, failed, timeout
+    }
+
+    struct EscalationKey: Hashable {
+        var step: String
+        var result: String
+    }
+
+    static let pollBuckets: [Duration] = [
+        .milliseconds(5), .milliseconds(10), .milliseconds(25), .milliseconds(50), .milliseconds(100),
+        .milliseconds(250), .milliseconds(500), .seconds(1), .milliseconds(2500), .seconds(5),
+    ]
+    static let onlineBuckets: [Duration] = [
+        .milliseconds(50), .milliseconds(100), .milliseconds(250), .milliseconds(500), .seconds(1),
+        .milliseconds(2500), .seconds(5), .seconds(10), .seconds(20), .seconds(30),
+    ]
+
+    public init(instanceName: String, wallClock: @escaping @Sendable () -> Double = { Date().timeIntervalSince1970 }) {
+        let registry = MetricsRegistry(instanceName: instanceName)
+        self.registry = registry
+        self.wallClock = wallClock
+        connected = registry.gauge("tether_connected", help: "1 while the dongle is online (subscribed and polled), else 0.")
+        var states: [SupervisorState: Meter] = [:]
+        for state in SupervisorState.allCases {
+            states[state] = registry.gauge(
+                "tether_state", help: "The supervisor's state, one-hot: 1 for the current state, 0 for the others.",
+                labels: [("state", state.rawValue)]
+            )
+        }
+        stateGauges = states
+        connectedSince = registry.gauge(
+            "tether_connected_since_timestamp_seconds",
+            help: "When the dongle last came online, in seconds since the Unix epoch; 0 while it is not online."
+        )
+        reconnects = registry.counter(
+            "tether_reconnects_total", help: "Times the link came back after being lost (the control API's Reconnects)."
+        )
+        var attempts: [AttemptOutcome: CoreMetrics.Counter] = [:]
+        for outcome in AttemptOutcome.allCases {
+            attempts[outcome] = registry.counter(
+                "tether_connect_attempts_total",
+                help: "Connect attempts that ended, by result (success, failure) and error class of a failure.",
+                labels: [("result", outcome == .success ? "success" : "failure"), ("error_class", outcome.rawValue)]
+            )
+        }
+        self.attempts = attempts
+        windowExhaustions = registry.counter(
+            "tether_window_exhaustions_total", help: "Retry windows that ended without the dongle coming online."
+        )
+        var escalations: [EscalationKey: CoreMetrics.Counter] = [:]
+        for step in ["power-cycle", "hci-reset"] {
+            for result in ["ok", "failed"] {
+                escalations[EscalationKey(step: step, result: result)] = registry.counter(
+                    "tether_escalations_total", help: "Escalation steps run after an exhausted window, by step and result.",
+                    labels: [("step", step), ("result", result)]
+                )
+            }
+        }
+        self.escalations = escalations
+        bluetoothdRestarts = registry.counter(
+            "tether_bluetoothd_restarts_total", help: "Times bluetoothd came back on the bus after it had gone."
+        )
+        readings = registry.counter("tether_readings_total", help: "Readings written to the readings log.")
+        readingsDropped = registry.counter(
+            "tether_readings_dropped_total",
+            help: "Readings dropped because the disk refused writes longer than the backlog lasted (what gap records count)."
+        )
+        lastReading = registry.gauge(
+            "tether_last_reading_timestamp_seconds",
+            help: "When the last reading arrived, in seconds since the Unix epoch; 0 before the first."
+        )
+        var polls: [PollResult: CoreMetrics.Counter] = [:]
+        for result in PollResult.allCases {
+            polls[result] = registry.counter(
+                "tether_keepalive_polls_total", help: "Keep-alive polls of the dongle, by result (ok, failed, timeout).",
+                labels: [("result", result.rawValue)]
+            )
+        }
+        self.polls = polls
+        pollLatency = registry.durationHistogram(
+            "tether_keepalive_poll_duration_seconds", help: "How long a keep-alive poll that was answered took.",
+            buckets: Self.pollBuckets
+        )
+        connectToOnline = registry.durationHistogram(
+            "tether_connect_to_online_seconds",
+            help: "From the Connect call of the attempt that succeeded to online (connected, resolved, subscribed).",
+            buckets: Self.onlineBuckets
+        )
+        connected.set(0)
+        connectedSince.set(0)
+        lastReading.set(0)
+        for (state, gauge) in stateGauges { gauge.set(state == lastState ? 1 : 0) }
+    }
+
+    // MARK: On the loop
+
+    /// After the supervisor handled `event` at `now` (its clock) and decided `actions`.
+    func observe(_ event: SupervisorEvent, actions: [SupervisorAction], status: Supervisor.Status, at now: Duration) {
+        switch event {
+        case .pollFinished(let poll, let result):
+            // A poll that already timed out was counted then.
+            if let started = pollStarts.removeValue(forKey: poll) {
+                switch result {
+                case .success:
+                    polls[.ok]?.increment()
+                    pollLatency.recordNanoseconds(Self.nanoseconds(now - started))
+                case .failure:
+                    polls[.failed]?.increment()
+                }
+            }
+        case .timerFired(.pollDeadline):
+            if let oldest = pollStarts.keys.min() {
+                pollStarts[oldest] = nil
+                polls[.timeout]?.increment()
+            }
+        case .escalationFinished(let step, let result):
+            let key = EscalationKey(step: step.rawValue, result: (try? result.get()) != nil ? "ok" : "failed")
+            escalations[key]?.increment()
+        default:
+            break
+        }
+        for action in actions {
+            switch action {
+            case .poll(let poll, _):
+                pollStarts[poll] = now
+            case .connect:
+                connectStartedAt = now
+            case .report(.connected):
+                attempts[.success]?.increment()
+                if let started = connectStartedAt {
+                    connectToOnline.recordNanoseconds(Self.nanoseconds(now - started))
+                }
+                connectStartedAt = nil
+            case .report(.attemptFailed):
+                attempts[Self.failureClass(of: event)]?.increment()
+                connectStartedAt = nil
+            case .report(.windowExhausted):
+                windowExhaustions.increment()
+            case .report(.bluezAppeared):
+                bluetoothdRestarts.increment()
+            default:
+                break
+            }
+        }
+        // A new supervisor (the link service is made anew after a D-Bus
+        // reconnect) counts from 0 again; the counter goes on.
+        if status.reconnects < lastReconnects { lastReconnects = 0 }
+        if status.reconnects > lastReconnects {
+            reconnects.increment(by: status.reconnects - lastReconnects)
+            lastReconnects = status.reconnects
+        }
+        if status.state != lastState {
+            stateGauges[lastState]?.set(0)
+            stateGauges[status.state]?.set(1)
+            if status.state == .online {
+                connected.set(1)
+                connectedSince.set(wallClock())
+            } else if lastState == .online {
+                connected.set(0)
+                connectedSince.set(0)
+                pollStarts.removeAll()
+            }
+            lastState = status.state
+        }
+    }
+
+    /// A loop turn's readings were handed to the recorder; the last arrived at `at`.
+    func readingsTaken(lastAt: Date) {
+        lastReading.set(lastAt.timeIntervalSince1970)
+    }
+
+    static func failureClass(of event: SupervisorEvent) -> AttemptOutcome {
+        switch event {
+        case .connectFinished(_, .failure(let failure)), .subscribeFinished(_, .failure(let failure)):
+            switch failure.kind {
+            case .transient: .transient
+            case .needsCancel: .inProgress
+            case .fatal: .fatal
+            }
+        case .timerFired(.attemptDeadline): .timeout
+        case .observed, .notificationsEnded: .linkLost
+        default: .other
+        }
+    }
+
+    private static func nanoseconds(_ duration: Duration) -> Int64 {
+        let (seconds, attoseconds) = duration.components
+        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
+    }
+
+    // MARK: On the exporter's task
+
+    /// The daemon stopped (its link service ended): the file it leaves
+    /// behind must not say "online" while nothing keeps the dongle awake.
+    /// Every state gauge goes to 0; `node_textfile_mtime_seconds` tells how
+    /// old the file is.
+    public func stopped() {
+        connected.set(0)
+        connectedSince.set(0)
+        for gauge in stateGauges.values { gauge.set(0) }
+    }
+
+    /// Brings the readings counters up to the recorder's.
+    public func refresh(readings stats: ReadingRecorder.Stats) {
+        let (written, dropped) = exportedReadings.withLock { exported in
+            defer { exported = (stats.written, stats.dropped) }
+            return (stats.written &- exported.written, stats.dropped &- exported.dropped)
+        }
+        if written > 0, written < UInt64(Int64.max) { readings.increment(by: Int64(written)) }
+        if dropped > 0, dropped < UInt64(Int64.max) { readingsDropped.increment(by: Int64(dropped)) }
+    }
+}

@@ -90,18 +90,25 @@ struct MQTTConfigTests {
     }
 
     /// The example config (installed as /etc/tether/tether.toml) carries the
-    /// [mqtt] table commented out: uncommented, it must be valid as it stands.
-    @Test func theExampleConfigsTableIsValidWhenUncommented() throws {
+    /// [mqtt] and [metrics] tables commented out: uncommented (each from its
+    /// `# [table]` line to the next empty line), it must be valid as it stands.
+    @Test func theExampleConfigsTablesAreValidWhenUncommented() throws {
         let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("config/tether.toml")
         let text = try String(contentsOf: example, encoding: .utf8)
-        let lines = text.split(separator: "\n", omittingEmptySubsequences: false)
-        let start = try #require(lines.firstIndex(of: "# [mqtt]"), "config/tether.toml has a commented [mqtt] table")
-        let uncommented = lines[..<start].joined(separator: "\n") + "\n"
-            + lines[start...].map { $0.hasPrefix("# ") ? String($0.dropFirst(2)) : String($0) }.joined(separator: "\n")
-        let config = try TetherConfig.parse(uncommented, file: example.path)
+        var inTable = false
+        var uncommented: [String] = []
+        for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
+            if line == "# [mqtt]" || line == "# [metrics]" { inTable = true }
+            if line.isEmpty { inTable = false }
+            uncommented.append(inTable && line.hasPrefix("# ") ? String(line.dropFirst(2)) : String(line))
+        }
+        #expect(uncommented.contains("[mqtt]") && uncommented.contains("[metrics]"), "config/tether.toml has both tables, commented")
+        let config = try TetherConfig.parse(uncommented.joined(separator: "\n"), file: example.path)
         let mqtt = try #require(config.mqtt)
         #expect(mqtt.scheme == .mqtts && mqtt.host == "broker.example.net" && mqtt.port == 8883)
         #expect(mqtt.passwordFile == "/etc/tether/mqtt.password" && mqtt.certFile == nil && mqtt.keyFile == nil)
+        #expect(config.metrics.textfile == "/var/lib/prometheus/node-exporter/tether.prom")
+        #expect(config.metrics.forwardTextfile == "/var/lib/prometheus/node-exporter/tether-forward.prom")
     }
 }

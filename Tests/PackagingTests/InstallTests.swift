@@ -46,6 +46,7 @@ import Testing
             "usr/share/dbus-1/system.d/io.tether.Tether.conf": "systemd/io.tether.Tether.conf",
             "usr/lib/udev/rules.d/70-tether.rules": "udev/70-tether.rules",
             "etc/tether/tether.toml": "config/tether.toml",
+            "usr/share/doc/tether/examples/metrics-textfile.conf": "systemd/metrics-textfile.conf",
         ]
         for (installed, source) in copies {
             #expect(files.contentsEqual(atPath: "\(root)/\(installed)", andPath: Packaging.path(source)), "\(installed)")

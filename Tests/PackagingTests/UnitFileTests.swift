@@ -61,6 +61,14 @@ import Testing
         #expect(file.value("IPAddressDeny") == nil, "the forwarder needs the network")
     }
 
+    /// The drop-in the package ships as an example: it adds the metrics
+    /// textfile directory to the writable paths, and nothing else.
+    @Test func theMetricsDropInOnlyAddsTheTextfileDirectory() throws {
+        let dropIn = try UnitFile(path: Packaging.path("systemd/metrics-textfile.conf"))
+        #expect(dropIn.directives.map(\.key) == ["ReadWritePaths"])
+        #expect(dropIn.value("ReadWritePaths") == "/var/lib/prometheus/node-exporter")
+    }
+
     @Test func theForwarderTemplateDiffersOnlyInTheInstance() throws {
         let plain = try UnitFile(path: Self.source("tether-forward.service"))
         let template = try UnitFile(path: Self.source("tether-forward@.service"))

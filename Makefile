@@ -32,7 +32,8 @@ BASHCOMPDIR   ?= $(DATADIR)/bash-completion/completions
 # /usr/local/share/zsh/site-functions.
 ZSHCOMPDIR    ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/zsh/vendor-completions,$(DATADIR)/zsh/site-functions)
 FISHCOMPDIR   ?= $(DATADIR)/fish/vendor_completions.d
-# The drop-in that gives the units the metrics textfile directory (README, "Metrics").
+# The drop-in that gives the units the metrics textfile directory, and the alert
+# rules (README, "Metrics").
 EXAMPLESDIR   ?= $(DATADIR)/doc/tether/examples
 
 # The tether binary that `install`, `man` and `completions` use. Empty (the
@@ -160,6 +161,7 @@ install: $(if $(TETHER_BIN),,man) completions
 	install -D -m 0644 systemd/io.tether.Tether.conf "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	install -D -m 0644 systemd/metrics-textfile.conf "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf"
+	install -D -m 0644 config/tether-alerts.yml "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
 	@set -e; for page in $(GEN_DIR)/man/*.1; do \
 	  [ -e "$$page" ] || continue; \
 	  echo "install -D -m 0644 $$page $(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
@@ -200,7 +202,7 @@ uninstall:
 	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
-	rm -f "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf"
+	rm -f "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf" "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
 	rm -f "$(DESTDIR)$(MANDIR)/man1/tether.1" "$(DESTDIR)$(MANDIR)/man1/tether".*.1
 	rm -f "$(DESTDIR)$(BASHCOMPDIR)/tether" "$(DESTDIR)$(ZSHCOMPDIR)/_tether" "$(DESTDIR)$(FISHCOMPDIR)/tether.fish"
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/tether/tether.toml" ]; then \

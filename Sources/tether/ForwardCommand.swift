@@ -24,7 +24,9 @@ struct ForwardCommand: AsyncParsableCommand {
             refuses the credentials or fails the TLS handshake is retried with backoff (1 s doubling to \
             60 s), logged at most once a minute and, for the last two, as an error naming the settings to \
             check. A readings directory that does not exist yet is waited for. It never touches \
-            Bluetooth. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
+            Bluetooth. With [metrics] forward_textfile = "…/tether-forward.prom" it writes Prometheus \
+            metrics (broker connected, records published and acknowledged, backlog, gaps) for \
+            node_exporter's textfile collector. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
             password, cursor, CA, certificate or key file (each named).
             """
     )

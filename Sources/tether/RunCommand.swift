@@ -19,8 +19,10 @@ struct RunCommand: AsyncParsableCommand {
             cannot be used; 74 if readings could not be written; 77 if the D-Bus policy forbids the name; \
             78 on a bad config. Notifications reach it as D-Bus signals (dongle.notify_path = \
             "start-notify", the default) or through a socket bluetoothd hands it ("acquire-notify", \
-            or "auto": the socket where bluetoothd offers it); the log says when a socket is used. Every \
-            config key is described in README.md.
+            or "auto": the socket where bluetoothd offers it); the log says when a socket is used. With \
+            [metrics] textfile = "/var/lib/prometheus/node-exporter/tether.prom" it writes Prometheus \
+            metrics there for node_exporter's textfile collector, every metrics.interval (15 s) and at \
+            stop. Every config key is described in README.md.
             """
     )
 

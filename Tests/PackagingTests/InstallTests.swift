@@ -47,6 +47,7 @@ import Testing
             "usr/lib/udev/rules.d/70-tether.rules": "udev/70-tether.rules",
             "etc/tether/tether.toml": "config/tether.toml",
             "usr/share/doc/tether/examples/metrics-textfile.conf": "systemd/metrics-textfile.conf",
+            "usr/share/doc/tether/examples/tether-alerts.yml": "config/tether-alerts.yml",
         ]
         for (installed, source) in copies {
             #expect(files.contentsEqual(atPath: "\(root)/\(installed)", andPath: Packaging.path(source)), "\(installed)")

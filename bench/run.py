@@ -10,7 +10,7 @@ BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
 BENCH_NOTIFY_PATHS (start-notify,acquire-notify: ingest runs both sides with each),
 BENCH_KEEPALIVE_DURATION (10m), BENCH_KEEPALIVE_RATE (20000), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
-BENCH_STARTUP_RUNS (10), BENCH_FORWARD_DURATION (20s). Prints one table per
+BENCH_STARTUP_RUNS (10), BENCH_FORWARD_DURATION (20s), BENCH_METRICS_DURATION (30s). Prints one table per
 benchmark and merges the figures into BENCH_OUT/results.json. Asserts nothing.
 """
 
@@ -892,6 +892,43 @@ def bench_forward():
     return {"live": live, "outage": outage, "kills": kills, "backlog": {str(b): r for b, r in backlog.items()}}
 
 
+def metrics_side(textfile, seconds):
+    """tether run, online, keep-alive off and no notifications (so that the
+    metrics writes are all it does), with or without a textfile written
+    every second: CPU and wake-ups over `seconds`."""
+    work = workdir("metrics")
+    sim = Sim(work, "--notify-rate", "0", "--sleep-after", "1h")
+    extra = f'[metrics]\ntextfile = "{work}/tether.prom"\ninterval = "1s"\n' if textfile else ""
+    side = Side("tether", work, sim, reconnect=extra, keepalive=False)
+    try:
+        wait_subscribed(sim)
+        time.sleep(2)
+        sw0, cpu0 = switches(side.pid), thread_cpu(side.pid)
+        time.sleep(seconds)
+        sw1, cpu1 = switches(side.pid), thread_cpu(side.pid)
+        size = os.path.getsize(f"{work}/tether.prom") if textfile else None
+        return {"cpu_ms": cpu_between(cpu0, cpu1) * 1000, "wakeups_per_s": sum(n - sw0.get(t, 0) for t, n in sw1.items()) / seconds,
+                "file_bytes": size}
+    finally:
+        side.stop()
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_metrics():
+    seconds = duration("BENCH_METRICS_DURATION", "30s")
+    off, on = metrics_side(False, seconds), metrics_side(True, seconds)
+    per_write_ms = (on["cpu_ms"] - off["cpu_ms"]) / seconds
+    rows = [("textfile size, bytes", on["file_bytes"], None, "", None),
+            ("CPU per write (refresh, format, write, fsync, rename), ms", per_write_ms, None, "", None),
+            ("  CPU over %gs: textfile every 1 s / off, ms" % seconds, on["cpu_ms"], off["cpu_ms"], "", None),
+            ("wake-ups/s: textfile every 1 s / off", on["wakeups_per_s"], off["wakeups_per_s"], "", None),
+            ("CPU per minute at the default 15 s interval, ms", per_write_ms * 4, None, "", None)]
+    table("Metrics textfile (tether run online, keep-alive off, no notifications; the peer has no metrics: "
+          "its column is the same daemon with the textfile off)", rows)
+    return {"textfile": on, "off": off, "cpu_ms_per_write": per_write_ms}
+
+
 def fmt(v):
     if v is None:
         return "—"
@@ -915,7 +952,8 @@ def table(title, rows):
 
 
 BENCHES = {"footprint": bench_footprint, "ingest": bench_ingest, "keepalive": bench_keepalive,
-           "recovery": bench_recovery, "startup": bench_startup, "forward": bench_forward}
+           "recovery": bench_recovery, "startup": bench_startup, "forward": bench_forward,
+           "metrics": bench_metrics}
 
 
 def main():

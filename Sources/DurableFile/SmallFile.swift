@@ -49,9 +49,15 @@ public enum SmallFile {
         return Array(bytes.prefix(count))
     }
 
-    /// - Parameter mode: the new file's permissions (less the umask; the
-    ///   metrics textfiles are read by node_exporter's user, so 0644).
-    public static func replace(_ path: String, with bytes: [UInt8], durable: Bool, mode: mode_t = 0o640) throws(Failure) {
+    /// - Parameters:
+    ///   - mode: the new file's permissions, whatever the umask (the metrics
+    ///     textfiles are read by node_exporter's user, so 0644).
+    ///   - syncDirectory: with `durable`, also fsync the directory, so that
+    ///     the rename itself survives a power loss (the cursor needs that; a
+    ///     metrics file, rewritten every interval, does not).
+    public static func replace(
+        _ path: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true, mode: mode_t = 0o640
+    ) throws(Failure) {
         let temporary = path + ".tmp"
         let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
         guard fd >= 0 else { throw Failure(operation: "create \(temporary)", code: errno) }
@@ -67,7 +73,7 @@ public enum SmallFile {
         close(fd)
         guard complete else { throw Failure(operation: "write \(temporary)", code: code) }
         guard rename(temporary, path) == 0 else { throw Failure(operation: "rename \(temporary)", code: errno) }
-        guard durable else { return }
+        guard durable, syncDirectory else { return }
         let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
         let directoryFD = open(directory.isEmpty ? "/" : directory, O_RDONLY | O_DIRECTORY | O_CLOEXEC)
         if directoryFD >= 0 {

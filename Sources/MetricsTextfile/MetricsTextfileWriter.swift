@@ -7,7 +7,8 @@ import Synchronization
 ///
 /// Invariants: node_exporter reads the previous file or the new one, whole,
 /// never a torn mix: each write goes to `PATH.tmp` (which the collector,
-/// reading `*.prom` only, ignores), is fsynced, and is renamed over `PATH`.
+/// reading `*.prom` only, ignores), is fsynced, and is renamed over `PATH`
+/// (which is created 0644 whatever the umask: node_exporter's user reads it).
 /// A failure is logged once, with what to check, and again only after a
 /// write succeeded in between: a full disk or a missing `ReadWritePaths=`
 /// does not fill the journal every interval.
@@ -33,7 +34,10 @@ public final class MetricsTextfileWriter: Sendable {
     public func write() -> Int? {
         let bytes = registry.exposition()
         do throws(SmallFile.Failure) {
-            try SmallFile.replace(path, with: bytes, durable: true, mode: 0o644)
+            // Write, fsync, rename: node_exporter sees the old file or the
+            // new one. The directory is not fsynced: after a power loss the
+            // next interval writes the file again anyway.
+            try SmallFile.replace(path, with: bytes, durable: true, syncDirectory: false, mode: 0o644)
             if failing.withLock({ failing in defer { failing = false }; return failing }) {
                 logger.notice("metrics: writing \(path) works again")
             }

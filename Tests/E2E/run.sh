@@ -8,9 +8,14 @@
 # Exit status: 0 if every scenario passed; 1 otherwise (the guest's logs stay
 # in $E2E_OUT); 2 if the guest never reported.
 #
+# A second boot runs systemd as PID 1 with the Debian package installed
+# (Tests/E2E/systemd/): udev, journald, dbus-daemon, bluetooth.service, the
+# dongle, mosquitto, node_exporter and tether-forward as units, and the
+# systemd-* checks; its logs go to $E2E_OUT/systemd.
+#
 # Environment: E2E_OUT (default .build/e2e/out), E2E_ONLY (comma-separated
-# scenario names), E2E_TIMEOUT (seconds for the boot, default 1200),
-# SWIFT (default swift).
+# scenario names), E2E_BOOTS (scenarios, systemd or both), E2E_TIMEOUT
+# (seconds for each boot, default 1200), SWIFT (default swift).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -18,9 +23,16 @@ work=$root/.build/e2e
 out=${E2E_OUT:-$work/out}
 swift=${SWIFT:-swift}
 timeout=${E2E_TIMEOUT:-1200}
+# E2E_BOOTS: scenarios (the guest script as PID 1), systemd (systemd as PID 1
+# with the Debian package installed), or both (the default).
+boots=${E2E_BOOTS:-both}
 bumble_version=0.0.236
 
 packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tools python3-venv cpio kmod"
+# The systemd boot's units come from the host's root: the broker, the
+# exporter, the subscriber, curl for the scrape and setfacl for the textfile
+# directory, as README tells operators.
+packages="$packages systemd dbus mosquitto mosquitto-clients prometheus-node-exporter curl acl"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
@@ -55,48 +67,83 @@ kernel=$(ls /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -n 1)
 version=${kernel#/boot/vmlinuz-}
 Tests/E2E/vm/build-initramfs.sh "$version" "$work/initramfs.gz"
 
+deb=""
+if [ "$boots" != scenarios ]; then
+    # The systemd boot installs the Debian package as a gateway would: the
+    # one `make test` built, or a new one.
+    deb=$(ls "$root"/.build/deb/tether_*.deb 2>/dev/null | head -n 1 || true)
+    if [ -z "$deb" ]; then
+        echo "e2e: building the Debian package (make deb)"
+        flock /tmp/tether-build.lock make -C "$root" --no-print-directory deb >/dev/null
+        deb=$(ls "$root"/.build/deb/tether_*.deb | head -n 1)
+    fi
+    deb=$(realpath --relative-to="$root" "$deb")
+fi
+
 rm -rf "$out"
 mkdir -p "$out"
-cmdline="console=ttyS0 quiet panic=-1 e2e.script=Tests/E2E/guest/main.sh e2e.tether=$tether"
-cmdline="$cmdline e2e.python=.build/e2e/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
-echo "e2e: booting $version under QEMU (TCG, 2 vCPUs, 1 GiB); guest console in $out/console.log"
-booted=$(date +%s)
-set +e
-# The guest powers itself off when the scenarios end; the timeout is for a
-# guest that hangs. Its console goes to the log and, filtered, to stdout.
-timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -m 1024 \
-    -nographic -no-reboot -net none -kernel "$kernel" -initrd "$work/initramfs.gz" -append "$cmdline" \
-    -fsdev local,id=root,path=/,readonly=on,security_model=none,multidevs=remap \
-    -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
-    -fsdev local,id=project,path="$root",readonly=on,security_model=none,multidevs=remap \
-    -device virtio-9p-pci,fsdev=project,mount_tag=project \
-    -fsdev local,id=out,path="$out",security_model=none \
-    -device virtio-9p-pci,fsdev=out,mount_tag=out \
-    </dev/null 2>&1 | tee "$out/console.log" | grep --line-buffered -E '^\[ *[0-9.]+\] |e2e-init' || true
-qemu_status=${PIPESTATUS[0]}
-set -e
-wall=$(( $(date +%s) - booted ))
 
-status=0
-python3 - "$out" "$qemu_status" "$wall" <<'EOF' || status=$?
+# boot NAME OUTDIR KERNEL_ARGS: one QEMU boot; its console goes to
+# OUTDIR/console.log and, filtered, to stdout. The guest powers itself off
+# when its checks end; the timeout is for a guest that hangs.
+boot() {
+    local name=$1 dir=$2 args=$3
+    mkdir -p "$dir"
+    echo "e2e: booting $version under QEMU (TCG, 2 vCPUs, 1 GiB) for the $name; console in $dir/console.log"
+    local started
+    started=$(date +%s)
+    set +e
+    timeout --foreground "$timeout" qemu-system-x86_64 -accel tcg,thread=multi -smp 2 -m 1024 \
+        -nographic -no-reboot -net none -kernel "$kernel" -initrd "$work/initramfs.gz" \
+        -append "console=ttyS0 quiet panic=-1 $args" \
+        -fsdev local,id=root,path=/,readonly=on,security_model=none,multidevs=remap \
+        -device virtio-9p-pci,fsdev=root,mount_tag=hostroot \
+        -fsdev local,id=project,path="$root",readonly=on,security_model=none,multidevs=remap \
+        -device virtio-9p-pci,fsdev=project,mount_tag=project \
+        -fsdev local,id=out,path="$dir",security_model=none \
+        -device virtio-9p-pci,fsdev=out,mount_tag=out \
+        </dev/null 2>&1 | tee "$dir/console.log" | grep --line-buffered -E '^\[ *[0-9.]+\] |e2e-init' || true
+    qemu_status=${PIPESTATUS[0]}
+    set -e
+    wall=$(( $(date +%s) - started ))
+}
+
+# report DIR NAME: the boot's results, one line per scenario or check.
+report() {
+    python3 - "$1" "$qemu_status" "$wall" "$2" <<'PY'
 import json, sys
 from pathlib import Path
-out, qemu_status, wall = Path(sys.argv[1]), sys.argv[2], sys.argv[3]
+out, qemu_status, wall, name = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
 try:
     report = json.loads((out / "results.json").read_text())
 except (OSError, ValueError):
-    print(f"e2e: FAIL the guest left no results (qemu exit {qemu_status}); see {out}/console.log")
+    print(f"{name}: FAIL the guest left no results (qemu exit {qemu_status}); see {out}/console.log")
     sys.exit(2)
 for result in report["results"]:
     figures = " ".join(f"{k}={v}" for k, v in result["figures"].items())
-    line = f"{'PASS' if result['passed'] else 'FAIL'} {result['name']:<22} {result['seconds']:>6.1f}s  {figures}"
+    line = f"{'PASS' if result['passed'] else 'FAIL'} {result['name']:<28} {result['seconds']:>6.1f}s  {figures}"
     print(line + (f"  -- {result['detail']}" if result["detail"] else ""))
 passed = all(r["passed"] for r in report["results"])
-print(f"e2e: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in report['results'])}/{len(report['results'])} "
-      f"scenarios; guest {report['guest_seconds']} s, boot wall time {wall} s")
+print(f"{name}: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in report['results'])}/{len(report['results'])} "
+      f"checks; guest {report['guest_seconds']} s, boot wall time {wall} s")
 sys.exit(0 if passed else 1)
-EOF
+PY
+}
+
+status=0
+if [ "$boots" != systemd ]; then
+    cmdline="e2e.script=Tests/E2E/guest/main.sh e2e.tether=$tether"
+    cmdline="$cmdline e2e.python=.build/e2e/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
+    boot "scenarios" "$out" "$cmdline"
+    report "$out" "e2e" || status=$?
+fi
+if [ "$boots" != scenarios ]; then
+    # systemd 252 as PID 1, the package installed with dpkg -i (Tests/E2E/systemd/).
+    boot "systemd checks" "$out/systemd" \
+        "e2e.mode=systemd e2e.script=Tests/E2E/systemd/prepare.sh e2e.deb=$deb systemd.unit=e2e.target systemd.show_status=false"
+    report "$out/systemd" "e2e-systemd" || { s=$?; [ "$status" -ge "$s" ] || status=$s; }
+fi
 if [ "$status" != 0 ]; then
-    echo "e2e: logs (bluetoothd, btmon, tether, dongle, console) are in $out" >&2
+    echo "e2e: logs (bluetoothd, btmon, tether, dongle, console; systemd/: journal, units) are in $out" >&2
 fi
 exit "$status"

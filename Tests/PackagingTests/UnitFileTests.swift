@@ -48,7 +48,7 @@ import Testing
         let expected: [(String, String)] = [
             ("Type", "notify"), ("NotifyAccess", "main"), ("Restart", "on-failure"),
             ("User", "tether-forward"), ("Group", "tether"),
-            ("StateDirectory", "tether-forward"), ("ReadOnlyPaths", "/var/lib/tether"),
+            ("StateDirectory", "tether-forward"), ("ReadOnlyPaths", "-/var/lib/tether"),
             ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""), ("NoNewPrivileges", "yes"),
             ("ProtectSystem", "strict"), ("RestartPreventExitStatus", "78"),
         ]

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Builds the e2e guest's initramfs: busybox-static, the modules that virtio-9p
-# needs from Debian's kernel, and vm/init. Usage: build-initramfs.sh KERNEL_VERSION OUTPUT
+# and the overlay root (e2e.mode=systemd) need from Debian's kernel, and vm/init. Usage: build-initramfs.sh KERNEL_VERSION OUTPUT
 set -euo pipefail
 version=$1
 output=$2
@@ -29,7 +29,7 @@ add() {
     cp "$path" "$work/modules/"
     order+=("$(basename "$path")")
 }
-for module in virtio_pci 9pnet_virtio 9p; do add "$module"; done
+for module in virtio_pci 9pnet_virtio 9p overlay; do add "$module"; done
 printf '%s\n' "${order[@]}" > "$work/modules.order"
 
 (cd "$work" && find . | cpio -o -H newc --quiet) | gzip -1 > "$output.tmp"

@@ -1,0 +1,427 @@
+#!/usr/bin/env python3
+"""The checks of the systemd e2e boot, run as e2e-checks.service.
+
+systemd 252 is PID 1, the Debian package is installed (prepare.sh), and
+journald, udevd, dbus-daemon, bluetooth.service, btvirt, the Bumble dongle,
+mosquitto, node_exporter and tether-forward.service are units; udev starts
+tether.service when hci0 appears. Each check prints one PASS/FAIL line (its
+name starts with systemd-) with its figures, and all of them go to
+OUT/results.json (argv[1]) in the format Tests/E2E/run.sh reads.
+"""
+
+import json
+import os
+import re
+import socket
+import struct
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
+CONTROL = "/run/e2e/dongle.sock"
+READINGS = Path("/var/lib/tether/readings")
+NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
+# A notification sent this long before a stop or a fault may still be in the
+# emulated controller or bluetoothd (see ../guest/scenarios.py).
+IN_FLIGHT = 0.5
+
+
+def say(text):
+    print(f"[{time.monotonic():9.3f}] {text}", flush=True)
+
+
+def run(argv, timeout=60, env=None):
+    return subprocess.run(argv, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def show(unit, *properties):
+    result = run(["systemctl", "show", unit] + [f"--property={p}" for p in properties])
+    values = {}
+    for line in result.stdout.splitlines():
+        key, _, value = line.partition("=")
+        values[key] = value
+    return values
+
+
+def prop(unit, name):
+    return show(unit, name).get(name, "")
+
+
+def wait_until(predicate, timeout, step=0.25):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(step)
+    return None
+
+
+def dongle(command):
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
+        sock.settimeout(10)
+        sock.connect(CONTROL)
+        sock.sendall(command.encode() + b"\n")
+        reply = b""
+        while not reply.endswith(b"\n"):
+            chunk = sock.recv(4096)
+            if not chunk:
+                break
+            reply += chunk
+    return json.loads(reply)
+
+
+def status_text():
+    return prop("tether.service", "StatusText")
+
+
+def online():
+    return status_text().startswith("online")
+
+
+def sent(since=0.0, until=float("inf")):
+    """Sequence numbers the dongle notified between two monotonic times."""
+    path = OUT / "dongle-sent.jsonl"
+    seqs = []
+    if path.exists():
+        for line in path.read_text().splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            if since <= record["t"] <= until:
+                seqs.append(record["seq"])
+    return seqs
+
+
+def records():
+    """The readings log's records, in file order."""
+    out = []
+    if READINGS.exists():
+        for path in sorted(READINGS.glob("readings-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+            for line in path.read_text(errors="replace").splitlines():
+                try:
+                    out.append(json.loads(line))
+                except ValueError:
+                    pass
+    return out
+
+
+def disk_seqs():
+    """The dongle's sequence numbers of the NUS TX readings on disk."""
+    seqs = []
+    for record in records():
+        payload = bytes.fromhex(record.get("hex") or "")
+        if record.get("char") == NUS_TX and len(payload) >= 4:
+            seqs.append(struct.unpack_from("<I", payload)[0])
+    return seqs
+
+
+def journal(*matches, unit=None):
+    argv = ["journalctl", "-b", "-o", "json", "--no-pager"] + (["-u", unit] if unit else []) + list(matches)
+    entries = []
+    for line in run(argv).stdout.splitlines():
+        try:
+            entries.append(json.loads(line))
+        except ValueError:
+            pass
+    return entries
+
+
+def metrics():
+    result = run(["curl", "-sf", "http://127.0.0.1:9100/metrics"], timeout=20)
+    samples = {}
+    for line in result.stdout.splitlines():
+        if line.startswith("#") or " " not in line:
+            continue
+        series, value = line.rsplit(" ", 1)
+        try:
+            samples[series] = float(value)
+        except ValueError:
+            pass
+    return samples
+
+
+class Checks:
+    def __init__(self):
+        self.results = []
+        self.started = time.monotonic()
+        self.quiet_since = 0.0  # after the last fault: the window the readings must be complete in
+
+    def check(self, name, function):
+        say(f"{name}: start")
+        started = time.monotonic()
+        try:
+            passed, figures, detail = function(self)
+        except Exception as error:  # a check that raised failed, and says why
+            passed, figures, detail = False, {}, f"{type(error).__name__}: {error}"
+        result = {"name": name, "passed": bool(passed), "seconds": round(time.monotonic() - started, 1),
+                  "figures": figures, "detail": detail}
+        self.results.append(result)
+        figures_text = " ".join(f"{k}={v}" for k, v in figures.items())
+        say(f"{'PASS' if passed else 'FAIL'} {name} {figures_text}{'  -- ' + detail if detail else ''}")
+        self.save()
+
+    def save(self):
+        report = {"results": self.results, "guest_seconds": round(float(Path("/proc/uptime").read_text().split()[0]), 1)}
+        (OUT / "results.json.tmp").write_text(json.dumps(report, indent=2))
+        os.replace(OUT / "results.json.tmp", OUT / "results.json")
+
+
+# ------------------------------------------------------------------ checks
+# Each takes the Checks and returns (passed, figures, detail).
+
+def udev_start(c):
+    """udev starts tether.service when hci0 appears; nobody enabled it."""
+    active = wait_until(lambda: prop("tether.service", "ActiveState") == "active", 240, step=0.5)
+    enabled = run(["systemctl", "is-enabled", "tether.service"]).stdout.strip()
+    wants = prop("sys-subsystem-bluetooth-devices-hci0.device", "Wants")
+    device_up = int(prop("sys-subsystem-bluetooth-devices-hci0.device", "ActiveEnterTimestampMonotonic") or 0)
+    tether_up = int(prop("tether.service", "ActiveEnterTimestampMonotonic") or 0)
+    figures = {"is_enabled": enabled, "hci0_to_active_s": round((tether_up - device_up) / 1e6, 2),
+               "boot_to_active_s": round(tether_up / 1e6, 1)}
+    ok = bool(active) and enabled == "disabled" and "tether.service" in wants.split()
+    return ok, figures, "" if ok else f"active={bool(active)} enabled={enabled} hci0 Wants={wants!r}"
+
+
+def ready_and_status(c):
+    """Type=notify: READY=1 made it active; STATUS= says online."""
+    values = show("tether.service", "Type", "NotifyAccess", "ActiveEnterTimestampMonotonic")
+    up = int(values.get("ActiveEnterTimestampMonotonic") or 0) / 1e6
+    reached = wait_until(online, 180, step=0.2)
+    figures = {"type": values.get("Type"), "active_to_online_s": round(time.monotonic() - up, 1) if reached else None,
+               "status": status_text()}
+    ok = values.get("Type") == "notify" and bool(reached)
+    return ok, figures, "" if ok else "STATUS= never said online"
+
+
+def first_reading_status(c):
+    """Issue 13's third defect: STATUS= tells of the first reading at once,
+    not at the next watchdog tick."""
+    first = wait_until(lambda: disk_seqs(), 60, step=0.1)
+    if not first:
+        return False, {}, "no reading on disk within 60 s of online"
+    seen = time.monotonic()
+    told = wait_until(lambda: "no reading yet" not in status_text(), 15, step=0.1)
+    delay = round(time.monotonic() - seen, 2)
+    ok = bool(told) and delay <= 3
+    return ok, {"first_reading_to_status_s": delay, "status": status_text()}, "" if ok else "STATUS= still says no reading yet"
+
+
+def watchdog(c):
+    """WATCHDOG=1 arrives (systemd records each ping's time)."""
+    usec = prop("tether.service", "WatchdogUSec")
+    stamps, deadline = [], time.monotonic() + 40
+    last = prop("tether.service", "WatchdogTimestampMonotonic")
+    while time.monotonic() < deadline and len(stamps) < 2:
+        time.sleep(0.5)
+        now = prop("tether.service", "WatchdogTimestampMonotonic")
+        if now != last and now not in ("", "0"):
+            stamps.append(int(now))
+            last = now
+    figures = {"WatchdogUSec": usec, "pings_seen": len(stamps)}
+    if len(stamps) == 2:
+        figures["ping_interval_s"] = round((stamps[1] - stamps[0]) / 1e6, 1)
+    ok = len(stamps) == 2
+    return ok, figures, "" if ok else "no two watchdog pings within 40 s"
+
+
+def readings_flow(c):
+    """Readings reach the disk under the shipped sandbox, all of them."""
+    start = time.monotonic()
+    time.sleep(10)
+    window = sent(start, time.monotonic() - IN_FLIGHT)
+    on_disk = set(disk_seqs())
+    missing = [s for s in window if s not in on_disk]
+    figures = {"sent": len(window), "missing": len(missing), "on_disk_total": len(on_disk)}
+    ok = len(window) >= 50 and not missing
+    return ok, figures, "" if ok else f"missing {missing[:10]}"
+
+
+def journal_fields(c):
+    """A drop is in the journal with Tether's fields."""
+    before = len(journal("TETHER_EVENT=disconnected", unit="tether.service"))
+    injected = time.monotonic()
+    dongle("disconnect")
+    entries = wait_until(lambda: journal("TETHER_EVENT=disconnected", unit="tether.service")[before:], 30)
+    back = wait_until(lambda: online() and time.monotonic() - injected > 0.5, 60, step=0.1)
+    c.quiet_since = time.monotonic()
+    if not entries:
+        return False, {}, "journalctl -u tether TETHER_EVENT=disconnected found nothing new"
+    entry = entries[0]
+    noticed = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6 - injected
+    figures = {"noticed_ms": round(noticed * 1000), "online_again_s": round(c.quiet_since - injected, 2) if back else None,
+               "TETHER_DEVICE": entry.get("TETHER_DEVICE"), "PRIORITY": entry.get("PRIORITY")}
+    ok = bool(entry.get("TETHER_DEVICE")) and entry.get("SYSLOG_IDENTIFIER") == "tether" and bool(back)
+    return ok, figures, "" if ok else f"entry {entry.get('MESSAGE')!r}, online again: {bool(back)}"
+
+
+def policy(c):
+    """tether reconnect: AccessDenied naming the group for nobody; works for group tether."""
+    nobody = run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/tether", "reconnect"])
+    alice = run(["runuser", "-u", "alice", "--", "/usr/bin/tether", "reconnect"])
+    back = wait_until(lambda: online(), 60, step=0.2)
+    c.quiet_since = time.monotonic()
+    figures = {"nobody_exit": nobody.returncode, "alice_exit": alice.returncode}
+    ok = (nobody.returncode == 4 and "group 'tether'" in nobody.stderr + nobody.stdout
+          and alice.returncode == 0 and bool(back))
+    return ok, figures, "" if ok else f"nobody: {nobody.stderr.strip()[:200]} alice: {alice.stderr.strip()[:200]}"
+
+
+def node_exporter(c):
+    """node_exporter serves Tether's and the forwarder's metrics."""
+    want = {'tether_connected{instance_name="default"}': 1.0, 'tether_forward_broker_connected{instance_name="default"}': 1.0}
+    samples = wait_until(lambda: (lambda s: s if all(s.get(k) == v for k, v in want.items()) else None)(metrics()), 20, step=1)
+    samples = samples or metrics()
+    figures = {k.split("{")[0]: samples.get(k) for k in [
+        'tether_connected{instance_name="default"}', 'tether_reconnects_total{instance_name="default"}',
+        'tether_readings_total{instance_name="default"}', 'tether_forward_broker_connected{instance_name="default"}',
+        'tether_forward_backlog_records{instance_name="default"}']}
+    figures["textfile_errors"] = samples.get("node_textfile_scrape_error")
+    ok = (all(samples.get(k) == v for k, v in want.items()) and (figures["tether_reconnects_total"] or 0) >= 2
+          and (figures["tether_readings_total"] or 0) > 0 and figures["textfile_errors"] == 0)
+    return ok, figures, "" if ok else "see the figures"
+
+
+def bluetooth_restart(c):
+    """systemctl restart bluetooth is ridden out: online again, no restart of tether."""
+    restarts = prop("tether.service", "NRestarts")
+    before = len(journal("TETHER_EVENT=bluez-vanished", unit="tether.service"))
+    injected = time.monotonic()
+    result = run(["systemctl", "restart", "bluetooth.service"], timeout=120)
+    vanished = wait_until(lambda: len(journal("TETHER_EVENT=bluez-vanished", unit="tether.service")) > before, 30)
+    back = wait_until(lambda: online() and len(journal("TETHER_EVENT=bluez-vanished", unit="tether.service")) > before, 120, step=0.2)
+    c.quiet_since = time.monotonic()
+    figures = {"online_again_s": round(c.quiet_since - injected, 1) if back else None,
+               "tether_restarts": f"{restarts}->{prop('tether.service', 'NRestarts')}"}
+    ok = result.returncode == 0 and bool(vanished) and bool(back) and prop("tether.service", "NRestarts") == restarts
+    return ok, figures, "" if ok else f"restart exit {result.returncode}, vanished seen {bool(vanished)}, online {bool(back)}"
+
+
+def journal_quiet(c):
+    """A healthy run's journal holds no line from libdispatch or the runtime:
+    every entry of the two units comes through Tether's journald protocol."""
+    foreign, ours = [], 0
+    for unit in ("tether.service", "tether-forward.service"):
+        for entry in journal(unit=unit):
+            if entry.get("_PID") == "1" or entry.get("_TRANSPORT") not in ("journal", "stdout", "syslog"):
+                continue  # systemd's own lines about the unit
+            if entry.get("_TRANSPORT") == "journal" and entry.get("CODE_FILE"):
+                ours += 1
+            else:
+                foreign.append(f"{unit} {entry.get('_TRANSPORT')}: {entry.get('MESSAGE')}")
+    priority = sum("Failed to set thread priority" in str(e.get("MESSAGE")) for e in journal())
+    figures = {"tether_entries": ours, "foreign_lines": len(foreign), "libdispatch_priority_lines": priority}
+    ok = ours > 0 and not foreign and priority == 0
+    return ok, figures, "" if ok else "; ".join(foreign[:5])
+
+
+def sigkill(c):
+    """SIGKILL: systemd restarts it, and the log is intact (seq goes on)."""
+    restarts = int(prop("tether.service", "NRestarts") or 0)
+    killed = time.monotonic()
+    run(["systemctl", "kill", "--signal=KILL", "tether.service"])
+    restarted = wait_until(lambda: int(prop("tether.service", "NRestarts") or 0) > restarts
+                           and prop("tether.service", "ActiveState") == "active", 60)
+    back = wait_until(online, 120, step=0.2)
+    c.quiet_since = time.monotonic()
+    seqs = [r["seq"] for r in records()]
+    intact = seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False
+    figures = {"restarted": bool(restarted), "online_again_s": round(c.quiet_since - killed, 1) if back else None,
+               "records": len(seqs)}
+    ok = bool(restarted) and bool(back) and intact
+    return ok, figures, "" if ok else f"records' seq not contiguous: {seqs[:3]}…{seqs[-3:]}" if not intact else "not back"
+
+
+def stop(c):
+    """systemctl stop: exit 0, every reading on disk."""
+    time.sleep(3)
+    started = time.monotonic()
+    result = run(["systemctl", "stop", "tether.service"], timeout=60)
+    took = time.monotonic() - started
+    values = show("tether.service", "Result", "ExecMainStatus", "ActiveState")
+    window = sent(c.quiet_since + 1.0, started - IN_FLIGHT)
+    on_disk = set(disk_seqs())
+    missing = [s for s in window if s not in on_disk]
+    figures = {"stop_s": round(took, 2), "exit": values.get("ExecMainStatus"), "result": values.get("Result"),
+               "sent": len(window), "missing": len(missing)}
+    ok = (result.returncode == 0 and values.get("ExecMainStatus") == "0" and values.get("Result") == "success"
+          and len(window) > 0 and not missing)
+    return ok, figures, "" if ok else f"{result.stderr.strip()} missing {missing[:10]}"
+
+
+def forward(c):
+    """tether-forward.service delivered every record on disk to mosquitto."""
+    last = max((r["seq"] for r in records()), default=0)
+
+    def caught_up():
+        report = json.loads(run(["/usr/bin/tether", "status", "--json"]).stdout or "{}").get("forwarder") or {}
+        return report if report.get("acknowledged_seq") == last else None
+
+    report = wait_until(caught_up, 60, step=0.5)
+    time.sleep(1)
+    received = []
+    for line in (OUT / "mqtt-received.txt").read_text(errors="replace").splitlines():
+        topic, _, payload = line.partition(" ")
+        if topic.endswith("/readings"):
+            for part in payload.split("\n"):
+                try:
+                    received.append(json.loads(part)["seq"])
+                except (ValueError, KeyError):
+                    pass
+    wanted = {r["seq"] for r in records()}
+    missing = sorted(wanted - set(received))
+    figures = {"on_disk": len(wanted), "received": len(received), "distinct": len(set(received)),
+               "missing": len(missing), "acknowledged_seq": (report or {}).get("acknowledged_seq")}
+    ok = bool(report) and not missing and len(wanted) > 0
+    return ok, figures, "" if ok else f"missing {missing[:10]}"
+
+
+def security(c):
+    """systemd-analyze security (live) ≤ 2.0 for every unit."""
+    figures, ok = {}, True
+    for unit in ("tether.service", "tether@e2e.service", "tether-forward.service", "tether-forward@e2e.service"):
+        output = run(["systemd-analyze", "security", "--no-pager", unit]).stdout
+        match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", output)
+        level = float(match.group(1)) if match else None
+        figures[unit] = level
+        ok = ok and level is not None and level <= 2.0
+    return ok, figures, "" if ok else "above 2.0"
+
+
+CHECKS = [
+    ("systemd-udev-start", udev_start),
+    ("systemd-ready-status", ready_and_status),
+    ("systemd-status-first-reading", first_reading_status),
+    ("systemd-watchdog", watchdog),
+    ("systemd-readings", readings_flow),
+    ("systemd-journal-fields", journal_fields),
+    ("systemd-policy", policy),
+    ("systemd-node-exporter", node_exporter),
+    ("systemd-bluetooth-restart", bluetooth_restart),
+    ("systemd-sigkill", sigkill),
+    ("systemd-journal-quiet", journal_quiet),
+    ("systemd-stop", stop),
+    ("systemd-forward", forward),
+    ("systemd-security", security),
+]
+
+
+def main():
+    checks = Checks()
+    say(f"checks start at {Path('/proc/uptime').read_text().split()[0]} s of guest time")
+    for name, function in CHECKS:
+        checks.check(name, function)
+    # Logs for the host: the journal of this boot, and the units' states.
+    (OUT / "journal.txt").write_text(run(["journalctl", "-b", "--no-pager", "-o", "short-monotonic"], timeout=120).stdout)
+    (OUT / "units.txt").write_text(run(["systemctl", "list-units", "--all", "--no-pager"]).stdout)
+    checks.save()
+    passed = all(r["passed"] for r in checks.results)
+    say(f"e2e-systemd: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in checks.results)}/{len(checks.results)}")
+    return 0 if passed else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

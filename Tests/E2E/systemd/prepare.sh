@@ -1,0 +1,87 @@
+#!/bin/sh
+# Prepares the systemd guest's root (an overlay: the host's / below a tmpfs),
+# run by vm/init in a chroot before systemd starts: installs the Debian
+# package with dpkg -i as an operator would, writes the config, the metrics
+# drop-ins the README tells operators to install, and the e2e units
+# (units/), and points systemd at e2e.target (the kernel command line says
+# systemd.unit=e2e.target). Its output goes to OUT/prepare.log.
+set -eux
+project=/run/e2e/project
+here=$project/Tests/E2E/systemd
+
+deb=""
+for arg in $(cat /proc/cmdline); do
+    case "$arg" in e2e.deb=*) deb="$project/${arg#e2e.deb=}" ;; esac
+done
+[ -f "$deb" ] || { echo "no package: e2e.deb=$deb" >&2; exit 1; }
+
+# The host's fstab names the host's disks: the guest has none.
+: > /etc/fstab
+hostname e2e-systemd 2>/dev/null || true
+echo e2e-systemd > /etc/hostname
+
+# No man-db index rebuild under emulation (its dpkg trigger checks this file).
+rm -f /var/lib/man-db/auto-update
+
+# The package, as on a gateway (its postinst creates the users).
+dpkg -i "$deb"
+dpkg -s tether | sed -n 's/^Version: /installed tether /p'
+
+# bluetoothd starts only once the dongle holds hci1 (see units/): not by
+# itself when the adapters appear, nor through D-Bus activation.
+rm -f /etc/systemd/system/bluetooth.target.wants/bluetooth.service /etc/systemd/system/dbus-org.bluez.service
+
+# The dongle is found by its service (its address is the emulated
+# controller's); the keep-alive and the retry windows are short for the test.
+cat > /etc/tether/tether.toml <<'TOML'
+[bluez]
+adapter = "hci0"
+
+[dongle]
+service_uuid = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
+
+[keepalive]
+interval = "2s"
+timeout = "2s"
+sleep_after = "8s"
+
+[reconnect]
+initial_backoff = "500ms"
+max_backoff = "4s"
+connect_timeout = "10s"
+window = "20s"
+window_attempts = 4
+cooldown = "15s"
+
+[readings]
+flush_interval = "500ms"
+
+[mqtt]
+url = "mqtt://127.0.0.1"
+batch = 1
+
+[metrics]
+textfile = "/var/lib/prometheus/node-exporter/tether.prom"
+forward_textfile = "/var/lib/prometheus/node-exporter/tether-forward.prom"
+interval = "2s"
+TOML
+
+# Metrics, as README's "Metrics" section says.
+for unit in tether tether-forward; do
+    install -D -m 0644 /usr/share/doc/tether/examples/metrics-textfile.conf \
+        "/etc/systemd/system/$unit.service.d/metrics-textfile.conf"
+done
+mkdir -p /var/lib/prometheus/node-exporter
+setfacl -m u:tether:rwx,u:tether-forward:rwx /var/lib/prometheus/node-exporter
+
+# A member of group tether, for the D-Bus policy check.
+useradd -M -N -G tether -s /bin/sh alice
+
+# The e2e units and drop-ins.
+cp "$here"/units/*.service "$here"/units/*.target /etc/systemd/system/
+for dropin in "$here"/units/*.conf; do
+    name=$(basename "$dropin" .conf)     # e.g. bluetooth.service-e2e
+    unit=${name%-e2e}
+    install -D -m 0644 "$dropin" "/etc/systemd/system/$unit.d/e2e.conf"
+done
+echo prepared

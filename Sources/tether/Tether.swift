@@ -1,4 +1,5 @@
 import ArgumentParser
+import Glibc
 
 @main
 struct Tether: AsyncParsableCommand {
@@ -21,4 +22,23 @@ struct Tether: AsyncParsableCommand {
             CheckConfigCommand.self, ForwardCommand.self,
         ]
     )
+
+    static func main() async {
+        quietLibdispatchPriorityLog()
+        await main(nil)
+    }
+
+    /// libdispatch (under Swift's concurrency runtime) maps its worker
+    /// threads' QoS to nice values down to -4 with setpriority(), which an
+    /// unprivileged process may not do, and writes each failure to syslog:
+    /// every `tether status` a user ran would leave "Failed to set thread
+    /// priority for worker thread" in the system journal. On Linux that is
+    /// the only thing libdispatch logs, so its log is off unless the caller
+    /// set LIBDISPATCH_LOG (the tests set it to stderr). The units let the
+    /// daemons' threads take their priorities (LimitNICE=-4), so under
+    /// systemd nothing fails in the first place.
+    private static func quietLibdispatchPriorityLog() {
+        // Before the first worker thread: libdispatch reads it at its first log.
+        setenv("LIBDISPATCH_LOG", "NO", 0)
+    }
 }

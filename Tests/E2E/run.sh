@@ -69,14 +69,11 @@ Tests/E2E/vm/build-initramfs.sh "$version" "$work/initramfs.gz"
 
 deb=""
 if [ "$boots" != scenarios ]; then
-    # The systemd boot installs the Debian package as a gateway would: the
-    # one `make test` built, or a new one.
-    deb=$(ls "$root"/.build/deb/tether_*.deb 2>/dev/null | head -n 1 || true)
-    if [ -z "$deb" ]; then
-        echo "e2e: building the Debian package (make deb)"
-        flock /tmp/tether-build.lock make -C "$root" --no-print-directory deb >/dev/null
-        deb=$(ls "$root"/.build/deb/tether_*.deb | head -n 1)
-    fi
+    # The systemd boot installs the Debian package as a gateway would, made
+    # from this tree (after `make test` the release build is already there).
+    echo "e2e: building the Debian package (make deb)"
+    deb=$(flock /tmp/tether-build.lock make -C "$root" --no-print-directory deb | tail -n 1)
+    [ -f "$deb" ] || { echo "e2e: make deb made no package" >&2; exit 2; }
     deb=$(realpath --relative-to="$root" "$deb")
 fi
 

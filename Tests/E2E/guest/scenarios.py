@@ -20,13 +20,14 @@ import os
 import re
 import shutil
 import signal
-import socket
 import struct
 import subprocess
 import sys
 import threading
 import time
 from pathlib import Path
+
+from e2e_common import dongle_command, wait_until
 
 ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
@@ -148,34 +149,11 @@ def run(argv, timeout=30):
     return result.stdout
 
 
-def wait_until(predicate, timeout, step=0.2):
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        value = predicate()
-        if value:
-            return value
-        time.sleep(step)
-    return None
-
-
 class Dongle:
     """The Bumble dongle's control socket: one JSON reply line per command."""
 
     def command(self, text):
-        with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as sock:
-            sock.settimeout(10)
-            sock.connect(str(CONTROL))
-            sock.sendall(text.encode() + b"\n")
-            reply = b""
-            while not reply.endswith(b"\n"):
-                chunk = sock.recv(4096)
-                if not chunk:
-                    break
-                reply += chunk
-        answer = json.loads(reply)
-        if not answer.get("ok"):
-            raise RuntimeError(f"dongle: {text}: {answer.get('error')}")
-        return answer
+        return dongle_command(CONTROL, text)
 
     def status(self):
         return self.command("status")

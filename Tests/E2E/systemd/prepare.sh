@@ -6,6 +6,7 @@
 # (units/), and points systemd at e2e.target (the kernel command line says
 # systemd.unit=e2e.target). Its output goes to OUT/prepare.log.
 set -eux
+export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.UTF-8
 project=/run/e2e/project
 here=$project/Tests/E2E/systemd
 
@@ -17,6 +18,9 @@ done
 
 # The host's fstab names the host's disks: the guest has none.
 : > /etc/fstab
+# The host may be a container: its marker would make systemd believe the
+# guest is one too (and then ignore the kernel command line).
+rm -f /.dockerenv /run/.containerenv
 hostname e2e-systemd 2>/dev/null || true
 echo e2e-systemd > /etc/hostname
 
@@ -71,7 +75,9 @@ for unit in tether tether-forward; do
     install -D -m 0644 /usr/share/doc/tether/examples/metrics-textfile.conf \
         "/etc/systemd/system/$unit.service.d/metrics-textfile.conf"
 done
+# (A tmpfs: the overlay over 9p does not take ACLs; a gateway's ext4 does.)
 mkdir -p /var/lib/prometheus/node-exporter
+mount -t tmpfs -o mode=0755 tmpfs /var/lib/prometheus/node-exporter
 setfacl -m u:tether:rwx,u:tether-forward:rwx /var/lib/prometheus/node-exporter
 
 # A member of group tether, for the D-Bus policy check.

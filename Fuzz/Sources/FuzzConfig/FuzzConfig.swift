@@ -149,6 +149,28 @@ func render(_ config: TetherConfig) -> String {
         "retain_size = \(quoted(ByteSizeText.format(s.retainSize)))",
         "max_backlog = \(s.maxBacklog)",
     ]
+    if let m = config.mqtt {
+        let host = m.host.contains(":") ? "[\(m.host)]" : m.host
+        lines += [
+            "[mqtt]",
+            "url = \(quoted("\(m.scheme.rawValue)://\(host):\(m.port)"))",
+            "topic = \(quoted(m.topic))",
+            "status_topic = \(quoted(m.statusTopic))",
+            "client_id = \(quoted(m.clientID))",
+            "qos = \(m.qos)",
+            "keepalive = \(duration(m.keepalive))",
+            "max_inflight = \(m.maxInflight)",
+            "batch = \(m.batch)",
+        ]
+        for (key, value) in [("username", m.username), ("password_file", m.passwordFile), ("ca_file", m.caFile),
+                             ("cert_file", m.certFile), ("key_file", m.keyFile)] {
+            if let value { lines.append("\(key) = \(quoted(value))") }
+        }
+    }
+    let metrics = config.metrics
+    lines += ["[metrics]", "interval = \(duration(metrics.interval))"]
+    if let textfile = metrics.textfile { lines.append("textfile = \(quoted(textfile))") }
+    if let textfile = metrics.forwardTextfile { lines.append("forward_textfile = \(quoted(textfile))") }
     return lines.joined(separator: "\n") + "\n"
 }
 

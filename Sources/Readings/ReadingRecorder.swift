@@ -23,14 +23,20 @@ public final class ReadingRecorder: @unchecked Sendable {
         public var pending: Int
         /// Readings dropped because the backlog overflowed.
         public var dropped: UInt64
+        /// Gap records written to the log (each accounts for a run of dropped readings).
+        public var gapRecords: UInt64
         /// The last write or sync error, cleared by the next successful write.
         public var lastError: String?
 
-        public init(written: UInt64 = 0, lastSeq: UInt64 = 0, pending: Int = 0, dropped: UInt64 = 0, lastError: String? = nil) {
+        public init(
+            written: UInt64 = 0, lastSeq: UInt64 = 0, pending: Int = 0, dropped: UInt64 = 0, gapRecords: UInt64 = 0,
+            lastError: String? = nil
+        ) {
             self.written = written
             self.lastSeq = lastSeq
             self.pending = pending
             self.dropped = dropped
+            self.gapRecords = gapRecords
             self.lastError = lastError
         }
     }
@@ -54,6 +60,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         var written: UInt64 = 0
         var lastSeq: UInt64
         var dropped: UInt64 = 0
+        var gapRecords: UInt64 = 0
         var lastError: String?
     }
 
@@ -106,6 +113,7 @@ public final class ReadingRecorder: @unchecked Sendable {
                 lastSeq: state.lastSeq,
                 pending: state.backlog.count + state.inFlight,
                 dropped: state.dropped,
+                gapRecords: state.gapRecords,
                 lastError: state.lastError
             )
         }
@@ -221,6 +229,7 @@ public final class ReadingRecorder: @unchecked Sendable {
             let more = lock.withLock { () -> Bool in
                 state.inFlight = 0
                 state.written += UInt64(batch.count)
+                if gap != nil { state.gapRecords += 1 }
                 state.lastSeq = lastSeq
                 state.lastError = nil
                 // Drops that happened while we were writing stay for the next gap record.

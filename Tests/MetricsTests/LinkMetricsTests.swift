@@ -121,12 +121,13 @@ import Testing
 
     @Test func readingsComeFromTheRecordersCountersAndAStopLeavesNothingOnline() {
         metrics.refresh(readings: ReadingRecorder.Stats(written: 100, dropped: 0))
-        metrics.refresh(readings: ReadingRecorder.Stats(written: 250, dropped: 7))
+        metrics.refresh(readings: ReadingRecorder.Stats(written: 250, dropped: 7, gapRecords: 2))
         metrics.observe(.reconnectRequested, actions: [], status: status(.online), at: .seconds(1))
         metrics.stopped()
         let s = samples()
         #expect(s.value("tether_readings_total") == 250)
         #expect(s.value("tether_readings_dropped_total") == 7)
+        #expect(s.value("tether_gap_records_total") == 2)
         #expect(s.value("tether_connected") == 0)
         #expect(s.sum("tether_state") == 0)
     }

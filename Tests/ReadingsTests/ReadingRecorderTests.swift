@@ -125,7 +125,7 @@ struct ReadingRecorderTests {
         disk.failing = false
         recorder.flush()
         stats = recorder.stats
-        #expect(stats == ReadingRecorder.Stats(written: 11, lastSeq: 12, pending: 0, dropped: 15, lastError: nil))
+        #expect(stats == ReadingRecorder.Stats(written: 11, lastSeq: 12, pending: 0, dropped: 15, gapRecords: 1, lastError: nil))
 
         let records = try ReadingLog.readRecords(directory: dir.path)
         #expect(records.map(\.seq) == Array(1...12))

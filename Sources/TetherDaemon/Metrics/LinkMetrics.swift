@@ -36,6 +36,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let bluetoothdRestarts: CoreMetrics.Counter
     private let readings: CoreMetrics.Counter
     private let readingsDropped: CoreMetrics.Counter
+    private let gapRecords: CoreMetrics.Counter
     private let lastReading: Meter
     private let polls: [PollResult: CoreMetrics.Counter]
     private let pollLatency: CoreMetrics.Timer
@@ -49,7 +50,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private var lastReconnects = 0
 
     // MARK: The exporter's
-    private let exportedReadings = Mutex<(written: UInt64, dropped: UInt64)>((0, 0))
+    private let exportedReadings = Mutex(ReadingRecorder.Stats())
 
     /// Why an attempt failed, as a label: the kind of BlueZ error, or what
     /// ended it otherwise.
@@ -130,6 +131,9 @@ public final class LinkMetrics: @unchecked Sendable {
         readingsDropped = registry.counter(
             "tether_readings_dropped_total",
             help: "Readings dropped because the disk refused writes longer than the backlog lasted (what gap records count)."
+        )
+        gapRecords = registry.counter(
+            "tether_gap_records_total", help: "Gap records written to the readings log, each for a run of dropped readings."
         )
         lastReading = registry.gauge(
             "tether_last_reading_timestamp_seconds",
@@ -268,11 +272,17 @@ public final class LinkMetrics: @unchecked Sendable {
 
     /// Brings the readings counters up to the recorder's.
     public func refresh(readings stats: ReadingRecorder.Stats) {
-        let (written, dropped) = exportedReadings.withLock { exported in
-            defer { exported = (stats.written, stats.dropped) }
-            return (stats.written &- exported.written, stats.dropped &- exported.dropped)
+        let before = exportedReadings.withLock { exported in
+            defer { exported = stats }
+            return exported
         }
-        if written > 0, written < UInt64(Int64.max) { readings.increment(by: Int64(written)) }
-        if dropped > 0, dropped < UInt64(Int64.max) { readingsDropped.increment(by: Int64(dropped)) }
+        Self.add(stats.written, since: before.written, to: readings)
+        Self.add(stats.dropped, since: before.dropped, to: readingsDropped)
+        Self.add(stats.gapRecords, since: before.gapRecords, to: gapRecords)
+    }
+
+    private static func add(_ now: UInt64, since before: UInt64, to counter: CoreMetrics.Counter) {
+        guard now > before, now - before < UInt64(Int64.max) else { return }
+        counter.increment(by: Int64(now - before))
     }
 }

@@ -148,6 +148,9 @@ public struct ValueGenerator {
         case .string: return .string(string())
         case .objectPath: return .objectPath(path())
         case .signature: return .signature(knownSignatures[Int(input.byte()) % knownSignatures.count])
+        // Never asked for: not in basicTypes. A descriptor has no wire bytes
+        // (the binding refuses it there), and wire bytes are what these targets compare.
+        case .unixFD: return .uint32(input.integer())
         case .variant: return .variant(typedValue(depth: depth + 1))
         case .array(.byte):
             return .bytes(input.bytes(Int(input.byte())))
@@ -229,6 +232,7 @@ public struct ValueWriter {
         case .string(let s): string(s)
         case .objectPath(let p): path(p)
         case .signature(let s): output.byte(UInt8(knownSignatures.firstIndex(of: s) ?? 0))
+        case .unixFD: output.byte(0)  // never generated (see value(of:))
         case .variant(let inner): typedValue(inner)
         case .bytes(let bytes):
             output.byte(UInt8(min(bytes.count, 255)))

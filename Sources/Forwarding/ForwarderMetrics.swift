@@ -7,9 +7,12 @@ import Synchronization
 /// log's newest seq each time the textfile is written (every
 /// `metrics.interval`): the forwarder's hot path records nothing for them.
 ///
-/// Threading: `refresh` is called by one task at a time (the exporter's).
+/// Threading: `refresh` is called by one task at a time (the exporter's,
+/// then the stop's).
 public final class ForwarderMetrics: Sendable {
     public let registry: MetricsRegistry
+    private let forwarder: Forwarder
+    private let readingsDirectory: String
     private let connected: Meter
     private let published: CoreMetrics.Counter
     private let acknowledged: CoreMetrics.Counter
@@ -18,7 +21,9 @@ public final class ForwarderMetrics: Sendable {
     private let gapRecords: CoreMetrics.Counter
     private let exported = Mutex<Forwarder.Status>(Forwarder.Status())
 
-    public init(instanceName: String) {
+    public init(instanceName: String, forwarder: Forwarder, readingsDirectory: String) {
+        self.forwarder = forwarder
+        self.readingsDirectory = readingsDirectory
         let registry = MetricsRegistry(instanceName: instanceName)
         self.registry = registry
         connected = registry.gauge("tether_forward_broker_connected", help: "1 while the forwarder is connected to the MQTT broker, else 0.")
@@ -39,18 +44,20 @@ public final class ForwarderMetrics: Sendable {
         )
     }
 
-    /// - Parameter lastSeqOnDisk: the newest seq in the readings log (nil:
-    ///   none, or it could not be read: the backlog is then left as it was).
-    public func refresh(status: Forwarder.Status, lastSeqOnDisk: UInt64?) {
+    /// Reads the forwarder's status and the log's newest seq (when that
+    /// cannot be read, the backlog is left as it was).
+    public func refresh() {
+        let status = forwarder.status
+        let lastSeqOnDisk = try? ReadingLogTail.lastSeq(inDirectory: readingsDirectory)
         let before = exported.withLock { exported in
             defer { exported = status }
             return exported
         }
         connected.set(status.connected ? 1 : 0)
         acknowledgedSeq.set(Double(status.acknowledgedSeq))
-        Self.add(status.published, since: before.published, to: published)
-        Self.add(status.acknowledged, since: before.acknowledged, to: acknowledged)
-        Self.add(status.gapRecords, since: before.gapRecords, to: gapRecords)
+        published.advance(to: status.published, from: before.published)
+        acknowledged.advance(to: status.acknowledged, from: before.acknowledged)
+        gapRecords.advance(to: status.gapRecords, from: before.gapRecords)
         if let lastSeqOnDisk {
             backlog.set(Double(lastSeqOnDisk > status.acknowledgedSeq ? lastSeqOnDisk - status.acknowledgedSeq : 0))
         }
@@ -59,10 +66,5 @@ public final class ForwarderMetrics: Sendable {
     /// The forwarder stopped: not connected any more.
     public func stopped() {
         connected.set(0)
-    }
-
-    private static func add(_ now: UInt64, since before: UInt64, to counter: CoreMetrics.Counter) {
-        guard now > before, now - before < UInt64(Int64.max) else { return }
-        counter.increment(by: Int64(now - before))
     }
 }

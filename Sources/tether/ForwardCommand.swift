@@ -5,7 +5,6 @@ import Forwarding
 import Foundation
 import Logging
 import MetricsTextfile
-import Readings
 import Systemd
 import TetherDaemon
 
@@ -69,10 +68,9 @@ struct ForwardCommand: AsyncParsableCommand {
         let loop = EventLoop(name: "tether-forward")
         let forwarder = Forwarder(settings: settings, loop: loop, logger: logger)
         let exporter = metricsSettings.forwardTextfile.map { path in
-            let metrics = ForwarderMetrics(instanceName: "\(instance)")
+            let metrics = ForwarderMetrics(instanceName: "\(instance)", forwarder: forwarder, readingsDirectory: settings.readingsDirectory)
             return (metrics, MetricsTextfileWriter(path: path, registry: metrics.registry, logger: logger))
         }
-        let readingsDirectory = settings.readingsDirectory
         let started: Forwarder.StartFailure? = await withCheckedContinuation { continuation in
             loop.execute {
                 do throws(Forwarder.StartFailure) {
@@ -102,11 +100,7 @@ struct ForwardCommand: AsyncParsableCommand {
             if let (metrics, writer) = exporter {
                 // Runs until the stop; ending by itself it would end the group.
                 group.addTask {
-                    await writer.run(every: metricsSettings.interval, on: ContinuousClock()) {
-                        metrics.refresh(
-                            status: forwarder.status, lastSeqOnDisk: try? ReadingLogTail.lastSeq(inDirectory: readingsDirectory)
-                        )
-                    }
+                    await writer.run(every: metricsSettings.interval, on: ContinuousClock(), refresh: metrics.refresh)
                 }
             }
             group.addTask {
@@ -125,7 +119,7 @@ struct ForwardCommand: AsyncParsableCommand {
         }
         loop.stop()
         if let (metrics, writer) = exporter {
-            metrics.refresh(status: forwarder.status, lastSeqOnDisk: try? ReadingLogTail.lastSeq(inDirectory: readingsDirectory))
+            metrics.refresh()
             metrics.stopped()
             writer.write()
         }

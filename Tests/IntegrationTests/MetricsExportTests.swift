@@ -52,7 +52,7 @@ import Testing
         #expect(samples.value("tether_connected_since_timestamp_seconds").map { now - $0 < 10 } == true)
         #expect(samples.has("node_textfile_mtime_seconds"), "node_exporter read the file")
         #expect(samples.value("node_textfile_scrape_error") == 0)
-        #expect(try promtoolProblems(file: file) == nil)
+        #expect(try Promtool.metricsProblems(file: file) == nil)
 
         // The file a stopped daemon leaves: every reading on disk counted, nothing online.
         let status = daemon?.terminate()
@@ -103,7 +103,7 @@ import Testing
             return samples.value("tether_forward_backlog_records") == 60 && samples.value("tether_forward_broker_connected") == 0
         }
         #expect(behind, "\(samples.samples.filter { $0.name.hasPrefix("tether_") })")
-        #expect(try promtoolProblems(file: file) == nil)
+        #expect(try Promtool.metricsProblems(file: file) == nil)
         #expect(ChildProcess.exitCode(process.terminate()) == 0)
         let final = PrometheusSamples(try String(contentsOfFile: file, encoding: .utf8))
         #expect(final.value("tether_forward_broker_connected") == 0)

@@ -104,18 +104,30 @@ public struct PrometheusSamples: Sendable {
     public func has(_ name: String) -> Bool { samples.contains { $0.name == name } }
 }
 
-/// `promtool check metrics` (Debian package `prometheus`) on a file: nil
-/// when it passes, else what it printed.
-public func promtoolProblems(file: String) throws -> String? {
-    let promtool = "/usr/bin/promtool"
-    guard FileManager.default.isExecutableFile(atPath: promtool) else { throw NodeExporter.Problem.notInstalled }
-    let output = file + ".promtool"
-    defer { try? FileManager.default.removeItem(atPath: output) }
-    // promtool reads the metrics from stdin: a shell redirects the file.
-    let process = try ChildProcess(
-        executable: "/bin/sh", arguments: ["-c", "exec \(promtool) check metrics < \"$1\" > \"$2\" 2>&1", "sh", file, output]
-    )
-    let status = process.wait()
-    let printed = (try? String(contentsOfFile: output, encoding: .utf8)) ?? ""
-    return ChildProcess.exitCode(status) == 0 ? nil : "exit \(ChildProcess.exitCode(status).map(String.init) ?? "?"): \(printed)"
+/// Debian's `promtool` (package `prometheus`).
+public enum Promtool {
+    public static let path = "/usr/bin/promtool"
+    public static var installed: Bool { FileManager.default.isExecutableFile(atPath: path) }
+
+    /// Runs `promtool ARGUMENTS` (reading `stdin`, a file, when given) and
+    /// returns its exit status and what it printed.
+    public static func run(_ arguments: [String], stdin: String? = nil) throws -> (status: Int32?, output: String) {
+        guard installed else { throw NodeExporter.Problem.notInstalled }
+        let output = FileManager.default.temporaryDirectory.appendingPathComponent("promtool-\(UUID().uuidString.prefix(8))").path
+        defer { try? FileManager.default.removeItem(atPath: output) }
+        // A shell for the redirections: ChildProcess gives stdin /dev/null.
+        let process = try ChildProcess(
+            executable: "/bin/sh",
+            arguments: ["-c", "exec \"$0\" \"$@\" < \"$STDIN\" > \"$OUTPUT\" 2>&1", path] + arguments,
+            environment: ProcessInfo.processInfo.environment.merging(["STDIN": stdin ?? "/dev/null", "OUTPUT": output]) { $1 }
+        )
+        let status = ChildProcess.exitCode(process.wait(timeout: .seconds(60)))
+        return (status, (try? String(contentsOfFile: output, encoding: .utf8)) ?? "")
+    }
+
+    /// `promtool check metrics` on a file: nil when it passes, else what it printed.
+    public static func metricsProblems(file: String) throws -> String? {
+        let result = try run(["check", "metrics"], stdin: file)
+        return result.status == 0 ? nil : "exit \(result.status.map(String.init) ?? "?"): \(result.output)"
+    }
 }

@@ -276,13 +276,8 @@ public final class LinkMetrics: @unchecked Sendable {
             defer { exported = stats }
             return exported
         }
-        Self.add(stats.written, since: before.written, to: readings)
-        Self.add(stats.dropped, since: before.dropped, to: readingsDropped)
-        Self.add(stats.gapRecords, since: before.gapRecords, to: gapRecords)
-    }
-
-    private static func add(_ now: UInt64, since before: UInt64, to counter: CoreMetrics.Counter) {
-        guard now > before, now - before < UInt64(Int64.max) else { return }
-        counter.increment(by: Int64(now - before))
+        readings.advance(to: stats.written, from: before.written)
+        readingsDropped.advance(to: stats.dropped, from: before.dropped)
+        gapRecords.advance(to: stats.gapRecords, from: before.gapRecords)
     }
 }

@@ -16,7 +16,7 @@ extension TetherConfig {
             }
             return ConfigSection(name: name, table: table, context: context)
         }
-        let config = TetherConfig(
+        var config = TetherConfig(
             bluez: try parseBlueZ(section("bluez")),
             dongle: try parseDongle(section("dongle")),
             keepalive: try parseKeepAlive(section("keepalive")),
@@ -26,6 +26,7 @@ extension TetherConfig {
             metrics: try parseMetrics(section("metrics"))
         )
         try config.validate(context: context)
+        config.warnings = config.warnings(context: context)
         return config
     }
 
@@ -75,7 +76,7 @@ extension TetherConfig {
     }
 
     private static func parseDongle(_ section: ConfigSection) throws(ConfigError) -> DongleSection {
-        try section.rejectUnknownKeys(["address", "name_prefix", "service_uuid", "notify", "notify_path"])
+        try section.rejectUnknownKeys(["address", "name_prefix", "service_uuid", "notify", "notify_path", "silence_limit"])
         var result = DongleSection()
         if let text = try section.string("address") {
             guard let address = BluetoothAddressText.normalize(text) else {
@@ -104,6 +105,17 @@ extension TetherConfig {
                 throw section.error("notify_path", "expected one of \(choices), got \(ConfigContext.quoted(text))")
             }
             result.notifyPath = path
+        }
+        if let text = try section.string("silence_limit") {
+            if text == "off" {
+                result.silenceLimit = .off
+            } else {
+                guard let limit = try section.duration("silence_limit") else { return result }
+                guard limit > .zero else {
+                    throw section.error("silence_limit", "must be greater than 0s, or \"off\" to never judge silence")
+                }
+                result.silenceLimit = .after(limit)
+            }
         }
         guard result.address != nil || result.namePrefix != nil || result.serviceUUID != nil else {
             throw section.context.error("dongle", "identify the dongle with address, name_prefix and/or service_uuid")

@@ -28,6 +28,12 @@ extension TetherConfig {
                        "polling with a read (write = \"\") needs keepalive.characteristic set to a readable characteristic; \(ConfigUUID.nusRX) (NUS RX) is write-only")
         }
 
+        // A dongle that notifies only in answer to a poll is silent between two polls.
+        if k.enabled, case .after(let limit) = dongle.silenceLimit, limit < k.interval {
+            throw fail(blame("dongle.silence_limit", "keepalive.interval"),
+                       "dongle.silence_limit (\(f(limit))) is shorter than keepalive.interval (\(f(k.interval))): a dongle that notifies when polled would be taken for dead between two polls; make it at least \(f(k.interval * 2)), or \"off\"")
+        }
+
         let r = reconnect
         guard r.jitter >= 0, r.jitter < 1 else { throw fail("reconnect.jitter", "must be at least 0 and less than 1, got \(r.jitter)") }
         guard r.initialBackoff <= r.maxBackoff else {
@@ -55,5 +61,24 @@ extension TetherConfig {
         guard s.flushInterval > .zero, s.flushInterval <= .seconds(3600) else {
             throw fail("readings.flush_interval", "must be greater than 0s and at most 1h, got \(f(s.flushInterval))")
         }
+    }
+}
+
+extension TetherConfig {
+    /// Settings that are valid but likely to misbehave, located like errors.
+    func warnings(context: ConfigContext) -> [ConfigError] {
+        let f = DurationText.format
+        var warnings: [ConfigError] = []
+        switch dongle.silenceLimit {
+        case .off:
+            warnings.append(context.error("dongle.silence_limit",
+                "\"off\": a dongle whose application hangs while its radio keeps the link will show as online with no data arriving"))
+        case .after(let limit) where keepalive.enabled && limit < keepalive.interval * 2:
+            warnings.append(context.error("dongle.silence_limit",
+                "\(f(limit)) is less than two keep-alive intervals (\(f(keepalive.interval * 2))): one lost answer to a poll would count as a hung dongle"))
+        default:
+            break
+        }
+        return warnings
     }
 }

@@ -9,5 +9,6 @@ extension Supervisor.Settings {
             keepaliveInterval: config.keepalive.interval, keepaliveTimeout: config.keepalive.timeout,
             escalation: config.reconnect.escalate
         )
+        silenceLimit = config.silenceLimit
     }
 }

@@ -23,16 +23,45 @@ public struct TetherConfig: Sendable, Equatable {
         public var notify: [String]
         /// How notifications reach the daemon.
         public var notifyPath: NotifyPath
+        /// `dongle.silence_limit`: how long the dongle may go without a
+        /// notification while subscribed (`TetherConfig.silenceLimit`).
+        public var silenceLimit: SilenceLimit
 
         public init(
             address: String? = nil, namePrefix: String? = nil, serviceUUID: String? = nil,
-            notify: [String] = [ConfigUUID.nusTX], notifyPath: NotifyPath = .default
+            notify: [String] = [ConfigUUID.nusTX], notifyPath: NotifyPath = .default,
+            silenceLimit: SilenceLimit = .automatic
         ) {
             self.address = address
             self.namePrefix = namePrefix
             self.serviceUUID = serviceUUID
             self.notify = notify
             self.notifyPath = notifyPath
+            self.silenceLimit = silenceLimit
+        }
+    }
+
+    /// `dongle.silence_limit`. Only notifications prove the dongle works: its
+    /// radio stack keeps the link and answers ATT while its application is
+    /// hung, so neither the link nor a keep-alive write says anything.
+    public enum SilenceLimit: Sendable, Equatable {
+        /// Absent from the file: `defaultSilenceLimit`, or two keep-alive
+        /// intervals when that is longer (a dongle that notifies only when
+        /// polled must not trip it).
+        case automatic
+        /// "off": never judged; `online` then means subscribed.
+        case off
+        case after(Duration)
+    }
+
+    public static let defaultSilenceLimit: Duration = .seconds(20)
+
+    /// The silence limit in force, nil when off.
+    public var silenceLimit: Duration? {
+        switch dongle.silenceLimit {
+        case .off: nil
+        case .after(let limit): limit
+        case .automatic: keepalive.enabled ? max(Self.defaultSilenceLimit, keepalive.interval * 2) : Self.defaultSilenceLimit
         }
     }
 
@@ -147,6 +176,9 @@ public struct TetherConfig: Sendable, Equatable {
     public var mqtt: MQTTSection?
     /// Prometheus textfiles; off unless a path is given.
     public var metrics: MetricsSection
+    /// Settings that work but are likely not what the operator wants
+    /// (`tether check-config` prints them, `tether run` logs them).
+    public internal(set) var warnings: [ConfigError] = []
 
     public static let defaultPath = "/etc/tether/tether.toml"
 

@@ -11,7 +11,11 @@
 /// - no connect attempt is made while bluetoothd is away or the adapter off;
 /// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
 ///   and an exhausted window always leads to cooling down, never to silence;
-/// - every state change comes with a `.transition` action naming its cause.
+/// - every state change comes with a `.transition` action naming its cause;
+/// - with a silence limit, `online` means data flows: it is entered with the
+///   first notification of a session and left once none came for the limit;
+///   the retry window of the attempt that brought the link up stays open
+///   until then, so a link that never carries data is a failed attempt.
 public struct Supervisor: Sendable {
     public struct Settings: Sendable, Equatable {
         public var policy: ReconnectPolicy
@@ -40,6 +44,11 @@ public struct Supervisor: Sendable {
         /// bluetoothd to report the link down before taking the link as up
         /// (someone else's StopNotify closed it) and connecting again.
         public var linkLossConfirmation: Duration = .seconds(2)
+        /// No notification for this long while subscribed and the link is
+        /// taken for dead (the dongle's application hung while its radio
+        /// keeps the link): disconnect and reconnect. Nil: never; then
+        /// `online` comes with the subscription, data or not.
+        public var silenceLimit: Duration?
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -64,6 +73,8 @@ public struct Supervisor: Sendable {
         /// Times the link came back after being lost.
         public var reconnects = 0
         public var connectedSince: Duration?
+        /// Times the silence limit passed while subscribed.
+        public var silenceEvents = 0
 
         public init() {}
     }
@@ -115,6 +126,11 @@ public struct Supervisor: Sendable {
     private var reconnectAfterEscalation = false
     /// The adapter is off because an escalation step left it off.
     private var adapterOffByEscalation = false
+    /// The last notification of the current link session (from its connect
+    /// attempt on), and when the session was subscribed: the silence timer's
+    /// references.
+    private var lastDataAt: Duration?
+    private var subscribedAt: Duration?
     private var activeTimers: Set<SupervisorTimer> = []
     private var random: SplitMix64
     private var now: Duration = .zero
@@ -144,6 +160,7 @@ public struct Supervisor: Sendable {
         case .timerFired(let timer): timerFired(timer)
         case .notificationsEnded(let why): notificationsEnded(why)
         case .reconnectRequested: reconnectRequested()
+        case .dataReceived: dataReceived()
         }
         answerReconnectIfDecided()
         return actions
@@ -215,7 +232,7 @@ public struct Supervisor: Sendable {
             } else if new.linkReady {
                 startSubscribing()
             }
-        case .subscribing, .online:
+        case .subscribing, .waitingForData, .online:
             if !new.connected { linkLost(cause: "the link dropped") }
         case .backingOff:
             if let awaited = awaitingDisconnect, !new.connected {
@@ -295,6 +312,7 @@ public struct Supervisor: Sendable {
         }
         guard observation.devicePresent else { return enterSearching(cause: cause) }
         connectedSeen = observation.connected
+        lastDataAt = nil
         if window == nil { openWindow() }
         window?.attempts += 1
         let n = window?.attempts ?? 1
@@ -349,9 +367,40 @@ public struct Supervisor: Sendable {
         subscribeInFlight = nil
         switch result {
         case .success:
-            goOnline()
+            subscribed()
         case .failure(let failure):
             attemptFailed(failure, cancel: true)
+        }
+    }
+
+    /// Subscribed: online at once without a silence limit; with one, only
+    /// once data flows (it may have come already: bluetoothd re-arms its
+    /// notify sessions on reconnect, before we subscribe again).
+    private mutating func subscribed() {
+        guard let limit = settings.silenceLimit else { return goOnline() }
+        subscribedAt = now
+        startTimer(.silence, after: limit)
+        if lastDataAt != nil { return goOnline() }
+        // The silence timer bounds this wait; the attempt's deadline is done.
+        cancelTimer(.attemptDeadline)
+        failedPolls = 0
+        stopDiscoveryIfRunning()
+        enter(.waitingForData, "subscribed; waiting for the first notification (silence limit \(limit.roundedText))")
+        if settings.keepaliveEnabled { poll() }
+    }
+
+    /// The hot path: at most once per loop turn while notifications flow.
+    private mutating func dataReceived() {
+        switch state {
+        case .online:
+            lastDataAt = now
+        case .connecting, .resolving, .subscribing:
+            lastDataAt = now
+        case .waitingForData:
+            lastDataAt = now
+            goOnline()
+        default:
+            break
         }
     }
 
@@ -365,13 +414,14 @@ public struct Supervisor: Sendable {
         status.windowAttempt = 0
         status.nextAttemptAt = nil
         status.connectedSince = now
-        failedPolls = 0
+        let wasPolling = state == .waitingForData
+        if !wasPolling { failedPolls = 0 }
         stopDiscoveryIfRunning()
         actions.append(.report(.connected(attempt: attempts)))
-        enter(.online, "subscribed")
+        enter(.online, wasPolling ? "data flows" : settings.silenceLimit == nil ? "subscribed" : "subscribed; data flows")
         // The first poll goes out at once: the dongle's idle clock has run
         // since the connect, and resolving services can take seconds.
-        if settings.keepaliveEnabled { poll() }
+        if settings.keepaliveEnabled && !wasPolling { poll() }
     }
 
     /// The link went down while it was up or coming up. A drop while coming
@@ -399,8 +449,10 @@ public struct Supervisor: Sendable {
     }
 
     /// A new window after a loss: a flapping link's drops count as failed
-    /// attempts of it; a drop we asked for does not.
+    /// attempts of it; a drop we asked for does not. A link that never
+    /// carried data keeps the window of the attempt that brought it up.
     private mutating func openWindowAfterLoss(requested: Bool) {
+        guard window == nil else { return }
         openWindow()
         if !requested { window?.attempts = max(0, shortSessions - 1) }
     }
@@ -414,7 +466,7 @@ public struct Supervisor: Sendable {
     /// While subscribing it is a failed attempt of the current window, as
     /// any drop while coming up.
     private mutating func notificationsEnded(_ why: String) {
-        if state == .subscribing { return linkLost(cause: why) }
+        if state == .subscribing || state == .waitingForData { return linkLost(cause: why) }
         guard state == .online else { return }
         _ = countSession()
         stopLinkActivity()
@@ -427,7 +479,7 @@ public struct Supervisor: Sendable {
     // MARK: Keep-alive
 
     private mutating func poll() {
-        guard state == .online else { return }
+        guard linkIsUp else { return }
         // Fixed rate: the next poll is due one interval after this one
         // started, whatever this one takes.
         startTimer(.keepalive, after: settings.keepaliveInterval)
@@ -449,7 +501,7 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func pollFailed(_ error: String) {
-        guard state == .online else { return }
+        guard linkIsUp else { return }
         failedPolls += 1
         status.lastError = "keep-alive: \(error)"
         actions.append(.report(.linkCheckFailed(consecutive: failedPolls, error: error)))
@@ -466,6 +518,33 @@ public struct Supervisor: Sendable {
         actions.append(.disconnect)
         startTimer(.disconnectDeadline, after: policy.connectTimeout)
         enter(.backingOff, "\(cause); disconnecting")
+    }
+
+    // MARK: Silence
+
+    /// Subscribed, and the keep-alive and the silence limit running.
+    private var linkIsUp: Bool { state == .online || state == .waitingForData }
+
+    /// The silence timer fired: judge the time since the last notification
+    /// (or since the subscription, if none came) and re-arm for the rest.
+    private mutating func silenceTimerFired() {
+        guard let limit = settings.silenceLimit, linkIsUp, let subscribedAt else { return }
+        let reference = max(lastDataAt ?? subscribedAt, subscribedAt)
+        let silent = now - reference
+        guard silent >= limit else { return startTimer(.silence, after: limit - silent) }
+        let proven = state == .online
+        let what = proven
+            ? "no notification for \(silent.roundedText) (silence limit \(limit.roundedText))"
+            : "no notification within \(silent.roundedText) of subscribing (silence limit \(limit.roundedText))"
+        status.silenceEvents += 1
+        status.lastError = what
+        actions.append(.report(.silence(silentFor: silent, limit: limit, proven: proven)))
+        if !proven {
+            // The attempt that brought the link up never carried data: it
+            // failed, and its window (still open) goes on.
+            actions.append(.report(.attemptFailed(attempt: window?.attempts ?? 0, error: what)))
+        }
+        forceReconnect(cause: what)
     }
 
     // MARK: Escalation and cooldown
@@ -565,6 +644,8 @@ public struct Supervisor: Sendable {
             }
         case .keepalive:
             poll()
+        case .silence:
+            silenceTimerFired()
         case .pollDeadline:
             guard pollInFlight != nil else { return }
             pollInFlight = nil
@@ -603,8 +684,9 @@ public struct Supervisor: Sendable {
         case .waitingForAdapter:
             let why = observation.adapterPresent ? "the adapter is powered off" : "no Bluetooth adapter"
             return actions.append(.answerReconnect(.notReady(why)))
-        case .online, .subscribing, .resolving:
+        case .online, .waitingForData, .subscribing, .resolving:
             shortSessions = 0
+            window = nil  // a person's request starts a fresh window
             forceReconnect(cause: "reconnect requested")
         case .connecting:
             shortSessions = 0
@@ -639,9 +721,12 @@ public struct Supervisor: Sendable {
         cancelTimer(.keepalive)
         cancelTimer(.pollDeadline)
         cancelTimer(.attemptDeadline)
+        cancelTimer(.silence)
         pollInFlight = nil
         subscribeInFlight = nil
         connectInFlight = nil
+        lastDataAt = nil
+        subscribedAt = nil
         status.connectedSince = nil
     }
 

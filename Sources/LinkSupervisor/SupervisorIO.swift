@@ -39,6 +39,11 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case discoveryRetry
     /// Powers the adapter on again after an escalation left it off.
     case powerOn
+    /// The silence limit: no notification for this long while subscribed
+    /// means the dongle's application no longer works. Started when the
+    /// link is subscribed and re-armed lazily: readings do not restart it,
+    /// the supervisor looks at the last one when it fires.
+    case silence
 }
 
 /// Inputs to the supervisor.
@@ -60,6 +65,11 @@ public enum SupervisorEvent: Sendable {
     case notificationsEnded(String)
     /// A person asked for a reconnect (`tether reconnect`).
     case reconnectRequested
+    /// Notifications arrived from the dongle (at most once per loop turn:
+    /// the adapter layer coalesces them). Only notifications count: a read
+    /// or a write's response can come from the radio's stack while the
+    /// dongle's application is hung.
+    case dataReceived
 }
 
 /// Escalation steps after an exhausted window (`reconnect.escalate` in the
@@ -84,6 +94,10 @@ public enum SupervisorReport: Sendable, Equatable {
     case discoveryFailed(error: String)
     /// An escalation left the adapter powered off; the supervisor keeps powering it on.
     case adapterLeftOff
+    /// No notification for `silentFor` (at least `limit`) while subscribed:
+    /// the link is taken for dead. `proven`: data had flowed in this session
+    /// (a hang after working); otherwise the attempt never produced any.
+    case silence(silentFor: Duration, limit: Duration, proven: Bool)
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -100,6 +114,7 @@ public enum SupervisorReport: Sendable, Equatable {
         case .linkCheckFailed: "link-check-failed"
         case .discoveryFailed: "discovery-failed"
         case .adapterLeftOff: "adapter-left-off"
+        case .silence: "silence"
         }
     }
 }

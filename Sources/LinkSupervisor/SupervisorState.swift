@@ -13,7 +13,13 @@ public enum SupervisorState: String, Sendable, CaseIterable {
     case resolving
     /// StartNotify on the notify characteristics.
     case subscribing
-    /// Subscribed and polled by the keep-alive.
+    /// Subscribed and polled by the keep-alive, but no notification has
+    /// arrived in this session yet (only with a silence limit): the attempt
+    /// that got here is not proven until data flows, so its retry window
+    /// stays open and silence for the limit counts as a failed attempt.
+    case waitingForData = "waiting-for-data"
+    /// Subscribed, polled by the keep-alive, and notifications flowing: the
+    /// last one came less than the silence limit ago (when there is one).
     case online
     /// Waiting out a backoff before the next attempt of the window.
     case backingOff = "backing-off"

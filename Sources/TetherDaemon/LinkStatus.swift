@@ -21,12 +21,29 @@ public struct LinkStatus: Sendable, Equatable {
     public var windowAttempt: Int
     public var nextAttemptIn: Duration?
     public var lastError: String?
+    /// `dongle.silence_limit` in force; nil when off.
+    public var silenceLimit: Duration?
+    /// Times the silence limit passed while subscribed, since start.
+    public var silenceEvents: Int
+    /// Why the link last dropped, as the kernel said ("remote",
+    /// "connection-timeout", …, or "unavailable"), and when.
+    public var lastDisconnectReason: String?
+    public var lastDisconnectAt: Date?
+    /// What is wrong with the controller beyond bluetoothd's view (one that
+    /// failed its initialisation, one that moved to another index), if anything.
+    public var adapterProblem: String?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
         lastReadingAt: Date? = nil, readingsWritten: UInt64 = 0, reconnects: Int = 0, windowAttempt: Int = 0,
-        nextAttemptIn: Duration? = nil, lastError: String? = nil
+        nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
+        lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil
     ) {
+        self.silenceLimit = silenceLimit
+        self.silenceEvents = silenceEvents
+        self.lastDisconnectReason = lastDisconnectReason
+        self.lastDisconnectAt = lastDisconnectAt
+        self.adapterProblem = adapterProblem
         self.state = state
         self.device = device
         self.adapter = adapter
@@ -50,6 +67,9 @@ public struct LinkStatus: Sendable, Equatable {
             } else {
                 text += ", no reading yet"
             }
+        case .waitingForData:
+            text += ", connected but no notification yet"
+            if let lastReadingAt { text += " (last reading \(Self.age(now.timeIntervalSince(lastReadingAt))) ago)" }
         case .backingOff, .coolingDown:
             if let nextAttemptIn {
                 text += ", next attempt in \(DurationText.rounded(nextAttemptIn))"
@@ -57,6 +77,8 @@ public struct LinkStatus: Sendable, Equatable {
             if let lastError { text += ", last error: \(lastError)" }
         case .connecting where windowAttempt > 0:
             text += ", attempt \(windowAttempt)"
+        case .waitingForAdapter:
+            if let adapterProblem { text += ": \(adapterProblem)" }
         default:
             break
         }
@@ -80,6 +102,11 @@ public struct LinkStatus: Sendable, Equatable {
             "WindowAttempt": .uint32(UInt32(clamping: windowAttempt)),
             "NextAttemptIn": .int64(nextAttemptIn.map { Self.microseconds($0) } ?? -1),
             "LastError": .string(lastError ?? ""),
+            "SilenceLimit": .int64(silenceLimit.map { Self.microseconds($0) } ?? -1),
+            "SilenceEvents": .uint32(UInt32(clamping: silenceEvents)),
+            "LastDisconnectReason": .string(lastDisconnectReason ?? ""),
+            "LastDisconnectAt": .uint64(Self.microseconds(lastDisconnectAt)),
+            "AdapterProblem": .string(adapterProblem ?? ""),
         ]
     }
 
@@ -119,6 +146,12 @@ public struct LinkStatus: Sendable, Equatable {
         let next = try value("NextAttemptIn") { $0.int64 }
         nextAttemptIn = next < 0 ? nil : .microseconds(next)
         lastError = try text("LastError")
+        let limit = try value("SilenceLimit") { $0.int64 }
+        silenceLimit = limit < 0 ? nil : .microseconds(limit)
+        silenceEvents = try value("SilenceEvents") { $0.int64.flatMap(Int.init(exactly:)) }
+        lastDisconnectReason = try text("LastDisconnectReason")
+        lastDisconnectAt = try instant("LastDisconnectAt")
+        adapterProblem = try text("AdapterProblem")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {

@@ -42,6 +42,9 @@ struct RunCommand: AsyncParsableCommand {
             LoggingSetup.flush()
             throw ExitCode(DaemonRunner.Exit.config)
         }
+        for warning in loaded.warnings {
+            logger.warning("\(warning)", metadata: ["event": "config-warning"])
+        }
         let code = await DaemonRunner.run(
             config: loaded, instance: instance, busAddress: nil, logger: logger,
             notifier: SystemdNotifier(environment: environment),
@@ -55,7 +58,12 @@ struct RunCommand: AsyncParsableCommand {
 struct CheckConfigCommand: ParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "check-config",
-        abstract: "Validate a config file: exit 0 if it is good, 78 (EX_CONFIG) with the reason if not."
+        abstract: "Validate a config file: exit 0 if it is good, 78 (EX_CONFIG) with the reason if not.",
+        discussion: """
+            Settings that are valid but likely to misbehave (such as dongle.silence_limit = "off", or a \
+            limit shorter than two keep-alive intervals) are printed as "warning:" lines on stderr; \
+            the exit status is still 0.
+            """
     )
 
     @OptionGroup var instanceOptions: InstanceOptions
@@ -69,7 +77,11 @@ struct CheckConfigCommand: ParsableCommand {
         do {
             let config = try TetherConfig.load(path: path, instance: instance)
             let dongle = config.dongle.address ?? [config.dongle.namePrefix.map { "name \($0)*" }, config.dongle.serviceUUID.map { "service \($0)" }].compactMap { $0 }.joined(separator: ", ")
-            print("\(path): OK (dongle \(dongle), keep-alive every \(DurationText.format(config.keepalive.interval)), readings in \(config.readings.directory))")
+            let silence = config.silenceLimit.map { "silence limit \(DurationText.format($0))" } ?? "silence limit off"
+            for warning in config.warnings {
+                FileHandle.standardError.write(Data("warning: \(warning)\n".utf8))
+            }
+            print("\(path): OK (dongle \(dongle), keep-alive every \(DurationText.format(config.keepalive.interval)), \(silence), readings in \(config.readings.directory))")
         } catch {
             FileHandle.standardError.write(Data("\(error)\n".utf8))
             throw ExitCode(DaemonRunner.Exit.config)

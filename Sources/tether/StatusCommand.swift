@@ -128,6 +128,11 @@ struct StatusReport {
         } else {
             row("last reading", "none since start")
         }
+        row("data", dataText(s))
+        if let reason = s.lastDisconnectReason {
+            row("last drop", reason + (s.lastDisconnectAt.map { ", \(LinkStatus.age(now.timeIntervalSince($0))) ago" } ?? ""))
+        }
+        if let problem = s.adapterProblem { row("adapter", problem) }
         row("reconnects", "\(s.reconnects)")
         if s.windowAttempt > 0 || s.nextAttemptIn != nil {
             var window = s.windowAttempt > 0 ? "attempt \(s.windowAttempt)" : "no attempt yet"
@@ -139,6 +144,22 @@ struct StatusReport {
         if let error = s.lastError { row("last error", error) }
         forwarderRows(row)
         return lines.joined(separator: "\n")
+    }
+
+    /// Whether data flows, as far as the silence limit can tell.
+    private func dataText(_ s: LinkStatus) -> String {
+        let limit = s.silenceLimit.map { "silence limit \(DurationText.rounded($0))" } ?? "silence limit off"
+        let events = s.silenceEvents > 0 ? "; \(s.silenceEvents) silence event\(s.silenceEvents == 1 ? "" : "s") since start" : ""
+        switch s.state {
+        case .online where s.silenceLimit != nil:
+            return "flowing (\(limit))\(events)"
+        case .online:
+            return "not judged (\(limit))\(events)"
+        case .waitingForData:
+            return "connected but silent: no notification yet since subscribing (\(limit))\(events)"
+        default:
+            return "none: not online (\(limit))\(events)"
+        }
     }
 
     /// "forwarder  connected to HOST:PORT for 2h 3m; acknowledged seq 1234, backlog 0"
@@ -182,6 +203,11 @@ struct StatusReport {
                 ("window_attempt", "\(s.windowAttempt)"),
                 ("next_attempt_in_seconds", s.nextAttemptIn.map { seconds(Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "null"),
                 ("last_error", s.lastError.map(quote) ?? "null"),
+                ("silence_limit_seconds", s.silenceLimit.map { seconds(Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "null"),
+                ("silence_events", "\(s.silenceEvents)"),
+                ("last_disconnect_reason", s.lastDisconnectReason.map(quote) ?? "null"),
+                ("last_disconnect_at", s.lastDisconnectAt.map { quote(Self.iso($0)) } ?? "null"),
+                ("adapter_problem", s.adapterProblem.map(quote) ?? "null"),
             ]
         }
         fields.append(("forwarder", forwarderJSON()))

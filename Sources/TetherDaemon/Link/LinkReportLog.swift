@@ -1,3 +1,4 @@
+import Foundation
 import LinkSupervisor
 import Logging
 
@@ -6,6 +7,13 @@ import Logging
 /// TETHER_DEVICE…), so `journalctl TETHER_EVENT=disconnected` finds every drop.
 struct LinkReportLog: Sendable {
     let logger: Logger
+
+    /// Seconds with millisecond precision, for machine-read fields.
+    static func seconds(_ duration: Duration) -> String {
+        let (whole, atto) = duration.components
+        let millis = whole * 1000 + atto / 1_000_000_000_000_000
+        return "\(millis / 1000).\(String(format: "%03d", millis % 1000))"
+    }
 
     func transition(from: SupervisorState, to: SupervisorState, cause: String, device: String?) {
         var metadata: Logger.Metadata = ["state": "\(to.rawValue)", "event": "state-changed"]
@@ -49,6 +57,13 @@ struct LinkReportLog: Sendable {
             logger.warning("discovery failed: \(error); retrying", metadata: with(["error": "\(error)"]))
         case .adapterLeftOff:
             logger.error("the adapter is still off after an escalation; powering it on again", metadata: metadata)
+        case .silence(let silentFor, let limit, let proven):
+            let what = proven
+                ? "no notification for \(silentFor.roundedText) (silence limit \(limit.roundedText)): the dongle's application seems hung while its radio keeps the link; disconnecting"
+                : "no notification within \(silentFor.roundedText) of subscribing (silence limit \(limit.roundedText)); disconnecting"
+            logger.warning("\(what)", metadata: with([
+                "silent_for": "\(Self.seconds(silentFor))", "silence_limit": "\(Self.seconds(limit))",
+            ]))
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

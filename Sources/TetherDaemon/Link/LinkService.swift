@@ -48,6 +48,9 @@ public final class LinkService: @unchecked Sendable {
         var supervisor = Supervisor.Status()
         var connectedSince: Date?
         var lastReadingAt: Date?
+        var lastDisconnectReason: String?
+        var lastDisconnectAt: Date?
+        var adapterProblem: String?
         var stopped = false
     }
 
@@ -87,6 +90,10 @@ public final class LinkService: @unchecked Sendable {
     private var deviceAddress: String
     /// Readings taken this loop turn, written in one batch at its end.
     private var turnReadings: [Reading] = []
+    /// A notification arrived this loop turn: the supervisor hears of it
+    /// once, at the turn's end (its silence limit looks at the last one).
+    private var notifiedThisTurn = false
+    private var stopping = false
     private var turnEndHook: Int?
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
@@ -159,6 +166,7 @@ public final class LinkService: @unchecked Sendable {
     }
 
     private func tearDown() {
+        stopping = true
         closeNotifyReaders()
         writeTurnReadings()
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
@@ -213,7 +221,9 @@ public final class LinkService: @unchecked Sendable {
                 lastReadingAt: s.lastReadingAt, readingsWritten: stats.written, reconnects: s.supervisor.reconnects,
                 windowAttempt: s.supervisor.windowAttempt,
                 nextAttemptIn: s.supervisor.nextAttemptAt.map { max(.zero, $0 - sinceStart) },
-                lastError: s.supervisor.lastError
+                lastError: s.supervisor.lastError, silenceLimit: config.silenceLimit,
+                silenceEvents: s.supervisor.silenceEvents, lastDisconnectReason: s.lastDisconnectReason,
+                lastDisconnectAt: s.lastDisconnectAt, adapterProblem: s.adapterProblem
             )
         }
     }
@@ -247,6 +257,10 @@ public final class LinkService: @unchecked Sendable {
 
     /// At the end of each loop turn: this turn's readings, in one write.
     private func writeTurnReadings() {
+        if notifiedThisTurn {
+            notifiedThisTurn = false
+            if !stopping { deliver(.dataReceived) }
+        }
         guard let last = turnReadings.last else { return }
         recorder.write(turnReadings)
         turnReadings.removeAll(keepingCapacity: true)
@@ -338,6 +352,7 @@ public final class LinkService: @unchecked Sendable {
     }
 
     private func takeNotification(_ bytes: [UInt8], characteristic uuid: String) {
+        notifiedThisTurn = true
         take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
     }
 

@@ -41,6 +41,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let polls: [PollResult: CoreMetrics.Counter]
     private let pollLatency: CoreMetrics.Timer
     private let connectToOnline: CoreMetrics.Timer
+    private let silenceEvents: CoreMetrics.Counter
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -61,6 +62,8 @@ public final class LinkMetrics: @unchecked Sendable {
         case fatal
         case timeout
         case linkLost = "link-lost"
+        /// Subscribed, but no notification within the silence limit.
+        case silence
         case other
     }
 
@@ -86,7 +89,7 @@ public final class LinkMetrics: @unchecked Sendable {
         let registry = MetricsRegistry(instanceName: instanceName)
         self.registry = registry
         self.wallClock = wallClock
-        connected = registry.gauge("tether_connected", help: "1 while the dongle is online (subscribed and polled), else 0.")
+        connected = registry.gauge("tether_connected", help: "1 while the dongle is online (subscribed, polled, and notifying within the silence limit), else 0.")
         var states: [SupervisorState: Meter] = [:]
         for state in SupervisorState.allCases {
             states[state] = registry.gauge(
@@ -156,6 +159,10 @@ public final class LinkMetrics: @unchecked Sendable {
             help: "From the Connect call of the attempt that succeeded to online (connected, resolved, subscribed).",
             buckets: Self.onlineBuckets
         )
+        silenceEvents = registry.counter(
+            "tether_silence_events_total",
+            help: "Times no notification came for dongle.silence_limit while subscribed, and the link was dropped for it."
+        )
         connected.set(0)
         connectedSince.set(0)
         lastReading.set(0)
@@ -208,6 +215,8 @@ public final class LinkMetrics: @unchecked Sendable {
                 windowExhaustions.increment()
             case .report(.bluezAppeared):
                 bluetoothdRestarts.increment()
+            case .report(.silence):
+                silenceEvents.increment()
             default:
                 break
             }
@@ -228,8 +237,10 @@ public final class LinkMetrics: @unchecked Sendable {
             } else if lastState == .online {
                 connected.set(0)
                 connectedSince.set(0)
-                pollStarts.removeAll()
             }
+            // Polls run while waiting for data and while online; a poll
+            // still out when the link went is never answered.
+            if status.state != .online && status.state != .waitingForData { pollStarts.removeAll() }
             lastState = status.state
         }
     }
@@ -248,6 +259,7 @@ public final class LinkMetrics: @unchecked Sendable {
             case .fatal: .fatal
             }
         case .timerFired(.attemptDeadline): .timeout
+        case .timerFired(.silence): .silence
         case .observed, .notificationsEnded: .linkLost
         default: .other
         }

@@ -26,7 +26,7 @@ extension TetherConfig {
             metrics: try parseMetrics(section("metrics"))
         )
         try config.validate(context: context)
-        config.warnings = config.warnings(context: context)
+        config.notes.warnings = config.warnings(context: context)
         return config
     }
 
@@ -66,9 +66,16 @@ extension TetherConfig {
         try section.rejectUnknownKeys(["adapter"])
         var result = BlueZSection()
         if let adapter = try section.string("adapter") {
+            if adapter.contains(":") {
+                guard let address = BluetoothAddressText.normalize(adapter) else {
+                    throw section.error("adapter", "expected a controller address such as \"00:1A:7D:DA:71:13\" or a name such as \"hci0\", got \(ConfigContext.quoted(adapter))")
+                }
+                result.adapterAddress = address
+                return result
+            }
             // The name becomes part of a D-Bus object path (/org/bluez/hci0).
             guard !adapter.isEmpty, adapter.allSatisfy({ $0.isASCII && ($0.isLetter || $0.isNumber || $0 == "_") }) else {
-                throw section.error("adapter", "expected an adapter name such as \"hci0\", got \(ConfigContext.quoted(adapter))")
+                throw section.error("adapter", "expected an adapter name such as \"hci0\" or a controller address such as \"00:1A:7D:DA:71:13\", got \(ConfigContext.quoted(adapter))")
             }
             result.adapter = adapter
         }

@@ -5,12 +5,22 @@ import LinkSupervisor
 /// or in code with `defaults(address:)` and then adjust fields.
 public struct TetherConfig: Sendable, Equatable {
     public struct BlueZSection: Sendable, Equatable {
-        /// Adapter name such as "hci0"; nil means the first powered adapter.
+        /// Adapter name such as "hci0"; nil means the first powered adapter
+        /// (or the one with `adapterAddress`).
         public var adapter: String?
+        /// The controller's address, normalised "AA:BB:CC:DD:EE:FF": the
+        /// form to use on a gateway, since a USB replug or reset can give
+        /// the controller another index (the kernel hands out the lowest
+        /// free one) and only its address stays.
+        public var adapterAddress: String?
 
-        public init(adapter: String? = nil) {
+        public init(adapter: String? = nil, adapterAddress: String? = nil) {
             self.adapter = adapter
+            self.adapterAddress = adapterAddress
         }
+
+        /// How the config names the adapter, for messages.
+        public var adapterDescription: String? { adapterAddress ?? adapter }
     }
 
     public struct DongleSection: Sendable, Equatable {
@@ -178,7 +188,16 @@ public struct TetherConfig: Sendable, Equatable {
     public var metrics: MetricsSection
     /// Settings that work but are likely not what the operator wants
     /// (`tether check-config` prints them, `tether run` logs them).
-    public internal(set) var warnings: [ConfigError] = []
+    public var warnings: [ConfigError] { notes.warnings }
+    var notes = FileNotes()
+
+    /// What the file said beyond the settings. Not part of a config's
+    /// identity: the same settings from another file (other line numbers)
+    /// are the same config.
+    struct FileNotes: Sendable, Equatable {
+        var warnings: [ConfigError] = []
+        static func == (_: FileNotes, _: FileNotes) -> Bool { true }
+    }
 
     public static let defaultPath = "/etc/tether/tether.toml"
 

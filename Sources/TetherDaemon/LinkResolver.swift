@@ -52,6 +52,9 @@ struct LinkResolver: Sendable {
     }
 
     private func pickAdapter(_ tree: ObjectTree) -> Adapter? {
+        if let address = config.bluez.adapterAddress {
+            return tree.adapters.first { $0.address.uppercased() == address }
+        }
         if let name = config.bluez.adapter {
             return tree.adapters.first { $0.interfaceName == name }
         }

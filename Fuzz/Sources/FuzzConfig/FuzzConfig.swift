@@ -111,11 +111,18 @@ func isAlphanumeric(_ byte: UInt8) -> Bool {
 func render(_ config: TetherConfig) -> String {
     var lines = ["[bluez]"]
     if let adapter = config.bluez.adapter { lines.append("adapter = \(quoted(adapter))") }
+    if let address = config.bluez.adapterAddress { lines.append("adapter = \(quoted(address))") }
     lines.append("[dongle]")
     if let address = config.dongle.address { lines.append("address = \(quoted(address))") }
     if let prefix = config.dongle.namePrefix { lines.append("name_prefix = \(quoted(prefix))") }
     if let uuid = config.dongle.serviceUUID { lines.append("service_uuid = \(quoted(uuid))") }
     lines.append("notify = [\(config.dongle.notify.map(quoted).joined(separator: ", "))]")
+    lines.append("notify_path = \(quoted(config.dongle.notifyPath.rawValue))")
+    switch config.dongle.silenceLimit {
+    case .automatic: break
+    case .off: lines.append("silence_limit = \"off\"")
+    case .after(let limit): lines.append("silence_limit = \(duration(limit))")
+    }
     let k = config.keepalive
     lines += [
         "[keepalive]",

@@ -81,6 +81,7 @@ public final class LinkService: @unchecked Sendable {
     private var tree = ObjectTree()
     private var bluezPresent = false
     private var resolution = LinkResolver.Resolution()
+    private var adapterWatch: AdapterWatch
     private var lastObservation: LinkObservation?
     /// Notify characteristics by object path, for the readings' fast path.
     private var notifyPaths: [(path: String, uuid: String)] = []
@@ -113,6 +114,7 @@ public final class LinkService: @unchecked Sendable {
         self.recorder = recorder
         report = LinkReportLog(logger: logger)
         resolver = LinkResolver(config: config)
+        adapterWatch = AdapterWatch(config: config.bluez)
         supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
         timers = SupervisorTimers(loop: bus.loop)
         requests = ReconnectRequests(loop: bus.loop)
@@ -306,6 +308,11 @@ public final class LinkService: @unchecked Sendable {
         let previous = resolution
         resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
         if resolution != previous { resolutionChangedSincePublish = true }
+        if bluezPresent, resolution.adapter != previous.adapter || previous.adapter == nil {
+            for note in adapterWatch.update(resolved: resolution.adapter, adapters: tree.adapters) {
+                report.logger.notice("\(note)", metadata: ["event": "\(note.eventName)"])
+            }
+        }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
         if let address = resolution.device?.address { deviceAddress = address }
         lane.resolution = resolution

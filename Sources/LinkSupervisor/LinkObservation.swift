@@ -13,6 +13,10 @@ public struct LinkObservation: Sendable, Equatable {
     /// Every characteristic the daemon needs is exported (ServicesResolved can
     /// come before the GATT objects).
     public var characteristicsReady = false
+    /// Why the characteristics are not ready while services are resolved, in
+    /// words for the log and status: which UUIDs the dongle lacks and what it
+    /// exposes instead (a firmware update can move or drop them).
+    public var gattProblem: String?
 
     public init(
         bluezPresent: Bool = false, adapterPresent: Bool = false, adapterPowered: Bool = false,

@@ -126,6 +126,9 @@ public struct Supervisor: Sendable {
     private var reconnectAfterEscalation = false
     /// The adapter is off because an escalation step left it off.
     private var adapterOffByEscalation = false
+    /// The link stayed up while its GATT objects moved: coming online
+    /// again is a re-subscription, not a reconnect.
+    private var resubscribing = false
     /// The last notification of the current link session (from its connect
     /// attempt on), and when the session was subscribed: the silence timer's
     /// references.
@@ -161,6 +164,7 @@ public struct Supervisor: Sendable {
         case .notificationsEnded(let why): notificationsEnded(why)
         case .reconnectRequested: reconnectRequested()
         case .dataReceived: dataReceived()
+        case .characteristicsChanged: characteristicsChanged()
         }
         answerReconnectIfDecided()
         return actions
@@ -312,6 +316,7 @@ public struct Supervisor: Sendable {
         }
         guard observation.devicePresent else { return enterSearching(cause: cause) }
         connectedSeen = observation.connected
+        resubscribing = false
         lastDataAt = nil
         if window == nil { openWindow() }
         window?.attempts += 1
@@ -355,10 +360,10 @@ public struct Supervisor: Sendable {
         scheduleAttempt(cause: "attempt failed: \(failure.description)")
     }
 
-    private mutating func startSubscribing() {
+    private mutating func startSubscribing(cause: String = "services resolved") {
         operationCounter += 1
         subscribeInFlight = operationCounter
-        enter(.subscribing, "services resolved")
+        enter(.subscribing, cause)
         actions.append(.subscribe(attempt: operationCounter))
     }
 
@@ -409,7 +414,8 @@ public struct Supervisor: Sendable {
         let attempts = window?.attempts ?? 0
         window = nil
         blindAttempt = false
-        if hasBeenOnline { status.reconnects += 1 }
+        if hasBeenOnline && !resubscribing { status.reconnects += 1 }
+        resubscribing = false
         hasBeenOnline = true
         status.windowAttempt = 0
         status.nextAttemptAt = nil
@@ -518,6 +524,27 @@ public struct Supervisor: Sendable {
         actions.append(.disconnect)
         startTimer(.disconnectDeadline, after: policy.connectTimeout)
         enter(.backingOff, "\(cause); disconnecting")
+    }
+
+    // MARK: A changed GATT database
+
+    /// Subscribes again on the new objects, or waits (bounded by the attempt
+    /// deadline) for them to be exported. A failure from here on is a failed
+    /// attempt of a window, as for any link coming up.
+    private mutating func characteristicsChanged() {
+        guard linkIsUp || state == .subscribing || state == .resolving else { return }
+        stopLinkActivity()
+        resubscribing = true
+        if window == nil {
+            openWindow()
+            window?.attempts = 1
+        }
+        startTimer(.attemptDeadline, after: policy.connectTimeout)
+        if observation.linkReady {
+            startSubscribing(cause: "the dongle's GATT database changed; subscribing again")
+        } else {
+            enter(.resolving, "the dongle's GATT database changed; waiting for its characteristics")
+        }
     }
 
     // MARK: Silence
@@ -638,7 +665,8 @@ public struct Supervisor: Sendable {
                 attemptFailed(LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)"), cancel: true)
             case .resolving, .subscribing:
                 subscribeInFlight = nil
-                attemptFailed(LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)"), cancel: true)
+                let why = observation.gattProblem.map { ": \($0)" } ?? ""
+                attemptFailed(LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)\(why)"), cancel: true)
             default:
                 break
             }

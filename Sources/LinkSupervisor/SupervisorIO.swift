@@ -70,6 +70,11 @@ public enum SupervisorEvent: Sendable {
     /// or a write's response can come from the radio's stack while the
     /// dongle's application is hung.
     case dataReceived
+    /// The GATT objects Tether uses moved while the link was up: a firmware
+    /// update's new layout, announced with a Service Changed indication
+    /// (bluetoothd removes the old objects and exports new ones; notify
+    /// sessions on the old ones are gone).
+    case characteristicsChanged
 }
 
 /// Escalation steps after an exhausted window (`reconnect.escalate` in the

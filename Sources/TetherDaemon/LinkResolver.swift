@@ -48,7 +48,22 @@ struct LinkResolver: Sendable {
             ready = ready && result.keepalive != nil
         }
         result.observation.characteristicsReady = ready
+        if device.servicesResolved, !ready {
+            result.observation.gattProblem = problem(result, characteristics: characteristics)
+        }
         return result
+    }
+
+    /// "not found on the dongle: 6e400003-… (notify); it exposes 6e400002-…, 2a19".
+    private func problem(_ result: Resolution, characteristics: [GattCharacteristic]) -> String {
+        var missing = config.dongle.notify.filter { uuid in !result.notify.contains { $0.uuid == uuid } }.map { "\($0) (notify)" }
+        if config.keepalive.enabled, result.keepalive == nil {
+            missing.append("\(config.keepalive.characteristic) (keep-alive)")
+        }
+        var exposed: [String] = []
+        for characteristic in characteristics where !exposed.contains(characteristic.uuid) { exposed.append(characteristic.uuid) }
+        let has = exposed.isEmpty ? "it exposes no characteristic yet" : "it exposes \(exposed.joined(separator: ", "))"
+        return "not found on the dongle: \(missing.joined(separator: ", ")); \(has)"
     }
 
     private func pickAdapter(_ tree: ObjectTree) -> Adapter? {

@@ -39,7 +39,7 @@ struct LinkReportLog: Sendable {
         case .reconnectAttempt(let attempt, let blind):
             logger.info("\(blind ? "blind " : "")connect attempt \(attempt)", metadata: with(["attempt": "\(attempt)"]))
         case .attemptFailed(let attempt, var error):
-            if let missing, !missing.isEmpty {
+            if let missing, !missing.isEmpty, !error.contains("not found on the dongle") {
                 error += " (not found on the dongle: \(missing.joined(separator: ", ")))"
             }
             logger.warning("attempt \(attempt) failed: \(error)", metadata: with(["attempt": "\(attempt)", "error": "\(error)"]))

@@ -315,6 +315,8 @@ public final class LinkService: @unchecked Sendable {
         }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
         if let address = resolution.device?.address { deviceAddress = address }
+        let gattMoved = !previous.notify.isEmpty && previous.notify.map(\.path) != resolution.notify.map(\.path)
+            && previous.device?.path == resolution.device?.path && resolution.observation.connected
         lane.resolution = resolution
         shared.withLock { s in
             s.adapter = resolution.adapter?.interfaceName
@@ -324,6 +326,13 @@ public final class LinkService: @unchecked Sendable {
             lastObservation = resolution.observation
             deliver(.observed(resolution.observation))
             lane.observationChanged(resolution.observation)
+        }
+        if gattMoved {
+            report.logger.notice(
+                "the dongle's GATT database changed: \(resolution.notify.isEmpty ? "its notify characteristics are gone for now" : "notify characteristics now at \(resolution.notify.map(\.path.rawValue).joined(separator: ", "))")",
+                metadata: ["event": "gatt-changed"]
+            )
+            deliver(.characteristicsChanged)
         }
         if isAdvertisement(event, device: resolution.device?.path) {
             deliver(.advertising)

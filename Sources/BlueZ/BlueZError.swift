@@ -42,6 +42,17 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
         name == DBusErrorName.unknownObject || name == DBusErrorName.unknownMethod
     }
 
+    /// The error points at a stale device object in bluetoothd rather than at
+    /// the air: the object is gone (`UnknownObject`, `DoesNotExist`), or the
+    /// kernel aborted the connection locally (`le-connection-abort-by-local`,
+    /// seen with a device object whose address type or cached state no
+    /// longer matches the dongle; also RF trouble, so it only counts when a
+    /// whole retry window fails with it).
+    public var pointsAtStaleDevice: Bool {
+        isUnknownObject || name == BlueZ.ErrorName.doesNotExist
+            || (name == BlueZ.ErrorName.failed && message == BlueZ.FailedMessage.abortByLocal)
+    }
+
     /// Classifies by name and, for `org.bluez.Error.Failed`, by message.
     public static func classify(name: String, message: String) -> Disposition {
         switch name {

@@ -30,6 +30,8 @@ public struct Device: Sendable, Equatable {
     public var alias: String?
     public var connected: Bool
     public var servicesResolved: Bool
+    /// Paired or Bonded: bluetoothd holds keys for it.
+    public var bonded: Bool
     /// Present only while discovery sees the device advertising.
     public var rssi: Int?
     public var uuids: [String]
@@ -44,6 +46,7 @@ public struct Device: Sendable, Equatable {
         alias = properties["Alias"]?.string
         connected = properties["Connected"]?.bool ?? false
         servicesResolved = properties["ServicesResolved"]?.bool ?? false
+        bonded = (properties["Paired"]?.bool ?? false) || (properties["Bonded"]?.bool ?? false)
         rssi = properties["RSSI"]?.int64.map { Int($0) }
         uuids = (properties["UUIDs"]?.stringArray ?? []).map { $0.lowercased() }
         var data: [UInt16: [UInt8]] = [:]

@@ -19,6 +19,9 @@ public enum BlueZRequest: Sendable, Equatable {
     case setDiscoveryFilter(ObjectPath, uuids: [String])
     case startDiscovery(ObjectPath)
     case stopDiscovery(ObjectPath)
+    /// Adapter1.RemoveDevice(device): bluetoothd forgets the device object
+    /// (and its bond, if any); discovery makes it anew.
+    case removeDevice(adapter: ObjectPath, device: ObjectPath)
     case getManagedObjects
 
 }
@@ -67,6 +70,8 @@ extension BlueZClient {
             (adapter, BlueZ.adapterInterface, "StartDiscovery", [], callTimeout)
         case .stopDiscovery(let adapter):
             (adapter, BlueZ.adapterInterface, "StopDiscovery", [], callTimeout)
+        case .removeDevice(let adapter, let device):
+            (adapter, BlueZ.adapterInterface, "RemoveDevice", [.objectPath(device)], callTimeout)
         case .getManagedObjects:
             (.root, StandardInterface.objectManager, "GetManagedObjects", [], callTimeout)
         }

@@ -1,4 +1,5 @@
 import Hex
+import LinkSupervisor
 import TOMLKit
 
 extension TetherConfig {
@@ -163,7 +164,7 @@ extension TetherConfig {
     private static func parseReconnect(_ section: ConfigSection) throws(ConfigError) -> ReconnectSection {
         try section.rejectUnknownKeys([
             "first_delay", "initial_backoff", "max_backoff", "jitter", "connect_timeout",
-            "window", "window_attempts", "cooldown", "escalate",
+            "window", "window_attempts", "cooldown", "escalate", "remove_stale_device",
         ])
         var result = ReconnectSection()
         result.firstDelay = try section.duration("first_delay") ?? result.firstDelay
@@ -174,6 +175,13 @@ extension TetherConfig {
         result.window = try section.duration("window") ?? result.window
         result.windowAttempts = try section.int("window_attempts") ?? result.windowAttempts
         result.cooldown = try section.duration("cooldown") ?? result.cooldown
+        if let text = try section.string("remove_stale_device") {
+            guard let choice = StaleDeviceRemoval(rawValue: text) else {
+                let choices = StaleDeviceRemoval.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+                throw section.error("remove_stale_device", "expected one of \(choices), got \(ConfigContext.quoted(text))")
+            }
+            result.removeStaleDevice = choice
+        }
         if let names = try section.stringArray("escalate") {
             var steps: [EscalationStep] = []
             for name in names {

@@ -10,5 +10,6 @@ extension Supervisor.Settings {
             escalation: config.reconnect.escalate
         )
         silenceLimit = config.silenceLimit
+        staleDeviceRemoval = config.reconnect.removeStaleDevice
     }
 }

@@ -142,10 +142,17 @@ public struct TetherConfig: Sendable, Equatable {
     public struct ReconnectSection: Sendable, Equatable {
         public var policy: ReconnectPolicy
         public var escalate: [EscalationStep]
+        /// `remove_stale_device`: which device objects may be removed after a
+        /// window failed with errors that point at a stale object.
+        public var removeStaleDevice: StaleDeviceRemoval
 
-        public init(policy: ReconnectPolicy = ReconnectPolicy(), escalate: [EscalationStep] = []) {
+        public init(
+            policy: ReconnectPolicy = ReconnectPolicy(), escalate: [EscalationStep] = [],
+            removeStaleDevice: StaleDeviceRemoval = .unbonded
+        ) {
             self.policy = policy
             self.escalate = escalate
+            self.removeStaleDevice = removeStaleDevice
         }
 
         public subscript<Value>(dynamicMember keyPath: WritableKeyPath<ReconnectPolicy, Value>) -> Value {

@@ -17,6 +17,9 @@ public struct LinkObservation: Sendable, Equatable {
     /// words for the log and status: which UUIDs the dongle lacks and what it
     /// exposes instead (a firmware update can move or drop them).
     public var gattProblem: String?
+    /// The dongle's device object holds a bond (Paired or Bonded): removing
+    /// it would throw the keys away.
+    public var deviceBonded = false
 
     public init(
         bluezPresent: Bool = false, adapterPresent: Bool = false, adapterPowered: Bool = false,

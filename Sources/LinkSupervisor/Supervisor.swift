@@ -44,6 +44,9 @@ public struct Supervisor: Sendable {
         /// bluetoothd to report the link down before taking the link as up
         /// (someone else's StopNotify closed it) and connecting again.
         public var linkLossConfirmation: Duration = .seconds(2)
+        /// Which device objects may be removed (Adapter1.RemoveDevice) after
+        /// a retry window failed with errors that point at a stale object.
+        public var staleDeviceRemoval: StaleDeviceRemoval = .unbonded
         /// No notification for this long while subscribed and the link is
         /// taken for dead (the dongle's application hung while its radio
         /// keeps the link): disconnect and reconnect. Nil: never; then
@@ -82,6 +85,9 @@ public struct Supervisor: Sendable {
     private struct Window {
         var start: Duration
         var attempts = 0
+        /// Failed attempts whose error pointed at a stale device object.
+        var staleFailures = 0
+        var lastStaleError: String?
     }
 
     public let settings: Settings
@@ -91,6 +97,11 @@ public struct Supervisor: Sendable {
 
     private var window: Window?
     private var blindAttempt = false
+    /// The device object was removed since the link was last online: the
+    /// next exhausted window escalates instead (one removal per outage).
+    private var removedStaleDevice = false
+    /// RemoveDevice is in flight; the window that asked for it is over.
+    private var removalInFlight = false
     private var hasBeenOnline = false
     private var operationCounter = 0
     private var connectInFlight: Int?
@@ -165,6 +176,7 @@ public struct Supervisor: Sendable {
         case .reconnectRequested: reconnectRequested()
         case .dataReceived: dataReceived()
         case .characteristicsChanged: characteristicsChanged()
+        case .removeDeviceFinished(let result): removeDeviceFinished(result)
         }
         answerReconnectIfDecided()
         return actions
@@ -351,6 +363,10 @@ public struct Supervisor: Sendable {
     private mutating func attemptFailed(_ failure: LinkFailure, cancel: Bool) {
         cancelTimer(.attemptDeadline)
         status.lastError = failure.description
+        if failure.staleDevice {
+            window?.staleFailures += 1
+            window?.lastStaleError = failure.description
+        }
         actions.append(.report(.attemptFailed(attempt: window?.attempts ?? 0, error: failure.description)))
         if cancel { actions.append(.disconnect) }
         if failure.kind == .fatal {
@@ -417,6 +433,7 @@ public struct Supervisor: Sendable {
         if hasBeenOnline && !resubscribing { status.reconnects += 1 }
         resubscribing = false
         hasBeenOnline = true
+        removedStaleDevice = false
         status.windowAttempt = 0
         status.nextAttemptAt = nil
         status.connectedSince = now
@@ -578,9 +595,17 @@ public struct Supervisor: Sendable {
 
     private mutating func exhaustWindow() {
         let attempts = window?.attempts ?? 0
+        let exhausted = window
         window = nil
         status.windowAttempt = 0
         actions.append(.report(.windowExhausted(attempts: attempts)))
+        if let exhausted, shouldRemoveStaleDevice(exhausted) {
+            removedStaleDevice = true
+            removalInFlight = true
+            actions.append(.report(.staleDeviceRemoved(failures: exhausted.staleFailures, lastError: exhausted.lastStaleError ?? "")))
+            actions.append(.removeDevice)
+            return enterSearching(cause: "retry window exhausted with errors that point at a stale device object; removed it")
+        }
         pendingEscalation = settings.escalation
         runNextEscalation()
     }
@@ -626,6 +651,34 @@ public struct Supervisor: Sendable {
             }
             return enter(.waitingForAdapter, "the adapter is not powered after \(step.rawValue)")
         }
+        runNextEscalation()
+    }
+
+    /// Most of the window's failures pointed at a stale device object, it was
+    /// not removed yet in this outage, and the config allows it for this device.
+    private func shouldRemoveStaleDevice(_ window: Window) -> Bool {
+        guard !removedStaleDevice, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
+              observation.devicePresent
+        else { return false }
+        switch settings.staleDeviceRemoval {
+        case .never: return false
+        case .unbonded: return !observation.deviceBonded
+        case .always: return true
+        }
+    }
+
+    /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
+    /// the device away and discovery (running: `searching`) finds it anew. If
+    /// it failed, the outage goes on as any exhausted window: escalation or
+    /// cooldown.
+    private mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>) {
+        guard removalInFlight else { return }
+        removalInFlight = false
+        guard case .failure(let failure) = result else { return }
+        actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))
+        guard state == .searching else { return }
+        stopDiscoveryIfRunning()
+        pendingEscalation = settings.escalation
         runNextEscalation()
     }
 

@@ -15,10 +15,14 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
 
     public var kind: Kind
     public var description: String
+    /// The error points at a stale device object in bluetoothd (see
+    /// `BlueZError.pointsAtStaleDevice`).
+    public var staleDevice: Bool
 
-    public init(_ kind: Kind, _ description: String) {
+    public init(_ kind: Kind, _ description: String, staleDevice: Bool = false) {
         self.kind = kind
         self.description = description
+        self.staleDevice = staleDevice
     }
 }
 
@@ -75,6 +79,8 @@ public enum SupervisorEvent: Sendable {
     /// (bluetoothd removes the old objects and exports new ones; notify
     /// sessions on the old ones are gone).
     case characteristicsChanged
+    /// Adapter1.RemoveDevice of a stale device object returned.
+    case removeDeviceFinished(Result<Void, LinkFailure>)
 }
 
 /// Escalation steps after an exhausted window (`reconnect.escalate` in the
@@ -103,6 +109,10 @@ public enum SupervisorReport: Sendable, Equatable {
     /// the link is taken for dead. `proven`: data had flowed in this session
     /// (a hang after working); otherwise the attempt never produced any.
     case silence(silentFor: Duration, limit: Duration, proven: Bool)
+    /// A retry window failed with errors that point at a stale device
+    /// object: it is removed and the dongle discovered again.
+    case staleDeviceRemoved(failures: Int, lastError: String)
+    case staleDeviceRemovalFailed(error: String)
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -120,6 +130,8 @@ public enum SupervisorReport: Sendable, Equatable {
         case .discoveryFailed: "discovery-failed"
         case .adapterLeftOff: "adapter-left-off"
         case .silence: "silence"
+        case .staleDeviceRemoved: "device-removed"
+        case .staleDeviceRemovalFailed: "device-removal-failed"
         }
     }
 }
@@ -136,6 +148,8 @@ public enum SupervisorAction: Sendable, Equatable {
     case escalate(EscalationStep)
     /// Adapter1.Powered = true, after an escalation left the adapter off.
     case powerOn
+    /// Adapter1.RemoveDevice of the dongle's (stale) device object.
+    case removeDevice
     case startTimer(SupervisorTimer, after: Duration)
     case cancelTimer(SupervisorTimer)
     case transition(from: SupervisorState, to: SupervisorState, cause: String)
@@ -150,4 +164,16 @@ public enum ReconnectAnswer: Sendable, Equatable {
     case started(attempt: Int)
     /// Nothing to connect with; says why.
     case notReady(String)
+}
+
+/// `reconnect.remove_stale_device`: which device objects Tether may remove
+/// (Adapter1.RemoveDevice) when a retry window failed with errors pointing at
+/// a stale object. Raw values are the config's spellings.
+public enum StaleDeviceRemoval: String, Sendable, Equatable, CaseIterable {
+    /// Never remove it.
+    case never
+    /// Only a device without a bond: removing a bonded one throws its keys away.
+    case unbonded
+    /// Also a bonded one (its keys are lost; it must pair again).
+    case always
 }

@@ -27,6 +27,7 @@ struct LinkResolver: Sendable {
         guard let device = pickDevice(tree, adapter: adapter) else { return result }
         result.device = device
         result.observation.devicePresent = true
+        result.observation.deviceBonded = device.bonded
         // BlueZ clears ServicesResolved whenever the link goes, so a resolved
         // device is connected even when its Connected property says no:
         // bluetoothd 5.66 skips the Connected=true signal when the ATT

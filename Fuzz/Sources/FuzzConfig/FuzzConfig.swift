@@ -137,6 +137,7 @@ func render(_ config: TetherConfig) -> String {
     let r = config.reconnect
     lines += [
         "[reconnect]",
+        "remove_stale_device = \(quoted(r.removeStaleDevice.rawValue))",
         "first_delay = \(duration(r.firstDelay))",
         "initial_backoff = \(duration(r.initialBackoff))",
         "max_backoff = \(duration(r.maxBackoff))",

@@ -123,6 +123,13 @@ final class ActionLane: @unchecked Sendable {
             }
         case .escalate(let step):
             escalate(step)
+        case .removeDevice:
+            guard let adapter = resolution.adapter?.path, let device = resolution.device?.path else {
+                return finish(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))
+            }
+            send(.removeDevice(adapter: adapter, device: device)) { [finish] result in
+                finish(.removeDeviceFinished(result.map { _ in () }.mapError(Self.failure)))
+            }
         case .startTimer, .cancelTimer, .transition, .report, .answerReconnect:
             break  // the service's
         }
@@ -329,7 +336,7 @@ final class ActionLane: @unchecked Sendable {
         case .needsCancel: .needsCancel
         case .fatal: .fatal
         }
-        return LinkFailure(kind, error.description)
+        return LinkFailure(kind, error.description, staleDevice: error.pointsAtStaleDevice)
     }
 }
 

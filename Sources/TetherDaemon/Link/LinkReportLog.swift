@@ -64,6 +64,13 @@ struct LinkReportLog: Sendable {
             logger.warning("\(what)", metadata: with([
                 "silent_for": "\(Self.seconds(silentFor))", "silence_limit": "\(Self.seconds(limit))",
             ]))
+        case .staleDeviceRemoved(let failures, let lastError):
+            logger.warning(
+                "\(failures) attempts of the retry window failed with errors that point at a stale device object in bluetoothd (last: \(lastError)); removing it (Adapter1.RemoveDevice) and discovering the dongle again",
+                metadata: with(["error": "\(lastError)"])
+            )
+        case .staleDeviceRemovalFailed(let error):
+            logger.warning("removing the stale device object failed: \(error)", metadata: with(["error": "\(error)"]))
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

@@ -42,6 +42,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let pollLatency: CoreMetrics.Timer
     private let connectToOnline: CoreMetrics.Timer
     private let silenceEvents: CoreMetrics.Counter
+    private let staleDeviceRemovals: CoreMetrics.Counter
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -163,6 +164,10 @@ public final class LinkMetrics: @unchecked Sendable {
             "tether_silence_events_total",
             help: "Times no notification came for dongle.silence_limit while subscribed, and the link was dropped for it."
         )
+        staleDeviceRemovals = registry.counter(
+            "tether_stale_device_removals_total",
+            help: "Times the dongle's device object was removed (Adapter1.RemoveDevice) after a retry window failed with errors pointing at a stale object."
+        )
         connected.set(0)
         connectedSince.set(0)
         lastReading.set(0)
@@ -217,6 +222,8 @@ public final class LinkMetrics: @unchecked Sendable {
                 bluetoothdRestarts.increment()
             case .report(.silence):
                 silenceEvents.increment()
+            case .report(.staleDeviceRemoved):
+                staleDeviceRemovals.increment()
             default:
                 break
             }

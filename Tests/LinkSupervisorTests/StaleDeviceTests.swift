@@ -1,0 +1,70 @@
+@testable import LinkSupervisor
+import Testing
+
+/// A retry window that fails with errors pointing at a stale device object:
+/// remove it once per outage and discover the dongle again; never a bonded
+/// one unless the config says so.
+@Suite struct StaleDeviceTests {
+    static let stale = LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local", staleDevice: true)
+
+    func exhaustedLink(bonded: Bool = false, removal: StaleDeviceRemoval = .unbonded, failure: LinkFailure = stale)
+        -> VirtualLink
+    {
+        var settings = SupervisorTests.settings
+        settings.escalation = []
+        settings.staleDeviceRemoval = removal
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(failure)
+        var down = VirtualLink.down
+        down.deviceBonded = bonded
+        link.observe(down)
+        link.advance(by: .seconds(400))
+        return link
+    }
+
+    func removals(_ link: VirtualLink) -> Int { link.count { if case .removeDevice = $0 { true } else { false } } }
+
+    @Test func aWindowOfStaleErrorsRemovesTheDeviceAndSearchesForIt() {
+        var link = exhaustedLink()
+        #expect(removals(link) == 1)
+        #expect(link.count { if case .report(.staleDeviceRemoved(let n, _)) = $0, n >= 5 { true } else { false } } == 1)
+        #expect(link.state == .searching)
+        #expect(link.count { if case .startDiscovery = $0 { true } else { false } } >= 1)
+        link.send(.removeDeviceFinished(.success(())))
+        // bluetoothd drops the object; discovery finds the dongle again: a fresh window.
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        link.observe(gone)
+        #expect(link.state == .searching)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .online)
+    }
+
+    @Test func oneRemovalPerOutageThenTheUsualCooldown() {
+        var link = exhaustedLink()
+        link.send(.removeDeviceFinished(.success(())))
+        link.observe(VirtualLink.down)  // found again, and still refusing
+        link.advance(by: .seconds(400))
+        #expect(removals(link) == 1)
+        #expect(link.state == .coolingDown)
+    }
+
+    @Test func aBondedDeviceIsKeptUnlessTheConfigSaysAlways() {
+        #expect(removals(exhaustedLink(bonded: true)) == 0)
+        #expect(exhaustedLink(bonded: true).state == .coolingDown)
+        #expect(removals(exhaustedLink(bonded: true, removal: .always)) == 1)
+        #expect(removals(exhaustedLink(removal: .never)) == 0)
+    }
+
+    @Test func otherErrorsDoNotRemoveIt() {
+        #expect(removals(exhaustedLink(failure: LinkFailure(.transient, "le-connection-timeout"))) == 0)
+    }
+
+    @Test func aFailedRemovalGoesOnToCooldown() {
+        var link = exhaustedLink()
+        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
+        #expect(link.count { if case .report(.staleDeviceRemovalFailed) = $0 { true } else { false } } == 1)
+        #expect(link.state == .coolingDown)
+    }
+}

@@ -603,8 +603,10 @@ public struct Supervisor: Sendable {
             removedStaleDevice = true
             removalInFlight = true
             actions.append(.report(.staleDeviceRemoved(failures: exhausted.staleFailures, lastError: exhausted.lastStaleError ?? "")))
+            // Then as after any exhausted window: the escalation steps, or
+            // cooling down. Either way discovery makes the object anew once
+            // the dongle advertises, and the next window starts from it.
             actions.append(.removeDevice)
-            return enterSearching(cause: "retry window exhausted with errors that point at a stale device object; removed it")
         }
         pendingEscalation = settings.escalation
         runNextEscalation()
@@ -668,18 +670,12 @@ public struct Supervisor: Sendable {
     }
 
     /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
-    /// the device away and discovery (running: `searching`) finds it anew. If
-    /// it failed, the outage goes on as any exhausted window: escalation or
-    /// cooldown.
+    /// the device away and discovery finds it anew; a failure is only told.
     private mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>) {
         guard removalInFlight else { return }
         removalInFlight = false
         guard case .failure(let failure) = result else { return }
         actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))
-        guard state == .searching else { return }
-        stopDiscoveryIfRunning()
-        pendingEscalation = settings.escalation
-        runNextEscalation()
     }
 
     private mutating func enterCooldown(cause: String) {

@@ -31,7 +31,8 @@ import TetherDaemon
         let keys: Set<String> = [
             "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
             "last_reading_at", "last_reading_age_seconds", "readings_written", "reconnects", "window_attempt",
-            "next_attempt_in_seconds", "last_error", "forwarder",
+            "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
+            "last_disconnect_reason", "last_disconnect_at", "adapter_problem",
         ]
         #expect(Set(json.keys) == keys)
         #expect(json["device"] as? String == DaemonHarness.address)
@@ -44,7 +45,7 @@ import TetherDaemon
         let reconnect = try await tether.run(["reconnect", "--wait", "--timeout", "20s"])
         #expect(reconnect.status == 0, "\(reconnect.all)")
         #expect(reconnect.stdout.contains("attempt 1 started"), "\(reconnect.all)")
-        #expect(reconnect.stdout.contains("subscribing → online"), "\(reconnect.all)")
+        #expect(reconnect.stdout.contains("waiting-for-data → online"), "\(reconnect.all)")
         #expect(reconnect.stdout.contains("online again after"), "\(reconnect.all)")
         let after = try await tether.run(["status", "--json"])
         let reconnects = (try? JSONSerialization.jsonObject(with: Data(after.stdout.utf8)) as? [String: Any])?["reconnects"] as? Int

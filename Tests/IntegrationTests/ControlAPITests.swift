@@ -73,7 +73,7 @@ import TetherDaemon
                 if change.to == "online" { break }
             }
             #expect(seen.first?.hasPrefix("online→") == true, "\(seen)")
-            #expect(seen.last == "subscribing→online", "\(seen)")
+            #expect(seen.last == "waiting-for-data→online", "\(seen)")
             #expect(await harness.simulator.connectCount > connectsBefore)
             #expect(try await client.status().state == .online)
         }

@@ -72,7 +72,8 @@ import Testing
         options.notifyRate = 0
         let harness = try await DaemonHarness(simulator: options)
         try await harness.startDaemon()
-        #expect(await harness.waitForState(.online))
+        // Subscribed; online comes with the first notification.
+        #expect(await harness.waitForState(.waitingForData))
         let (sentBeforeStop, sent, disk) = try await harness.stopWhileTheLoopIsHeld(
             rate: 2000, streaming: .milliseconds(500), hold: .milliseconds(400), after: .milliseconds(250)
         )

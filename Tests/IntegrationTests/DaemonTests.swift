@@ -103,6 +103,7 @@ import Testing
             $0.reconnect.window = .seconds(3)
             $0.reconnect.windowAttempts = 6
             $0.reconnect.cooldown = .seconds(2)
+            $0.reconnect.removeStaleDevice = .never  // the schedule alone; removal has its own test
         }
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
@@ -260,6 +261,9 @@ import Testing
             $0.reconnect.windowAttempts = 5
             $0.reconnect.cooldown = .seconds(60)
             $0.reconnect.escalate = [.powerCycle, .hciReset]
+            // The asleep dongle's connects end in le-connection-abort-by-local:
+            // this test follows the escalation and the cooldown, not the removal.
+            $0.reconnect.removeStaleDevice = .never
         }
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))

@@ -24,17 +24,19 @@ import Testing
 
     func removals(_ link: VirtualLink) -> Int { link.count { if case .removeDevice = $0 { true } else { false } } }
 
-    @Test func aWindowOfStaleErrorsRemovesTheDeviceAndSearchesForIt() {
+    @Test func aWindowOfStaleErrorsRemovesTheDeviceAndDiscoversItAgain() {
         var link = exhaustedLink()
         #expect(removals(link) == 1)
         #expect(link.count { if case .report(.staleDeviceRemoved(let n, _)) = $0, n >= 5 { true } else { false } } == 1)
-        #expect(link.state == .searching)
+        #expect(link.state == .coolingDown)
         #expect(link.count { if case .startDiscovery = $0 { true } else { false } } >= 1)
         link.send(.removeDeviceFinished(.success(())))
-        // bluetoothd drops the object; discovery finds the dongle again: a fresh window.
+        // bluetoothd drops the object; the blind attempt has nothing to
+        // connect to, so it searches; discovery makes it anew: a fresh window.
         var gone = VirtualLink.down
         gone.devicePresent = false
         link.observe(gone)
+        link.advance(by: SupervisorTests.policy.cooldown)
         #expect(link.state == .searching)
         link.connectResult = .success(())
         link.observe(VirtualLink.down)
@@ -66,5 +68,6 @@ import Testing
         link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
         #expect(link.count { if case .report(.staleDeviceRemovalFailed) = $0 { true } else { false } } == 1)
         #expect(link.state == .coolingDown)
+        #expect(link.supervisor.status.nextAttemptAt != nil)
     }
 }

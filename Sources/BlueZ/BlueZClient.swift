@@ -88,6 +88,9 @@ public struct BlueZClient: Sendable {
                 return .valueChanged(path, bytes)
             }
             return .propertiesChanged(path, interface: interface, changed: changed, invalidated: invalidated)
+        case (BlueZ.deviceInterface?, "Disconnected"?):
+            guard signal.body.count >= 1, let reason = signal.body[0].string else { return nil }
+            return .deviceDisconnected(path, reason: reason, message: signal.body.count >= 2 ? (signal.body[1].string ?? "") : "")
         default:
             return nil
         }

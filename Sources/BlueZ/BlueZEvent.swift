@@ -16,6 +16,10 @@ public enum BlueZEvent: Sendable {
     /// properties (bluetoothd flushes pending ones with it) comes as
     /// `propertiesChanged`, and is a notification too.
     case valueChanged(ObjectPath, [UInt8])
+    /// BlueZ ≥ 5.83's `Device1.Disconnected(s reason, s message)`, sent
+    /// before `Connected` turns false: why the link went (`org.bluez.Reason.Timeout`,
+    /// `…Local`, `…Remote`, …). Older versions (Debian 12's 5.66) have none.
+    case deviceDisconnected(ObjectPath, reason: String, message: String)
     /// The consumer fell behind and this many signals were dropped (readings
     /// among them); a fresh `serviceAppeared` snapshot follows.
     case signalsLost(Int)
@@ -36,7 +40,7 @@ extension ObjectTree {
             removeInterfaces(path, names)
         case .propertiesChanged(let path, let interface, let changed, let invalidated):
             changeProperties(path, interface: interface, changed: changed, invalidated: invalidated)
-        case .valueChanged, .signalsLost:
+        case .valueChanged, .signalsLost, .deviceDisconnected:
             return false
         }
         return true

@@ -80,6 +80,8 @@ public final class BlueZMonitor: @unchecked Sendable {
             pathNamespace: "/org/bluez"
         ),
         MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged", arg0: BlueZ.service),
+        // BlueZ ≥ 5.83: why a link went. Harmless where it never comes.
+        MatchRule(sender: BlueZ.service, interface: BlueZ.deviceInterface, member: "Disconnected", pathNamespace: "/org/bluez"),
     ]
 
     /// One signal from the bus, on the loop.

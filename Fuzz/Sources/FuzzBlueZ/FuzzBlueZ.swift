@@ -208,7 +208,7 @@ enum Model {
             for key in invalidated { properties[key] = nil }
             result[path]?[interface] = properties
             return result
-        case .valueChanged, .signalsLost:
+        case .valueChanged, .signalsLost, .deviceDisconnected:
             return nil
         case .serviceAppeared(_, let tree):
             return tree.objects
@@ -244,6 +244,9 @@ func checkClassification(_ event: BlueZEvent?, of signal: Message) {
         require(signal.interface == StandardInterface.properties && path == signal.path, "\(event) from \(signal)")
         require(signal.body.first?.string == BlueZ.gattCharacteristicInterface, "a Value change not from a characteristic")
         require(signal.body.count > 1 && Model.stringKeyed(signal.body[1])?["Value"]?.bytes == bytes, "\(event) from \(signal.body)")
+    case .deviceDisconnected(let path, let reason, _):
+        require(signal.interface == BlueZ.deviceInterface && signal.member == "Disconnected", "\(event) from \(signal)")
+        require(path == signal.path && signal.body.first?.string == reason, "\(event) from \(signal.body)")
     case .serviceAppeared, .serviceVanished, .signalsLost:
         require(false, "\(event) from a single signal")
     }

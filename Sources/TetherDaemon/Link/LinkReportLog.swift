@@ -21,6 +21,20 @@ struct LinkReportLog: Sendable {
         logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: metadata)
     }
 
+    /// A drop, with why the kernel or bluetoothd says it happened (the
+    /// `reason` field) or, when it is unavailable, `why` not.
+    func disconnected(unexpected: Bool, reason: String, why: String?, state: SupervisorState, device: String?) {
+        var metadata: Logger.Metadata = ["event": "disconnected", "state": "\(state.rawValue)", "reason": "\(reason)"]
+        if let device { metadata["device"] = "\(device)" }
+        let text = reason == DisconnectReasons.Reason.unavailable.rawValue
+            ? "reason unavailable\(why.map { ": \($0)" } ?? "")" : "reason: \(reason)"
+        if unexpected {
+            logger.warning("link lost (\(text))", metadata: metadata)
+        } else {
+            logger.info("disconnected (\(text))", metadata: metadata)
+        }
+    }
+
     /// - Parameter missing: configured characteristics the connected dongle
     ///   does not export, to explain an attempt that timed out waiting for them.
     func report(_ report: SupervisorReport, state: SupervisorState, device: String?, missing: [String]?) {
@@ -31,11 +45,7 @@ struct LinkReportLog: Sendable {
         case .connected(let attempt):
             logger.notice("online\(device.map { " with \($0)" } ?? "")", metadata: with(["attempt": "\(attempt)"]))
         case .disconnected(let unexpected):
-            if unexpected {
-                logger.warning("link lost", metadata: metadata)
-            } else {
-                logger.info("disconnected", metadata: metadata)
-            }
+            disconnected(unexpected: unexpected, reason: DisconnectReasons.Reason.unavailable.rawValue, why: nil, state: state, device: device)
         case .reconnectAttempt(let attempt, let blind):
             logger.info("\(blind ? "blind " : "")connect attempt \(attempt)", metadata: with(["attempt": "\(attempt)"]))
         case .attemptFailed(let attempt, var error):

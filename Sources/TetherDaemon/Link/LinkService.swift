@@ -95,6 +95,20 @@ public final class LinkService: @unchecked Sendable {
     /// once, at the turn's end (its silence limit looks at the last one).
     private var notifiedThisTurn = false
     private var stopping = false
+    /// Why links dropped, heard from the kernel or bluetoothd (see `DisconnectReasons`).
+    private var reasons = DisconnectReasons()
+    /// bluetoothd was seen sending `Device1.Disconnected` (BlueZ ≥ 5.83).
+    private var bluezSendsReasons = false
+    /// A drop noticed before its reason: logged when the reason comes, or
+    /// after `reasonWait` without one.
+    private var pendingDrop: PendingDrop?
+    private struct PendingDrop {
+        var unexpected: Bool
+        var state: SupervisorState
+        var device: String?
+        var timer: EventLoop.TimerID
+    }
+    private static let reasonWait: Duration = .seconds(1)
     private var turnEndHook: Int?
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
@@ -169,6 +183,7 @@ public final class LinkService: @unchecked Sendable {
 
     private func tearDown() {
         stopping = true
+        flushPendingDrop(why: "the daemon stopped before the kernel said why")
         closeNotifyReaders()
         writeTurnReadings()
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
@@ -289,6 +304,13 @@ public final class LinkService: @unchecked Sendable {
             // property change still pending on the object (Notifying=true
             // right after StartNotify): a reading all the same.
             if let bytes = changed["Value"]?.bytes { recordValue(path, bytes) }
+        case .deviceDisconnected(let path, let reason, _):
+            bluezSendsReasons = true
+            if path == resolution.device?.path {
+                reasons.heard(.init(bluezReason: reason), address: deviceAddress, at: start.duration(to: .now))
+                resolvePendingDrop()
+            }
+            return
         case .serviceAppeared:
             bluezPresent = true
         case .serviceVanished:
@@ -387,6 +409,64 @@ public final class LinkService: @unchecked Sendable {
         }
     }
 
+    // MARK: Why the link dropped
+
+    /// Where reasons can come from on this system; nil when none can.
+    private var reasonSource: String? {
+        bluezSendsReasons ? "bluetoothd's Device1.Disconnected" : nil
+    }
+
+    /// Why no reason can come, for the log line.
+    private var reasonUnavailableWhy: String {
+        "bluetoothd (before 5.83) does not say, and the kernel's management socket was not opened"
+    }
+
+    /// The supervisor reported a drop: log it with its reason, now if the
+    /// reason was heard already, else once it comes (or `reasonWait` later).
+    private func dropNoticed(unexpected: Bool) {
+        flushPendingDrop(why: "another drop came first")
+        let device = resolution.device?.address ?? config.dongle.address
+        if let reason = reasons.take(for: deviceAddress, near: start.duration(to: .now)) {
+            return logDrop(unexpected: unexpected, reason: reason, why: nil, state: supervisor.state, device: device)
+        }
+        guard reasonSource != nil else {
+            return logDrop(unexpected: unexpected, reason: .unavailable, why: reasonUnavailableWhy, state: supervisor.state, device: device)
+        }
+        let timer = loop.schedule(after: Self.reasonWait) { [unowned self] in
+            flushPendingDrop(why: "no reason from \(reasonSource ?? "the kernel") within \(Self.reasonWait.roundedText)")
+        }
+        pendingDrop = PendingDrop(unexpected: unexpected, state: supervisor.state, device: device, timer: timer)
+    }
+
+    /// A reason arrived: the drop waiting for it is logged with it.
+    private func resolvePendingDrop() {
+        guard let pending = pendingDrop,
+              let reason = reasons.take(for: deviceAddress, near: start.duration(to: .now))
+        else { return }
+        pendingDrop = nil
+        loop.cancelTimer(pending.timer)
+        logDrop(unexpected: pending.unexpected, reason: reason, why: nil, state: pending.state, device: pending.device)
+    }
+
+    private func flushPendingDrop(why: String) {
+        guard let pending = pendingDrop else { return }
+        pendingDrop = nil
+        loop.cancelTimer(pending.timer)
+        logDrop(unexpected: pending.unexpected, reason: .unavailable, why: why, state: pending.state, device: pending.device)
+    }
+
+    private func logDrop(
+        unexpected: Bool, reason: DisconnectReasons.Reason, why: String?, state: SupervisorState, device: String?
+    ) {
+        report.disconnected(unexpected: unexpected, reason: reason.rawValue, why: why, state: state, device: device)
+        metrics?.disconnected(reason: reason)
+        let now = Date()
+        shared.withLock { s in
+            s.lastDisconnectReason = reason.rawValue
+            s.lastDisconnectAt = now
+        }
+    }
+
     // MARK: The supervisor
 
     /// Hands `event` to the supervisor and carries out its actions. An event
@@ -427,6 +507,8 @@ public final class LinkService: @unchecked Sendable {
                 timers.cancel(timer)
             case .transition(let from, let to, let cause):
                 report.transition(from: from, to: to, cause: cause, device: resolution.device?.address ?? config.dongle.address)
+            case .report(.disconnected(let unexpected)):
+                dropNoticed(unexpected: unexpected)
             case .report(let item):
                 report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics())
             case .answerReconnect(.started(let attempt)):

@@ -43,6 +43,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let connectToOnline: CoreMetrics.Timer
     private let silenceEvents: CoreMetrics.Counter
     private let staleDeviceRemovals: CoreMetrics.Counter
+    private let disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter]
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -168,6 +169,15 @@ public final class LinkMetrics: @unchecked Sendable {
             "tether_stale_device_removals_total",
             help: "Times the dongle's device object was removed (Adapter1.RemoveDevice) after a retry window failed with errors pointing at a stale object."
         )
+        var disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter] = [:]
+        for reason in DisconnectReasons.Reason.allCases {
+            disconnects[reason] = registry.counter(
+                "tether_disconnects_total",
+                help: "Links that dropped, by the reason the kernel or bluetoothd gave (unavailable: neither said).",
+                labels: [("reason", reason.rawValue)]
+            )
+        }
+        self.disconnects = disconnects
         connected.set(0)
         connectedSince.set(0)
         lastReading.set(0)
@@ -250,6 +260,11 @@ public final class LinkMetrics: @unchecked Sendable {
             if status.state != .online && status.state != .waitingForData { pollStarts.removeAll() }
             lastState = status.state
         }
+    }
+
+    /// A drop was logged with `reason`.
+    func disconnected(reason: DisconnectReasons.Reason) {
+        disconnects[reason]?.increment()
     }
 
     /// A loop turn's readings were handed to the recorder; the last arrived at `at`.

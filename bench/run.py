@@ -203,14 +203,17 @@ class Side:
     """`tether run` or the bleak peer against one simulator."""
 
     def __init__(self, kind, work, sim, reconnect="", extra_env=None, keepalive=True, notify_path="start-notify",
-                 mqtt_port=None):
+                 mqtt_port=None, silence_off=False):
         self.kind, self.readings = kind, f"{work}/readings-{kind}"
         env = {"DBUS_SYSTEM_BUS_ADDRESS": sim.address, **(extra_env or {})}
         log = open(f"{work}/{kind}.log", "w")
         if kind == "tether":
             config = f"{work}/tether.toml"
             with open(config, "w") as f:
-                f.write(f'[dongle]\naddress = "{DONGLE}"\nnotify_path = "{notify_path}"\n'
+                # The idle figures stop the notifications on purpose: with
+                # the silence limit on, that is a hung dongle to reconnect.
+                silence = 'silence_limit = "off"\n' if silence_off and supports_silence_limit() else ""
+                f.write(f'[dongle]\naddress = "{DONGLE}"\nnotify_path = "{notify_path}"\n{silence}'
                         f'[keepalive]\nenabled = {str(keepalive).lower()}\n'
                         f'interval = "1s"\ntimeout = "800ms"\n'
                         f'sleep_after = "3s"\n[readings]\ndirectory = "{self.readings}"\n{reconnect}')
@@ -231,6 +234,20 @@ class Side:
     def stop(self):
         stop(self.proc)
         return self.proc.returncode
+
+
+_SILENCE_LIMIT = []
+
+
+def supports_silence_limit():
+    """Whether BIN knows dongle.silence_limit (issue 19): an older binary
+    would reject the key, so before-and-after runs write it only where it exists."""
+    if not _SILENCE_LIMIT:
+        with tempfile.NamedTemporaryFile("w", suffix=".toml") as f:
+            f.write(f'[dongle]\naddress = "{DONGLE}"\nsilence_limit = "off"\n')
+            f.flush()
+            _SILENCE_LIMIT.append(subprocess.run([BIN, "check-config", f.name], capture_output=True).returncode == 0)
+    return _SILENCE_LIMIT[0]
 
 
 def wait_subscribed(sim, after=0, timeout=30):
@@ -279,7 +296,7 @@ def footprint_side(kind, keepalive=True):
     seconds, idle = duration("BENCH_FOOTPRINT_DURATION", "60s"), duration("BENCH_IDLE_DURATION", "20s")
     work = workdir("footprint")
     sim = Sim(work, "--notify-rate", "10", "--sleep-after", "3s" if keepalive else "1h")
-    side = Side(kind, work, sim, keepalive=keepalive)
+    side = Side(kind, work, sim, keepalive=keepalive, silence_off=True)
     try:
         wait_subscribed(sim)
         cpu0 = proc_cpu(side.pid)

@@ -59,6 +59,14 @@ enum ControlInterface {
                     await simulator.setNotifyRate(rate)
                     return []
                 },
+                "HangApplication": .init(in: "b") { call in
+                    await simulator.hangApplication(attAnswers: try call.argument(0).bool ?? true)
+                    return []
+                },
+                "ResumeApplication": .init { _ in
+                    await simulator.resumeApplication()
+                    return []
+                },
                 "SetAdapterPowered": .init(in: "b") { call in
                     await simulator.setAdapterPowered(try call.argument(0).bool ?? true)
                     return []

@@ -13,10 +13,24 @@ extension Simulator {
         characteristic.path == gatt.batteryLevel.path ? [dongle.batteryLevel] : []
     }
 
+    /// A request to a peer whose ATT is hung: BlueZ waits out its ATT
+    /// timeout, then fails the call and drops the bearer (the link).
+    private func awaitHungPeer(_ client: String) async throws(DBusError) {
+        guard let hung = applicationHung, !hung.attAnswers else { return }
+        let link = linkID
+        let wait = makeWaitID()
+        await pause(options.attTimeout, id: wait)
+        guard link == linkID, dongle.state == .connected else { throw BlueZFault.gattNotConnected }
+        log.record(.attTimeout) { $0.client = client }
+        await loseLink(reason: "att-timeout", asleep: false)
+        throw BlueZFault.failed("Operation failed")
+    }
+
     func readCharacteristic(
         _ characteristic: GattDatabase.Characteristic, client: String, options: [String: DBusValue]
     ) async throws -> [UInt8] {
         try requireLink()
+        try await awaitHungPeer(client)
         guard characteristic.isReadable else { throw BlueZFault.notPermitted("Read not permitted") }
         let value = currentValue(of: characteristic)
         let offset = options["offset"]?.int64 ?? 0
@@ -43,6 +57,8 @@ extension Simulator {
         default: throw BlueZFault.invalidArguments()
         }
         guard permitted else { throw BlueZFault.notPermitted("Write not permitted") }
+        // A write command needs no answer: the radio takes it, hung or not.
+        if type != "command" { try await awaitHungPeer(client) }
         dongle.noteActivity(at: .now)
         log.record(.write) {
             $0.client = client
@@ -139,7 +155,7 @@ extension Simulator {
     /// Runs the telemetry task exactly while it should: link up, GATT
     /// resolved, a notify session on TX and a rate above zero.
     func updateTelemetry() {
-        let wanted = !stopped && dongle.state == .connected && servicesResolved && notifyRate > 0
+        let wanted = !stopped && dongle.state == .connected && servicesResolved && notifyRate > 0 && applicationHung == nil
             && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || isLiveAcquisition(gatt.tx.path))
         if wanted, telemetryTask == nil {
             let link = linkID

@@ -186,6 +186,11 @@ extension Simulator {
     private func watchIdleness(link: Int) async {
         while link == linkID, dongle.state == .connected {
             let deadline = dongle.idleDeadline(sleepAfter: options.sleepAfter)
+            if ContinuousClock.now >= deadline, applicationHung != nil {
+                // The firmware's idle timer is part of the hung application.
+                dongle.noteActivity(at: .now)
+                continue
+            }
             if ContinuousClock.now >= deadline {
                 await loseLink(reason: "idle", asleep: true)
                 return

@@ -65,6 +65,11 @@ public actor Simulator {
     /// end with the link.
     var notifyAcquisitions: [ObjectPath: NotifyAcquisition] = [:]
     var hangupWatches: [Int32: WatchBox] = [:]
+    /// The dongle's application is hung while its radio stack keeps the link
+    /// (`hangApplication`); nil when it runs. The value: whether the stack
+    /// still answers ATT requests (a Nordic SoftDevice does without the
+    /// application), or they go unanswered too.
+    var applicationHung: (attAnswers: Bool, since: ContinuousClock.Instant)?
     /// AcquireNotify calls waiting for the link's services (GATT ready).
     var servicesResolvedWaiters: [CheckedContinuation<Bool, Never>] = []
     /// Released acquisitions whose NotifyAcquired=false is still to be sent.
@@ -202,6 +207,28 @@ public actor Simulator {
 
     public func setConnectLatency(_ latency: Duration) {
         connectLatency = max(.zero, latency)
+    }
+
+    /// The dongle's application hangs; its radio keeps the link. No
+    /// notification goes out, writes without response are accepted, the
+    /// firmware's idle-sleep timer stops with the application. With
+    /// `attAnswers` write requests and reads are answered as before (the
+    /// SoftDevice does that); without, they wait for BlueZ's ATT timeout.
+    public func hangApplication(attAnswers: Bool) {
+        applicationHung = (attAnswers, .now)
+        log.record(.applicationHung) { $0.reason = attAnswers ? "att-answers" : "att-hung" }
+        updateTelemetry()
+    }
+
+    /// The application runs again (after the dongle's watchdog, say): on a
+    /// link that is still up and subscribed, notifications go on with the
+    /// next sequence number; the idle clock starts from now.
+    public func resumeApplication() {
+        guard applicationHung != nil else { return }
+        applicationHung = nil
+        dongle.noteActivity(at: .now)
+        log.record(.applicationResumed)
+        updateTelemetry()
     }
 
     /// Notifications per second; 0 stops them. Takes effect at once.

@@ -81,6 +81,11 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case restarted
         case discoveryStart = "discovery-start"
         case discoveryStop = "discovery-stop"
+        /// The dongle's application hung (reason: att-answers or att-hung).
+        case applicationHung = "app-hung"
+        case applicationResumed = "app-resumed"
+        /// A request the hung peer never answered timed out in BlueZ's ATT layer.
+        case attTimeout = "att-timeout"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

@@ -58,6 +58,12 @@ public struct SimulatorOptions: Sendable {
     /// a small one makes a slow reader lose notifications sooner. Nil: the
     /// kernel's default.
     public var acquireSendBuffer: Int?
+    /// BlueZ's ATT request timeout (`src/shared/att.c`, 30 s): a write
+    /// request or a read the peer never answers fails then, with
+    /// `org.bluez.Error.Failed` "Operation failed", and the ATT bearer (the
+    /// link) is dropped. Only a hung application whose ATT is hung too
+    /// (`hangApplication(attAnswers: false)`) leaves requests unanswered.
+    public var attTimeout: Duration = .seconds(30)
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

@@ -16,7 +16,13 @@ struct SimulateCommand: AsyncParsableCommand {
             name io.tether.Simulator, object /io/tether/Simulator, interface io.tether.Simulator1:
               DropLink(s reason), Sleep(), Wake(), FailConnects(u count, s error, s message),
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
-              Crash(u restart_after_ms), Restart(u restart_after_ms)
+              Crash(u restart_after_ms), Restart(u restart_after_ms),
+              HangApplication(b att_answers), ResumeApplication()
+            HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
+            the link: no notifications, writes without response accepted, no idle sleep; with \
+            att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
+            they wait --att-timeout and then fail ("Operation failed") and drop the link, as BlueZ's ATT \
+            layer does. After a link loss the hung dongle still advertises and accepts connections.
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """
@@ -51,6 +57,9 @@ struct SimulateCommand: AsyncParsableCommand {
 
     @Option(help: "How long a connect to the sleeping dongle goes unanswered before it fails (the kernel: about 20s).")
     var noAnswerTimeout = DurationArgument(.seconds(20))
+
+    @Option(help: "BlueZ's ATT request timeout, for requests a hung dongle never answers (real bluetoothd: 30s).")
+    var attTimeout = DurationArgument(.seconds(30))
 
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
@@ -98,6 +107,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.resolveDelay = resolveDelay.duration
         options.disconnectDelay = disconnectDelay.duration
         options.noAnswerTimeout = noAnswerTimeout.duration
+        options.attTimeout = attTimeout.duration
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
         options.connectedUnsignalled = connectedUnsignalled

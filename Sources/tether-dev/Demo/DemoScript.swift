@@ -88,6 +88,18 @@ final class DemoScript: Sendable {
             try await knob(control, "Crash", [.uint32(1000)])
             try await Task.sleep(for: .milliseconds(300))
             guard await waitOnline(control, "recovering from the crash") else { return false }
+
+            say(">>> fault 4: the dongle's application hangs; its radio keeps the link and accepts writes, but no notification comes")
+            let drops = disconnectRequests()
+            try await knob(control, "HangApplication", [.boolean(true)])
+            let hung = ContinuousClock.now
+            guard await waitFor("Tether noticing the silence", within: .seconds(15), { self.disconnectRequests() > drops }) else {
+                return false
+            }
+            say("Tether took the silent link for dead after \(DurationText.rounded(hung.duration(to: .now))) (silence limit 4 s), dropped it and connected again; the application recovers")
+            try await Task.sleep(for: .seconds(1))
+            try await knob(control, "ResumeApplication")
+            guard await waitOnline(control, "readings after the recovery") else { return false }
             try await Task.sleep(for: .seconds(3))
 
             if forever {
@@ -134,6 +146,11 @@ final class DemoScript: Sendable {
         return ok
     }
 
+    /// Device1.Disconnect calls the simulator has seen (Tether dropping a link).
+    private func disconnectRequests() -> Int {
+        ((try? SimulatorEvent.readLog(path: eventLogPath)) ?? []).filter { $0.ev == "disconnect-request" }.count
+    }
+
     /// How many readings are on disk so far.
     private func readingsOnDisk() -> Int {
         let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
@@ -162,6 +179,7 @@ final class DemoScript: Sendable {
         """
         [dongle]
         address = "AA:BB:CC:DD:EE:FF"
+        silence_limit = "4s"
 
         [keepalive]
         interval = "2s"

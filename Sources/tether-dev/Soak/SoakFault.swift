@@ -9,6 +9,10 @@ enum SoakFault: String, CaseIterable, Sendable {
     case latencySpike = "latency-spike"
     case killDaemon = "kill-9"
     case diskFull = "disk-full"
+    /// The dongle's application hangs while its radio keeps the link: no
+    /// notifications, writes accepted; its ATT answers or not. Tether must
+    /// drop the silent link within the silence limit.
+    case hungApplication = "hung-application"
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

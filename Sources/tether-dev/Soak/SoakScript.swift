@@ -20,6 +20,9 @@ final class SoakScript: @unchecked Sendable {
 
     /// The config's retry window, checked against the attempts the daemon made.
     static let windowAttempts = 6
+    /// The soak's dongle.silence_limit: two keep-alive intervals, so a hung
+    /// application is caught within a fault's 11–16 s.
+    static let silenceLimit: Duration = .seconds(5)
 
     private var bus: BusDaemonProcess?
     private var simulatorProcess: ChildProcess?
@@ -137,6 +140,7 @@ final class SoakScript: @unchecked Sendable {
         """
         [dongle]
         address = "AA:BB:CC:DD:EE:FF"
+        silence_limit = "\(DurationText.format(Self.silenceLimit))"
 
         [keepalive]
         interval = "2s"
@@ -262,6 +266,22 @@ final class SoakScript: @unchecked Sendable {
             _ = await waitOnline(within: .seconds(30))
             let after = try await remote.sequence()
             killWindows.append(before.subtractingClamped(margin)...after)
+        case .hungApplication:
+            let attAnswers = Bool.random(using: &random)
+            let drops = disconnectRequests()
+            say("the dongle's application hangs (\(attAnswers ? "its stack answers ATT" : "ATT unanswered too"))")
+            try await remote.knob("HangApplication", [.boolean(attAnswers)])
+            let hung = ContinuousClock.now
+            // The last notification left at most 1/rate before the hang.
+            let bound = Self.silenceLimit + .seconds(3)
+            if await waitFor(bound, { self.disconnectRequests() > drops }) {
+                say("hung-application: the silent link dropped \(DurationText.rounded(hung.duration(to: .now))) after the hang")
+            } else {
+                violations.append("still holding a silent link \(DurationText.rounded(bound)) after the application hung")
+                say("VIOLATION: no Disconnect within \(DurationText.rounded(bound)) of the hang")
+            }
+            try await Task.sleep(for: .milliseconds(Int.random(in: 500...4000, using: &random)))
+            try await remote.knob("ResumeApplication")
         case .diskFull:
             let seconds = Int.random(in: 3...6, using: &random)
             say("the readings disk is full for \(seconds) s")
@@ -269,6 +289,11 @@ final class SoakScript: @unchecked Sendable {
             try await Task.sleep(for: .seconds(seconds))
             unlink(directory.appendingPathComponent("readings/filler").path)
         }
+    }
+
+    /// Device1.Disconnect calls the simulator has seen (the daemon dropping a link).
+    private func disconnectRequests() -> Int {
+        ((try? SimulatorEvent.readLog(path: eventLogPath)) ?? []).filter { $0.ev == "disconnect-request" }.count
     }
 
     /// Takes every free byte of the readings tmpfs with one file.

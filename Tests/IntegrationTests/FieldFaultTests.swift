@@ -1,0 +1,114 @@
+import BlueZ
+import Configuration
+import Foundation
+import LinkSupervisor
+import Simulator
+import TestSupport
+import Testing
+@testable import TetherDaemon
+
+/// The faults gateways meet beyond a dropped link (issue 19), against the
+/// simulator: a hung dongle application, a changed GATT database, a stale
+/// device object, a renumbered controller, and why links drop. Each prints
+/// its figures ("figure:" lines) for the README's "When things go wrong".
+@Suite(.serialized) struct FieldFaultTests {
+    /// Seconds from `from` to `to`, for figures.
+    static func seconds(_ from: ContinuousClock.Instant, _ to: ContinuousClock.Instant) -> String {
+        String(format: "%.2f", Double((to - from).components.attoseconds) / 1e18 + Double((to - from).components.seconds))
+    }
+
+    /// The shipped example config, pointed at the test's readings directory.
+    static func shippedConfig(readings: String) throws -> TetherConfig {
+        let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
+            .deletingLastPathComponent().appendingPathComponent("config/tether.toml")
+        var config = try TetherConfig.load(path: example.path)
+        config.readings.directory = readings
+        return config
+    }
+
+    @Test func aHungApplicationIsCaughtWithTheShippedConfigAndReadingsResumeWhenItRecovers() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 1  // the slowest dongle the shipped limit promises to catch within 30 s
+        var readings = ""
+        let harness = try await DaemonHarness(simulator: options) { readings = $0.readings.directory }
+        harness.config = try Self.shippedConfig(readings: readings)
+        #expect(harness.config.silenceLimit == .seconds(20))
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        try await Task.sleep(for: .seconds(2))
+        await harness.simulator.hangApplication(attAnswers: true)
+        let hung = ContinuousClock.now
+        // The last notification went out at most 1 s before the hang.
+        #expect(await eventually(timeout: .seconds(30)) { harness.state != .online })
+        let left = ContinuousClock.now
+        let status = try #require(harness.service?.status)
+        #expect(status.silenceEvents == 1)
+        #expect(status.lastError?.contains("no notification for") == true, "\(status.lastError ?? "-")")
+        let line = harness.logLines.all.first { $0.contains("event=silence") }
+        #expect(line?.contains("silence_limit=20.000") == true, "\(line ?? "no silence line")")
+        #expect(status.summary().contains("online") == false || status.state != .online)
+        // The link is dropped with Device1.Disconnect, and the hung dongle taken back.
+        #expect(await eventually(timeout: .seconds(10)) { harness.events().contains { $0.ev == "disconnect-request" && $0.t > 0 } })
+        #expect(await harness.waitForState(.waitingForData, within: .seconds(15)))
+        // The application comes back: readings within 5 s, online again.
+        let before = try harness.sequencesOnDisk().count
+        await harness.simulator.resumeApplication()
+        let resumed = ContinuousClock.now
+        #expect(await eventually(timeout: .seconds(5)) { ((try? harness.sequencesOnDisk().count) ?? 0) > before })
+        let reading = ContinuousClock.now
+        #expect(await harness.waitForState(.online, within: .seconds(5)))
+        print("figure: hung application (1 notification/s, shipped config): left online \(Self.seconds(hung, left)) s after the hang; a reading on disk \(Self.seconds(resumed, reading)) s after it recovered")
+        let onDisk = try harness.sequencesOnDisk()
+        await harness.stop()
+        #expect(onDisk.count == Set(onDisk).count, "no reading twice")
+    }
+
+    @Test func aHungDongleThatNeverRecoversEscalatesAndCoolsDownWithinItsWindow() async throws {
+        let harness = try await DaemonHarness {
+            $0.dongle.silenceLimit = .after(.seconds(2))
+            $0.reconnect.window = .seconds(8)
+            $0.reconnect.windowAttempts = 3
+            $0.reconnect.cooldown = .seconds(30)
+            $0.reconnect.escalate = [.powerCycle]
+        }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.hangApplication(attAnswers: true)
+        #expect(await harness.waitForState(.coolingDown, within: .seconds(25)))
+        let log = harness.logLines.all
+        let silences = log.filter { $0.contains("event=silence") }.count
+        let attempts = harness.events().filter { $0.ev == "connect-request" }.count
+        await harness.stop()
+        print("figure: a dongle hung for good: \(silences) silence events, \(attempts) connects, then escalation and cooling down")
+        // The bound: the silence that ended the online session, one per attempt of the
+        // window (3), and one for the attempt after each escalation step (1).
+        #expect(silences >= 2 && silences <= 1 + 3 + 1, "\(silences)")
+        #expect(log.contains { $0.contains("event=window-exhausted") })
+        #expect(log.contains { $0.contains("power-cycle") })
+    }
+
+    @Test func aStopWhileSilentReportsNoSilence() async throws {
+        let harness = try await DaemonHarness { $0.dongle.silenceLimit = .after(.seconds(3)) }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.hangApplication(attAnswers: true)
+        try await Task.sleep(for: .seconds(1))
+        await harness.stopDaemon()
+        try await Task.sleep(for: .seconds(3))
+        let log = harness.logLines.all
+        await harness.stop()
+        #expect(!log.contains { $0.contains("event=silence") })
+    }
+
+    @Test func withoutASourceTheReasonIsUnavailableNeverGuessed() async throws {
+        let harness = try await DaemonHarness()
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.dropLink(reason: "remote")
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnected") } })
+        let line = harness.logLines.all.first { $0.contains("event=disconnected") } ?? ""
+        await harness.stop()
+        #expect(line.contains("reason=unavailable"), "\(line)")
+        #expect(line.contains("reason unavailable"), "\(line)")
+    }
+}

@@ -133,6 +133,7 @@ let package = Package(
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
+        .testTarget(name: "HCITests", dependencies: ["HCI"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
@@ -151,7 +152,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
-                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile",
+                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile", "HCI",
             ]
         ),
     ],

@@ -131,4 +131,35 @@ import Testing
         #expect(s.value("tether_connected") == 0)
         #expect(s.sum("tether_state") == 0)
     }
+
+    @Test func silencesRemovalsDisconnectReasonsAndAFailedControllerAreShown() {
+        var s = samples()
+        #expect(s.value("tether_silence_events_total") == 0)
+        #expect(s.value("tether_disconnects_total", ["reason": "connection-timeout"]) == 0)
+        #expect(s.value("tether_controller_init_failed") == 0)
+        metrics.observe(
+            .timerFired(.silence),
+            actions: [.report(.silence(silentFor: .seconds(20), limit: .seconds(20), proven: true))],
+            status: status(.backingOff), at: .seconds(30)
+        )
+        metrics.observe(
+            .timerFired(.retry), actions: [.report(.staleDeviceRemoved(failures: 4, lastError: "le-connection-abort-by-local"))],
+            status: status(.searching), at: .seconds(60)
+        )
+        metrics.disconnected(reason: .local)
+        metrics.disconnected(reason: .connectionTimeout)
+        metrics.disconnected(reason: .connectionTimeout)
+        metrics.disconnected(reason: .unavailable)
+        metrics.controllerInitFailed(true)
+        s = samples()
+        #expect(s.value("tether_silence_events_total") == 1)
+        #expect(s.value("tether_stale_device_removals_total") == 1)
+        #expect(s.value("tether_disconnects_total", ["reason": "local"]) == 1)
+        #expect(s.value("tether_disconnects_total", ["reason": "connection-timeout"]) == 2)
+        #expect(s.value("tether_disconnects_total", ["reason": "unavailable"]) == 1)
+        #expect(s.value("tether_disconnects_total", ["reason": "remote"]) == 0)
+        #expect(s.value("tether_controller_init_failed") == 1)
+        metrics.controllerInitFailed(false)
+        #expect(samples().value("tether_controller_init_failed") == 0)
+    }
 }

@@ -3,6 +3,7 @@ import Configuration
 import DBus
 import EventLoop
 import Foundation
+import HCI
 import LinkSupervisor
 import Logging
 import Readings
@@ -109,6 +110,18 @@ public final class LinkService: @unchecked Sendable {
         var timer: EventLoop.TimerID
     }
     private static let reasonWait: Duration = .seconds(1)
+    /// The kernel's management socket, when this process may hear Device
+    /// Disconnected on it (CAP_NET_ADMIN); why not, when it may not.
+    private var management: ManagementSocket?
+    private var managementWatch: EventLoop.WatchID?
+    private var managementUnavailable = "the kernel's management socket was not opened"
+    /// Whether to open it (tests on a machine with Bluetooth may not want
+    /// the real kernel's reasons).
+    private let kernelReasons: Bool
+    /// A kernel controller that failed its initialisation (see `ControllerInitCheck`).
+    private var initCheck: ControllerInitCheck
+    private var initCheckTimer: EventLoop.TimerID?
+    private var adapterProblem: String?
     private var turnEndHook: Int?
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
@@ -119,8 +132,10 @@ public final class LinkService: @unchecked Sendable {
 
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
-        seed: UInt64 = UInt64.random(in: .min ... .max)
+        kernelReasons: Bool = true, seed: UInt64 = UInt64.random(in: .min ... .max)
     ) {
+        self.kernelReasons = kernelReasons
+        initCheck = ControllerInitCheck(name: config.bluez.adapter, address: config.bluez.adapterAddress)
         loop = bus.loop
         self.metrics = metrics
         self.config = config
@@ -155,6 +170,7 @@ public final class LinkService: @unchecked Sendable {
                 bus.setSignalInterceptor { [unowned self] signal in intercept(signal) }
             }
             turnEndHook = loop.addTurnEndHook { [unowned self] in writeTurnReadings() }
+            if kernelReasons { openManagementSocket() }
         }
         do {
             try await monitor.start { [unowned self] message in monitor.handle(message) }
@@ -188,6 +204,9 @@ public final class LinkService: @unchecked Sendable {
         writeTurnReadings()
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
+        closeManagementSocket()
+        if let initCheckTimer { loop.cancelTimer(initCheckTimer) }
+        initCheckTimer = nil
         client.bus.assumeIsolated { $0.setSignalInterceptor(nil) }
         timers.cancelAll()
         lane?.cancelAll()
@@ -359,6 +378,7 @@ public final class LinkService: @unchecked Sendable {
         if isAdvertisement(event, device: resolution.device?.path) {
             deliver(.advertising)
         }
+        updateControllerCheck()
     }
 
     /// Reads an acquired socket until bluetoothd closes it: each datagram is
@@ -413,12 +433,101 @@ public final class LinkService: @unchecked Sendable {
 
     /// Where reasons can come from on this system; nil when none can.
     private var reasonSource: String? {
-        bluezSendsReasons ? "bluetoothd's Device1.Disconnected" : nil
+        if management != nil { return "the kernel's management socket" }
+        return bluezSendsReasons ? "bluetoothd's Device1.Disconnected" : nil
     }
 
     /// Why no reason can come, for the log line.
     private var reasonUnavailableWhy: String {
-        "bluetoothd (before 5.83) does not say, and the kernel's management socket was not opened"
+        "bluetoothd (before 5.83) does not say, and \(managementUnavailable)"
+    }
+
+    /// Opens the management socket if the kernel will tell it why links
+    /// drop; says once, at debug level, why not (a unit without
+    /// CAP_NET_ADMIN, a kernel without Bluetooth): every drop's line says it too.
+    private func openManagementSocket() {
+        switch ManagementSocket.open() {
+        case .success(let socket) where socket.trusted:
+            management = socket
+            managementWatch = loop.watch(socket.descriptor, interest: .readable) { [unowned self] _ in
+                readManagementEvents()
+            }
+            report.logger.debug("disconnect reasons from the kernel's management socket")
+        case .success(let socket):
+            socket.close()
+            managementUnavailable = "Tether lacks CAP_NET_ADMIN, without which the kernel does not send the reason"
+            report.logger.debug("no disconnect reasons: \(managementUnavailable)")
+        case .failure(let failure):
+            managementUnavailable = "the kernel's management socket cannot be opened (\(failure))"
+            report.logger.debug("no disconnect reasons: \(managementUnavailable)")
+        }
+    }
+
+    private func closeManagementSocket() {
+        if let managementWatch { loop.removeWatch(managementWatch) }
+        managementWatch = nil
+        management?.close()
+        management = nil
+    }
+
+    /// The kernel's Device Disconnected events for the dongle, on the
+    /// controller in use (any, while none is resolved).
+    private func readManagementEvents() {
+        guard let socket = management else { return }
+        let index = resolution.adapter.flatMap { Int($0.interfaceName.dropFirst(3)) }
+        for case .deviceDisconnected(let controller, let address, _, let code) in socket.readEvents() {
+            guard index == nil || Int(controller) == index, address == deviceAddress.uppercased() else { continue }
+            reasons.heard(.init(managementCode: code), address: address, at: start.duration(to: .now))
+            resolvePendingDrop()
+        }
+        if let failure = socket.failure {
+            managementUnavailable = failure
+            report.logger.warning("no more disconnect reasons: \(failure)")
+            closeManagementSocket()
+        }
+    }
+
+    // MARK: A controller that never came up
+
+    /// While bluetoothd is there but no adapter is found, looks at the
+    /// kernel's controllers (now, then with a growing delay); stops once one is.
+    private func updateControllerCheck() {
+        if bluezPresent, resolution.adapter == nil {
+            if initCheckTimer == nil { checkControllers() }
+            return
+        }
+        if let initCheckTimer { loop.cancelTimer(initCheckTimer) }
+        initCheckTimer = nil
+        if let change = initCheck.reset() { controllerCheckChanged(change) }
+    }
+
+    private func checkControllers() {
+        initCheckTimer = nil
+        let listed = Set(tree.adapters.map(\.interfaceName))
+        if let change = initCheck.check(kernel: KernelControllers.list(), listed: listed, at: start.duration(to: .now)) {
+            controllerCheckChanged(change)
+        }
+        initCheckTimer = loop.schedule(after: initCheck.nextDelay) { [unowned self] in checkControllers() }
+    }
+
+    private func controllerCheckChanged(_ change: ControllerInitCheck.Change) {
+        switch change {
+        case .failed(let controller):
+            adapterProblem = ControllerInitCheck.problem(controller)
+            report.logger.error(
+                "\(adapterProblem ?? "")", metadata: ["event": "controller-init-failed", "controller": "\(controller.name)"]
+            )
+        case .cleared(let controller):
+            adapterProblem = nil
+            report.logger.notice(
+                "\(controller.name) no longer looks like a controller that failed its initialisation",
+                metadata: ["event": "controller-init-cleared", "controller": "\(controller.name)"]
+            )
+        }
+        let problem = adapterProblem
+        shared.withLock { $0.adapterProblem = problem }
+        metrics?.controllerInitFailed(problem != nil)
+        publishIfChanged([])
     }
 
     /// The supervisor reported a drop: log it with its reason, now if the
@@ -542,17 +651,18 @@ public final class LinkService: @unchecked Sendable {
         var adapter: String?
         /// Whether any reading was written since start ("no reading yet").
         var anyReading: Bool
+        var adapterProblem: String?
     }
 
     private func publishIfChanged(_ actions: [SupervisorAction]) {
         // Most events (a poll and its reply) change neither: skip the work.
         guard supervisor.status != published?.supervisor || resolutionChangedSincePublish
-            || anyReadingWritten != published?.anyReading
+            || anyReadingWritten != published?.anyReading || adapterProblem != published?.adapterProblem
         else { return }
         resolutionChangedSincePublish = false
         let current = PublishedFields(
             supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
-            adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten
+            adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten, adapterProblem: adapterProblem
         )
         guard current != published else { return }
         published = current

@@ -44,6 +44,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let silenceEvents: CoreMetrics.Counter
     private let staleDeviceRemovals: CoreMetrics.Counter
     private let disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter]
+    private let controllerInitFailures: Meter
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -178,6 +179,11 @@ public final class LinkMetrics: @unchecked Sendable {
             )
         }
         self.disconnects = disconnects
+        controllerInitFailures = registry.gauge(
+            "tether_controller_init_failed",
+            help: "1 while the configured controller is in the kernel but failed its initialisation, so bluetoothd has no adapter for it; else 0."
+        )
+        controllerInitFailures.set(0)
         connected.set(0)
         connectedSince.set(0)
         lastReading.set(0)
@@ -265,6 +271,11 @@ public final class LinkMetrics: @unchecked Sendable {
     /// A drop was logged with `reason`.
     func disconnected(reason: DisconnectReasons.Reason) {
         disconnects[reason]?.increment()
+    }
+
+    /// The configured controller failed its initialisation (true), or no longer looks so.
+    func controllerInitFailed(_ failed: Bool) {
+        controllerInitFailures.set(failed ? 1 : 0)
     }
 
     /// A loop turn's readings were handed to the recorder; the last arrived at `at`.

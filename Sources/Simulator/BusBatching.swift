@@ -29,14 +29,21 @@ extension Bus {
     }
 
     /// The bus side of a link loss: Connected=false and ServicesResolved=false
-    /// in one PropertiesChanged, then the GATT objects' removals, with no
-    /// other simulator traffic in between.
-    func announceLinkLoss(device: ObjectPath?, removing gattPaths: [ObjectPath]) {
+    /// in one PropertiesChanged, then (BlueZ ≥ 5.83) `Device1.Disconnected`
+    /// with its reason, then the GATT objects' removals, with no other
+    /// simulator traffic in between.
+    func announceLinkLoss(device: ObjectPath?, reason: (name: String, message: String)?, removing gattPaths: [ObjectPath]) {
         if let device {
             try? setProperties(
                 device, BlueZ.deviceInterface,
                 ["Connected": .boolean(false), "ServicesResolved": .boolean(false)]
             )
+            if let reason {
+                try? emit(
+                    path: device, interface: BlueZ.deviceInterface, member: "Disconnected",
+                    [.string(reason.name), .string(reason.message)]
+                )
+            }
         }
         unexportObjects(gattPaths)
     }

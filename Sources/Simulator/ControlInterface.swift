@@ -67,6 +67,14 @@ enum ControlInterface {
                     await simulator.resumeApplication()
                     return []
                 },
+                "ChangeGattLayout": .init { _ in
+                    await simulator.changeGattLayout()
+                    return []
+                },
+                "SetStaleDevice": .init(in: "b") { call in
+                    await simulator.setStaleDevice(try call.argument(0).bool ?? true)
+                    return []
+                },
                 "SetAdapterPowered": .init(in: "b") { call in
                     await simulator.setAdapterPowered(try call.argument(0).bool ?? true)
                     return []

@@ -12,6 +12,9 @@ struct GattDatabase: Sendable {
         static let nusTX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
         static let batteryService = "0000180f-0000-1000-8000-00805f9b34fb"
         static let batteryLevel = "00002a19-0000-1000-8000-00805f9b34fb"
+        /// Nordic's Secure DFU service and its control point.
+        static let dfuService = "0000fe59-0000-1000-8000-00805f9b34fb"
+        static let dfuControlPoint = "8ec90001-f315-4f60-9fb8-838830daea50"
         static let clientCharacteristicConfiguration = "00002902-0000-1000-8000-00805f9b34fb"
     }
 
@@ -50,7 +53,13 @@ struct GattDatabase: Sendable {
     let tx: Characteristic
     let batteryLevel: Characteristic
 
-    init(devicePath: ObjectPath) throws {
+    /// Which firmware's layout: 0 as shipped; 1 after an update that put
+    /// the Secure DFU service first, so every later handle (and object
+    /// path) moved by four.
+    let layout: Int
+
+    init(devicePath: ObjectPath, layout: Int = 0) throws {
+        self.layout = layout
         func element(_ prefix: String, _ handle: UInt16) -> String {
             let hex = String(handle, radix: 16)
             return prefix + String(repeating: "0", count: max(0, 4 - hex.count)) + hex
@@ -72,12 +81,20 @@ struct GattDatabase: Sendable {
         }
         // Handles as a Nordic NUS peripheral lays them out: the characteristic
         // declaration handle names the object (its value handle follows it).
-        let nus = try child(devicePath, "service", 0x000a)
-        rx = try characteristic(nus, 0x000b, KnownUUID.nusRX, ["write", "write-without-response"])
-        tx = try characteristic(nus, 0x000d, KnownUUID.nusTX, ["notify"], ccc: 0x000f)
-        let battery = try child(devicePath, "service", 0x0010)
-        batteryLevel = try characteristic(battery, 0x0011, KnownUUID.batteryLevel, ["read", "notify"], ccc: 0x0013)
-        services = [
+        var first: [Service] = []
+        var base: UInt16 = 0x000a
+        if layout != 0 {
+            let dfu = try child(devicePath, "service", base)
+            let controlPoint = try characteristic(dfu, base + 1, KnownUUID.dfuControlPoint, ["write", "indicate"], ccc: base + 3)
+            first = [Service(path: dfu, uuid: KnownUUID.dfuService, characteristics: [controlPoint])]
+            base += 4
+        }
+        let nus = try child(devicePath, "service", base)
+        rx = try characteristic(nus, base + 1, KnownUUID.nusRX, ["write", "write-without-response"])
+        tx = try characteristic(nus, base + 3, KnownUUID.nusTX, ["notify"], ccc: base + 5)
+        let battery = try child(devicePath, "service", base + 6)
+        batteryLevel = try characteristic(battery, base + 7, KnownUUID.batteryLevel, ["read", "notify"], ccc: base + 9)
+        services = first + [
             Service(path: nus, uuid: KnownUUID.nusService, characteristics: [rx, tx]),
             Service(path: battery, uuid: KnownUUID.batteryService, characteristics: [batteryLevel]),
         ]

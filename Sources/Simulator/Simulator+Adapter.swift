@@ -142,6 +142,13 @@ extension Simulator {
             cancelWait(pending.waitID)
         }
         await loseLink(reason: "device-removed", asleep: false)
+        if staleDevice {
+            staleDevice = false
+            log.record(.staleDevice) {
+                $0.on = false
+                $0.reason = "device-removed"
+            }
+        }
         guard deviceExported else { return }
         deviceExported = false
         deviceKnown = false

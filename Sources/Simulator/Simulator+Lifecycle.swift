@@ -53,7 +53,7 @@ extension Simulator {
         guard !stopped, let bus = bluez else { return }
         log.record(.restart)
         bluez = nil
-        var paths = gattExported ? gatt.removalOrder : []
+        var paths = gattExported ? (exportedGatt ?? gatt).removalOrder : []
         if deviceExported { paths.append(devicePath) }
         paths.append(adapterPath)
         forgetBluetoothdState(reason: "bluetoothd-restart")
@@ -85,6 +85,7 @@ extension Simulator {
         rssiPublished = false
         deviceExported = false
         gattExported = false
+        exportedGatt = nil
         servicesResolved = false
     }
 

@@ -37,6 +37,7 @@ extension Simulator {
         }
         pendingConnect = nil
         guard powered else { throw BlueZFault.notReady }
+        if staleDevice { throw BlueZFault.abortByLocal }
         if let failure = dongle.takeInjectedFailure() {
             throw .remote(name: failure.errorName, message: failure.message)
         }
@@ -100,8 +101,14 @@ extension Simulator {
     /// notifications resume without a new StartNotify.
     private func exportGatt() async {
         guard let bus = bluez, dongle.state == .connected else { return }
+        if gattExported, let old = exportedGatt, old.layout != gatt.layout {
+            // The firmware changed while disconnected: this connection's
+            // discovery finds another database and replaces the cached objects.
+            await replaceGattObjects(old, reason: "between-connections")
+        }
         if !gattExported {
             gattExported = true
+            exportedGatt = gatt
             let notifying = Set(notifySessions.filter { !$0.value.isEmpty }.keys)
             let objects = gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: notifying)
             try? await bus.exportObjects(objects)
@@ -109,6 +116,37 @@ extension Simulator {
         guard dongle.state == .connected else { return }
         servicesResolved = true
         resumeServicesResolvedWaiters(true)
+        updateTelemetry()
+    }
+
+    // MARK: A changed GATT database
+
+    /// bluetoothd's side of a new database (gatt-client.c on Service Changed,
+    /// or a new discovery): the old objects go (InterfacesRemoved), with the
+    /// notify sessions and acquired sockets on them, and the new ones are
+    /// exported, none notifying: the client must subscribe again.
+    func replaceGattObjects(_ old: GattDatabase, reason: String) async {
+        for path in old.characteristics.map(\.path) {
+            if let clients = notifySessions.removeValue(forKey: path) {
+                for client in clients.sorted() {
+                    log.record(.stopNotify) {
+                        $0.client = client
+                        $0.uuid = old.characteristic(at: path)?.uuid
+                        $0.reason = "gatt-changed"
+                    }
+                }
+            }
+            if notifyAcquisitions[path] != nil { releaseAcquisition(path, reason: "gatt-changed", client: nil) }
+        }
+        releasedToAnnounce.removeAll()
+        gattExported = false
+        exportedGatt = nil
+        log.record(.gattObjectsReplaced) { $0.reason = reason }
+        guard let bus = bluez else { return }
+        await bus.unexportObjects(old.removalOrder)
+        gattExported = true
+        exportedGatt = gatt
+        try? await bus.exportObjects(gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: []))
         updateTelemetry()
     }
 
@@ -139,14 +177,36 @@ extension Simulator {
     /// sleeps if `asleep`.
     func loseLink(reason: String, asleep: Bool, client: String? = nil) async {
         guard dongle.state == .connected else { return }
+        let removedGatt = exportedGatt
         let hadGatt = markLinkLost(reason: reason, asleep: asleep, client: client)
         if let bus = bluez {
             await bus.announceLinkLoss(
-                device: deviceExported ? devicePath : nil, removing: hadGatt ? gatt.removalOrder : []
+                device: deviceExported ? devicePath : nil,
+                reason: options.disconnectedSignal ? Self.disconnectedReason(reason) : nil,
+                removing: hadGatt ? (removedGatt ?? gatt).removalOrder : []
             )
         }
         await announceReleased()
         await publishControl()
+    }
+
+    /// `Device1.Disconnected`'s arguments (BlueZ ≥ 5.83, src/bearer.c) for
+    /// the simulator's reasons: an RF loss is the supervision timeout, the
+    /// dongle ending it (its idle sleep, "remote") is the remote, and this
+    /// side's Disconnect, power-off and RemoveDevice are local.
+    static func disconnectedReason(_ reason: String) -> (name: String, message: String) {
+        switch reason {
+        case "link-loss", "timeout", "supervision-timeout":
+            ("org.bluez.Reason.Timeout", "Connection timeout")
+        case "remote", "idle", "sleep":
+            ("org.bluez.Reason.Remote", "Connection terminated by remote user")
+        case "disconnect", "power-off", "device-removed", "att-timeout", "local":
+            ("org.bluez.Reason.Local", "Connection terminated by local host")
+        case "authentication":
+            ("org.bluez.Reason.Authentication", "Connection terminated due to authentication failure")
+        default:
+            ("org.bluez.Reason.Unknown", "Unspecified")
+        }
     }
 
     /// The state side of a link loss, without bus traffic (a crashing
@@ -166,7 +226,10 @@ extension Simulator {
         linkLostForAcquisitions(reason: reason)
         resumeServicesResolvedWaiters(false)
         let hadGatt = gattExported && !options.gattCache
-        if hadGatt { gattExported = false }
+        if hadGatt {
+            gattExported = false
+            exportedGatt = nil
+        }
         log.record(.disconnected) {
             $0.reason = reason
             $0.client = client

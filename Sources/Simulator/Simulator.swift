@@ -16,7 +16,15 @@ public actor Simulator {
 
     let options: SimulatorOptions
     let busAddress: String
-    let gatt: GattDatabase
+    /// The dongle's GATT database now (its firmware's layout).
+    var gatt: GattDatabase
+    /// The database whose objects bluetoothd exported, while they are on the
+    /// bus; after a layout change between connections it differs from `gatt`
+    /// until the next connection's discovery replaces them.
+    var exportedGatt: GattDatabase?
+    /// The device object bluetoothd holds is stale: connects to it fail with
+    /// le-connection-abort-by-local until it is removed (RemoveDevice).
+    var staleDevice = false
     public nonisolated let adapterPath: ObjectPath = AdapterObject.path
     public nonisolated let devicePath: ObjectPath
 
@@ -229,6 +237,30 @@ public actor Simulator {
         dongle.noteActivity(at: .now)
         log.record(.applicationResumed)
         updateTelemetry()
+    }
+
+    /// A firmware update moves the dongle's handles: the layout switches
+    /// between the shipped one and one with the Secure DFU service first.
+    /// While connected the dongle indicates Service Changed and bluetoothd
+    /// replaces its objects at once; otherwise the cached objects stay until
+    /// the next connection's discovery replaces them.
+    public func changeGattLayout() async {
+        guard !stopped, let changed = try? GattDatabase(devicePath: devicePath, layout: gatt.layout == 0 ? 1 : 0) else { return }
+        gatt = changed
+        let connected = dongle.state == .connected && gattExported
+        log.record(.gattChanged) { $0.reason = connected ? "service-changed" : "between-connections" }
+        if connected, let old = exportedGatt, old.layout != gatt.layout {
+            await replaceGattObjects(old, reason: "service-changed")
+        }
+    }
+
+    /// Makes the device object bluetoothd holds stale (as after a controller
+    /// reset left it half-forgotten): every Connect fails with
+    /// `le-connection-abort-by-local` until the object is removed with
+    /// `Adapter1.RemoveDevice`; the one discovery creates then works.
+    public func setStaleDevice(_ stale: Bool) {
+        staleDevice = stale
+        log.record(.staleDevice) { $0.on = stale }
     }
 
     /// Notifications per second; 0 stops them. Takes effect at once.

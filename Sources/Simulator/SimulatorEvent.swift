@@ -86,6 +86,13 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case applicationResumed = "app-resumed"
         /// A request the hung peer never answered timed out in BlueZ's ATT layer.
         case attTimeout = "att-timeout"
+        /// The dongle's GATT layout changed (reason: service-changed while
+        /// connected, or between-connections); `objects-replaced` when
+        /// bluetoothd swapped its objects for the new ones.
+        case gattChanged = "gatt-changed"
+        case gattObjectsReplaced = "gatt-objects-replaced"
+        /// The device object became stale (on: true) or was cleared.
+        case staleDevice = "stale-device"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

@@ -64,6 +64,9 @@ public struct SimulatorOptions: Sendable {
     /// link) is dropped. Only a hung application whose ATT is hung too
     /// (`hangApplication(attAnswers: false)`) leaves requests unanswered.
     public var attTimeout: Duration = .seconds(30)
+    /// Behave as BlueZ ≥ 5.83: every link loss also sends
+    /// `Device1.Disconnected(reason, message)` (5.66 sends nothing of the kind).
+    public var disconnectedSignal = false
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

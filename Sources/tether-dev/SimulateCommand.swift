@@ -17,12 +17,12 @@ struct SimulateCommand: AsyncParsableCommand {
               DropLink(s reason), Sleep(), Wake(), FailConnects(u count, s error, s message),
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
               Crash(u restart_after_ms), Restart(u restart_after_ms),
-              HangApplication(b att_answers), ResumeApplication()
+              HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b)
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
             they wait --att-timeout and then fail ("Operation failed") and drop the link, as BlueZ's ATT \
-            layer does. After a link loss the hung dongle still advertises and accepts connections.
+            layer does. After a link loss the hung dongle still advertises and accepts connections.             ChangeGattLayout is a firmware update that moves every handle (the Secure DFU service             first, or back): while connected bluetoothd replaces the GATT objects at once (Service             Changed), otherwise at the next connection. SetStaleDevice(true) makes every Connect fail             with le-connection-abort-by-local until the device object is removed (RemoveDevice).
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """
@@ -63,6 +63,9 @@ struct SimulateCommand: AsyncParsableCommand {
 
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
+
+    @Flag(help: "Send Device1.Disconnected(reason, message) with every link loss, as BlueZ 5.83 and later do.")
+    var disconnectedSignal = false
 
     @Flag(help: "Start with the dongle unknown to bluetoothd (found only by discovery).")
     var unknown = false
@@ -108,6 +111,7 @@ struct SimulateCommand: AsyncParsableCommand {
         options.disconnectDelay = disconnectDelay.duration
         options.noAnswerTimeout = noAnswerTimeout.duration
         options.attTimeout = attTimeout.duration
+        options.disconnectedSignal = disconnectedSignal
         options.known = !unknown
         options.resolvedBeforeObjects = resolvedBeforeObjects
         options.connectedUnsignalled = connectedUnsignalled

@@ -74,7 +74,10 @@ final class DaemonHarness: @unchecked Sendable {
         let logger = Logger(label: "tether-test") { label in
             MultiplexLogHandler([CapturingLogHandler(capture: capture)] + extra.map { $0(label) })
         }
-        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, seed: 7)
+        // The simulated dongle is not the kernel's: its drops' reasons come
+        // from the simulator (Device1.Disconnected) or nowhere, never from the
+        // machine's own management socket.
+        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, seed: 7)
         self.recorder = recorder
         self.service = service
         daemonBus = bus

@@ -111,4 +111,86 @@ import Testing
         #expect(line.contains("reason=unavailable"), "\(line)")
         #expect(line.contains("reason unavailable"), "\(line)")
     }
+
+    @Test func aGattLayoutChangedWhileConnectedIsSubscribedAgainWithoutADrop() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 50
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        try await Task.sleep(for: .milliseconds(500))
+        let before = try harness.sequencesOnDisk().count
+        let changed = ContinuousClock.now
+        await harness.simulator.changeGattLayout()
+        #expect(await eventually(timeout: .seconds(5)) { ((try? harness.sequencesOnDisk().count) ?? 0) > before + 10 })
+        let flowing = ContinuousClock.now
+        #expect(await harness.waitForState(.online))
+        let (events, _, onDisk, log) = try await harness.quiesceAndStop().parts
+        print("figure: GATT layout changed while connected: readings again \(Self.seconds(changed, flowing)) s later")
+        #expect(log.contains { $0.contains("event=gatt-changed") })
+        #expect(events.contains { $0.ev == "gatt-objects-replaced" && $0.reason == "service-changed" })
+        #expect(!events.contains { $0.ev == "disconnected" }, "the link stayed")
+        #expect(onDisk.count == Set(onDisk).count, "no reading twice")
+        #expect(onDisk == onDisk.sorted())
+    }
+
+    @Test func aGattLayoutChangedBetweenConnectionsIsFoundByUUIDAtTheNextOne() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 50
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.dropLink(reason: "timeout")
+        await harness.simulator.changeGattLayout()
+        #expect(await eventually(timeout: .seconds(10)) { harness.events().contains { $0.ev == "gatt-objects-replaced" } })
+        #expect(await harness.waitForState(.online, within: .seconds(10)))
+        let before = try harness.sequencesOnDisk().count
+        #expect(await eventually(timeout: .seconds(5)) { ((try? harness.sequencesOnDisk().count) ?? 0) > before + 10 })
+        let (events, _, onDisk, _) = try await harness.quiesceAndStop().parts
+        #expect(events.contains { $0.ev == "gatt-objects-replaced" && $0.reason == "between-connections" })
+        #expect(onDisk.count == Set(onDisk).count, "no reading twice")
+    }
+
+    @Test func aStaleDeviceObjectIsRemovedAndTheDongleFoundAgain() async throws {
+        let harness = try await DaemonHarness {
+            $0.reconnect.window = .seconds(3)
+            $0.reconnect.windowAttempts = 4
+            $0.reconnect.cooldown = .seconds(2)
+        }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.setStaleDevice(true)
+        let stale = ContinuousClock.now
+        await harness.simulator.dropLink(reason: "timeout")
+        #expect(await eventually(timeout: .seconds(20)) { harness.logLines.all.contains { $0.contains("event=device-removed") } })
+        #expect(await harness.waitForState(.online, within: .seconds(20)))
+        let online = ContinuousClock.now
+        let events = harness.events()
+        let status = harness.service?.status
+        await harness.stop()
+        print("figure: stale device object: removed and online again \(Self.seconds(stale, online)) s after the drop")
+        #expect(events.contains { $0.ev == "stale-device" && $0.on == false && $0.reason == "device-removed" })
+        #expect(status?.state == .online)
+    }
+
+    @Test func theReasonOfEachDropIsLoggedShownAndCounted() async throws {
+        var options = SimulatorOptions()
+        options.disconnectedSignal = true  // BlueZ ≥ 5.83
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.dropLink(reason: "remote")
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnected") && $0.contains("reason=remote") } })
+        #expect(await harness.waitForState(.online))
+        #expect(harness.service?.status.lastDisconnectReason == "remote")
+        #expect(harness.service?.status.lastDisconnectAt != nil)
+        await harness.simulator.dropLink(reason: "timeout")
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("reason=connection-timeout") } })
+        #expect(await harness.waitForState(.online))
+        _ = await harness.service?.reconnect()
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("reason=local") } })
+        let log = harness.logLines.all
+        await harness.stop()
+        #expect(!log.contains { $0.contains("reason=unavailable") }, "every drop had its reason")
+    }
 }

@@ -538,11 +538,12 @@ public final class LinkService: @unchecked Sendable {
         if let reason = reasons.take(for: deviceAddress, near: start.duration(to: .now)) {
             return logDrop(unexpected: unexpected, reason: reason, why: nil, state: supervisor.state, device: device)
         }
-        guard reasonSource != nil else {
-            return logDrop(unexpected: unexpected, reason: .unavailable, why: reasonUnavailableWhy, state: supervisor.state, device: device)
-        }
+        // Even with no source known, a BlueZ ≥ 5.83 may send its first
+        // Device1.Disconnected just after Connected=false: wait for it too.
         let timer = loop.schedule(after: Self.reasonWait) { [unowned self] in
-            flushPendingDrop(why: "no reason from \(reasonSource ?? "the kernel") within \(Self.reasonWait.roundedText)")
+            flushPendingDrop(
+                why: reasonSource.map { "no reason from \($0) within \(Self.reasonWait.roundedText)" } ?? reasonUnavailableWhy
+            )
         }
         pendingDrop = PendingDrop(unexpected: unexpected, state: supervisor.state, device: device, timer: timer)
     }

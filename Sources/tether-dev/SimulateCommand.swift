@@ -22,7 +22,11 @@ struct SimulateCommand: AsyncParsableCommand {
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
             they wait --att-timeout and then fail ("Operation failed") and drop the link, as BlueZ's ATT \
-            layer does. After a link loss the hung dongle still advertises and accepts connections.             ChangeGattLayout is a firmware update that moves every handle (the Secure DFU service             first, or back): while connected bluetoothd replaces the GATT objects at once (Service             Changed), otherwise at the next connection. SetStaleDevice(true) makes every Connect fail             with le-connection-abort-by-local until the device object is removed (RemoveDevice).
+            layer does. After a link loss the hung dongle still advertises and accepts connections. \
+            ChangeGattLayout is a firmware update that moves every handle (the Secure DFU service \
+            first, or back): while connected bluetoothd replaces the GATT objects at once (Service \
+            Changed), otherwise at the next connection. SetStaleDevice(true) makes every Connect fail \
+            with le-connection-abort-by-local until the device object is removed (RemoveDevice).
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """

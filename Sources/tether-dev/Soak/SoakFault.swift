@@ -13,6 +13,12 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// notifications, writes accepted; its ATT answers or not. Tether must
     /// drop the silent link within the silence limit.
     case hungApplication = "hung-application"
+    /// A firmware update moves the GATT handles while the link is up
+    /// (Service Changed): readings must go on without a drop.
+    case gattChanged = "gatt-changed"
+    /// bluetoothd's device object goes stale: connects fail with
+    /// le-connection-abort-by-local until Tether removes it.
+    case staleDevice = "stale-device"
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

@@ -282,6 +282,13 @@ final class SoakScript: @unchecked Sendable {
             }
             try await Task.sleep(for: .milliseconds(Int.random(in: 500...4000, using: &random)))
             try await remote.knob("ResumeApplication")
+        case .gattChanged:
+            say("the dongle's GATT layout changes while connected (Service Changed)")
+            try await remote.knob("ChangeGattLayout")
+        case .staleDevice:
+            say("the device object goes stale, then a drop")
+            try await remote.knob("SetStaleDevice", [.boolean(true)])
+            try await remote.knob("DropLink", [.string("timeout")])
         case .diskFull:
             let seconds = Int.random(in: 3...6, using: &random)
             say("the readings disk is full for \(seconds) s")

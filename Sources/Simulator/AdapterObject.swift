@@ -1,9 +1,16 @@
 import BlueZ
 import DBus
 
-/// Adapter1 on `/org/bluez/hci0`.
+/// Adapter1 on `/org/bluez/hci0` (or the index the controller came back under).
 enum AdapterObject {
     static let path: ObjectPath = "/org/bluez/hci0"
+
+    /// `/org/bluez/NAME` for a controller named like `hci1`.
+    static func path(name: String) -> ObjectPath? {
+        guard name.hasPrefix("hci"), Int(name.dropFirst(3)) != nil else { return nil }
+        let bluez: ObjectPath = "/org/bluez"
+        return bluez.appending(name)
+    }
     /// Properties.Set may change these; Powered goes through the simulator
     /// because it drops the link and stops discovery.
     static let writable: Set<String> = ["Powered", "Alias", "Discoverable", "Pairable"]

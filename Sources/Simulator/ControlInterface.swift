@@ -75,6 +75,20 @@ enum ControlInterface {
                     await simulator.setStaleDevice(try call.argument(0).bool ?? true)
                     return []
                 },
+                "RemoveAdapter": .init { _ in
+                    await simulator.removeAdapter()
+                    return []
+                },
+                "AddAdapter": .init(in: "ss") { call in
+                    let name = try call.argument(0).string ?? ""
+                    let address = try call.argument(1).string ?? ""
+                    do {
+                        try await simulator.addAdapter(name: name, address: address)
+                    } catch {
+                        throw DBusError.remote(name: DBusErrorName.invalidArgs, message: "AddAdapter wants a name like hci1 and an address: \(name) \(address)")
+                    }
+                    return []
+                },
                 "SetAdapterPowered": .init(in: "b") { call in
                     await simulator.setAdapterPowered(try call.argument(0).bool ?? true)
                     return []

@@ -4,10 +4,10 @@ import Foundation
 
 /// Device1 for the dongle, e.g. `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`.
 enum DeviceObject {
-    /// The path bluetoothd derives from the address.
-    static func path(address: String) throws -> ObjectPath {
+    /// The path bluetoothd derives from the adapter's and the address.
+    static func path(adapter: ObjectPath, address: String) throws -> ObjectPath {
         let element = "dev_" + address.uppercased().replacingOccurrences(of: ":", with: "_")
-        guard isValidAddress(address), let path = AdapterObject.path.appending(element) else {
+        guard isValidAddress(address), let path = adapter.appending(element) else {
             throw SimulatorError.invalidAddress(address)
         }
         return path
@@ -31,6 +31,7 @@ enum DeviceObject {
         var name: String
         var connected: Bool
         var rssi: Int16?
+        var adapter: ObjectPath
     }
 
     static let writable: Set<String> = ["Alias", "Trusted"]
@@ -49,7 +50,7 @@ enum DeviceObject {
             "Connected": .boolean(snapshot.connected),
             "ServicesResolved": .boolean(false),
             "UUIDs": .strings(uuids),
-            "Adapter": .objectPath(AdapterObject.path),
+            "Adapter": .objectPath(snapshot.adapter),
             "ManufacturerData": .dictionary(key: .uint16, value: .variant, [
                 .init(.uint16(nordicCompanyID), .variant(.bytes(manufacturerPayload)))
             ]),

@@ -9,7 +9,7 @@ extension Simulator {
     /// Powering off drops the link and ends every discovery session;
     /// Connect and StartDiscovery then give NotReady until power returns.
     public func setAdapterPowered(_ on: Bool) async {
-        guard !stopped, on != powered else { return }
+        guard !stopped, adapterPresent, on != powered else { return }
         powered = on
         log.record(.power) { $0.on = on }
         if !on {

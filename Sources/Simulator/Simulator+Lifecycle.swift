@@ -18,6 +18,7 @@ extension Simulator {
             await bus.enableObjectManager(at: .root)
             try await watchClients(on: bus)
             try await bus.requestName(BlueZ.service)
+            guard adapterPresent else { return }
             try await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
             if deviceKnown {
                 deviceExported = true
@@ -55,7 +56,7 @@ extension Simulator {
         bluez = nil
         var paths = gattExported ? (exportedGatt ?? gatt).removalOrder : []
         if deviceExported { paths.append(devicePath) }
-        paths.append(adapterPath)
+        if adapterPresent { paths.append(adapterPath) }
         forgetBluetoothdState(reason: "bluetoothd-restart")
         await bus.unexportObjects(paths)
         try? await bus.releaseName(BlueZ.service)
@@ -67,9 +68,15 @@ extension Simulator {
     /// Everything bluetoothd kept in memory, gone; the dongle only notices
     /// that the link dropped.
     private func forgetBluetoothdState(reason: String) {
-        generation += 1
         clientWatchTask?.cancel()
         clientWatchTask = nil
+        forgetAdapterState(reason: reason)
+    }
+
+    /// What bluetoothd kept about the adapter and its device: gone with the
+    /// adapter (or with bluetoothd).
+    func forgetAdapterState(reason: String) {
+        generation += 1
         if let pending = pendingConnect {
             pendingConnect = nil
             cancelWait(pending.waitID)

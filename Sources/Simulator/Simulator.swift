@@ -25,8 +25,13 @@ public actor Simulator {
     /// The device object bluetoothd holds is stale: connects to it fail with
     /// le-connection-abort-by-local until it is removed (RemoveDevice).
     var staleDevice = false
-    public nonisolated let adapterPath: ObjectPath = AdapterObject.path
-    public nonisolated let devicePath: ObjectPath
+    /// The adapter's object (its kernel index: a replug can change it) and
+    /// the dongle's under it.
+    var adapterPath: ObjectPath = AdapterObject.path
+    var devicePath: ObjectPath
+    var adapterAddress: String
+    /// The controller is in the kernel (and so in bluetoothd).
+    var adapterPresent = true
 
     var connectLatency: Duration
     var notifyRate: Double
@@ -113,7 +118,8 @@ public actor Simulator {
         let now = ContinuousClock.now
         self.options = options
         self.busAddress = busAddress
-        devicePath = try DeviceObject.path(address: options.address)
+        devicePath = try DeviceObject.path(adapter: AdapterObject.path, address: options.address)
+        adapterAddress = options.adapterAddress.uppercased()
         gatt = try GattDatabase(devicePath: devicePath)
         connectLatency = options.connectLatency
         notifyRate = Self.sanitizedRate(options.notifyRate)
@@ -263,6 +269,46 @@ public actor Simulator {
         log.record(.staleDevice) { $0.on = stale }
     }
 
+    /// The controller leaves the kernel (unplugged, or reset off the bus):
+    /// bluetoothd removes the device's objects and the adapter's
+    /// (InterfacesRemoved), every session with them; the dongle's link drops.
+    public func removeAdapter() async {
+        guard !stopped, adapterPresent else { return }
+        adapterPresent = false
+        log.record(.adapterRemoved) { $0.reason = adapterPath.rawValue }
+        var paths = gattExported ? (exportedGatt ?? gatt).removalOrder : []
+        if deviceExported { paths.append(devicePath) }
+        paths.append(adapterPath)
+        forgetAdapterState(reason: "adapter-removed")
+        await bluez?.unexportObjects(paths)
+        await publishControl()
+    }
+
+    /// A controller comes (back) as `name` (`hci1`) with `address`: bluetoothd
+    /// exports the adapter, powered (AutoEnable), and the devices it stored
+    /// for that address (the dongle, if it had been connected through it).
+    public func addAdapter(name: String, address: String) async throws {
+        guard !stopped, !adapterPresent else { return }
+        guard let path = AdapterObject.path(name: name), DeviceObject.isValidAddress(address) else {
+            throw SimulatorError.invalidAddress("\(name) \(address)")
+        }
+        let sameController = address.uppercased() == adapterAddress
+        adapterPath = path
+        adapterAddress = address.uppercased()
+        devicePath = try DeviceObject.path(adapter: path, address: options.address)
+        gatt = try GattDatabase(devicePath: devicePath, layout: gatt.layout)
+        if !sameController { deviceKnown = false }
+        adapterPresent = true
+        powered = true
+        log.record(.adapterAdded) { $0.reason = "\(name) \(adapterAddress)" }
+        guard let bus = bluez else { return }
+        try? await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
+        if deviceKnown {
+            deviceExported = true
+            try? await bus.export(devicePath, [deviceInterface(rssi: nil)])
+        }
+    }
+
     /// Notifications per second; 0 stops them. Takes effect at once.
     public func setNotifyRate(_ perSecond: Double) {
         notifyRate = Self.sanitizedRate(perSecond)
@@ -297,13 +343,14 @@ public actor Simulator {
     }
 
     var adapterSnapshot: AdapterObject.Snapshot {
-        AdapterObject.Snapshot(address: options.adapterAddress, powered: powered, discovering: discovering)
+        AdapterObject.Snapshot(address: adapterAddress, powered: powered, discovering: discovering)
     }
 
     func deviceInterface(rssi: Int16?) -> ExportedInterface {
         DeviceObject.interface(
             DeviceObject.Snapshot(
-                address: options.address, name: options.name, connected: dongle.state == .connected, rssi: rssi
+                address: options.address, name: options.name, connected: dongle.state == .connected, rssi: rssi,
+                adapter: adapterPath
             ),
             simulator: self
         )

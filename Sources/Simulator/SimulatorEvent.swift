@@ -93,6 +93,10 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case gattObjectsReplaced = "gatt-objects-replaced"
         /// The device object became stale (on: true) or was cleared.
         case staleDevice = "stale-device"
+        /// The controller left the kernel (reason: its old object path), or
+        /// came (reason: its name and address).
+        case adapterRemoved = "adapter-removed"
+        case adapterAdded = "adapter-added"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

@@ -17,7 +17,8 @@ struct SimulateCommand: AsyncParsableCommand {
               DropLink(s reason), Sleep(), Wake(), FailConnects(u count, s error, s message),
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
               Crash(u restart_after_ms), Restart(u restart_after_ms),
-              HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b)
+              HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b),
+              RemoveAdapter(), AddAdapter(s name, s address)
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
@@ -26,7 +27,10 @@ struct SimulateCommand: AsyncParsableCommand {
             ChangeGattLayout is a firmware update that moves every handle (the Secure DFU service \
             first, or back): while connected bluetoothd replaces the GATT objects at once (Service \
             Changed), otherwise at the next connection. SetStaleDevice(true) makes every Connect fail \
-            with le-connection-abort-by-local until the device object is removed (RemoveDevice).
+            with le-connection-abort-by-local until the device object is removed (RemoveDevice). \
+            RemoveAdapter takes the controller out of the kernel (a USB replug or reset); AddAdapter \
+            brings one back under a name such as hci1: with the same address, bluetoothd exports the \
+            dongle it knew under the new adapter.
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """

@@ -193,4 +193,41 @@ import Testing
         await harness.stop()
         #expect(!log.contains { $0.contains("reason=unavailable") }, "every drop had its reason")
     }
+
+    @Test func aControllerFollowedByAddressIsFollowedToItsNewIndex() async throws {
+        let address = SimulatorOptions().adapterAddress
+        let harness = try await DaemonHarness { $0.bluez.adapterAddress = address }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        let replug = ContinuousClock.now
+        await harness.simulator.removeAdapter()
+        #expect(await harness.waitForState(.waitingForAdapter))
+        try await harness.simulator.addAdapter(name: "hci1", address: address)
+        #expect(await harness.waitForState(.online, within: .seconds(10)))
+        let online = ContinuousClock.now
+        let before = try harness.sequencesOnDisk().count
+        #expect(await eventually(timeout: .seconds(5)) { ((try? harness.sequencesOnDisk().count) ?? 0) > before })
+        let log = harness.logLines.all
+        let status = harness.service?.status
+        await harness.stop()
+        print("figure: controller back as hci1: online \(Self.seconds(replug, online)) s after it went")
+        #expect(log.filter { $0.contains("hci0 (\(address)) is now hci1") }.count == 1)
+        #expect(status?.adapter == "hci1")
+    }
+
+    @Test func aControllerNamedByIndexSaysWhereItWentAndIsNotFollowed() async throws {
+        let address = SimulatorOptions().adapterAddress
+        let harness = try await DaemonHarness { $0.bluez.adapter = "hci0" }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.removeAdapter()
+        #expect(await harness.waitForState(.waitingForAdapter))
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("hci0 (\(address)) is gone") } })
+        try await harness.simulator.addAdapter(name: "hci1", address: address)
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("set adapter = \"\(address)\" to follow it") } })
+        try await Task.sleep(for: .seconds(1))
+        let state = harness.state
+        await harness.stop()
+        #expect(state == .waitingForAdapter, "hci0 was asked for, and hci0 is not there")
+    }
 }

@@ -12,7 +12,8 @@ struct SoakCommand: AsyncParsableCommand {
             for --duration injects random faults from every simulator knob: link drops with several reasons, \
             failing connects with each classified BlueZ error, InProgress, bluetoothd crashes and graceful \
             restarts, adapter power off/on, connect latency spikes, a hung dongle application (its link \
-            dropped within the silence limit), a GATT layout change, a stale device object; kills the daemon with SIGKILL and restarts \
+            dropped within the silence limit), a GATT layout change, a stale device object, the controller \
+            renumbered; kills the daemon with SIGKILL and restarts \
             it a few times; and, when run as root, fills the readings directory (a small tmpfs) for a few \
             seconds. At the end it checks and prints: the dongle never fell asleep; no reading lost or \
             doubled outside the kill windows; RSS growth of the daemon from minute 2 (or a third of its \

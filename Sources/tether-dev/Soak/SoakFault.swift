@@ -19,6 +19,9 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// bluetoothd's device object goes stale: connects fail with
     /// le-connection-abort-by-local until Tether removes it.
     case staleDevice = "stale-device"
+    /// The controller leaves and comes back under the other index (a USB
+    /// reset): Tether follows it by address.
+    case adapterRenumbered = "adapter-renumbered"
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

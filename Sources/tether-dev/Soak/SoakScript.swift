@@ -17,6 +17,8 @@ final class SoakScript: @unchecked Sendable {
     let directory: URL
     let started = ContinuousClock.now
     private var random: SplitMix64
+    /// The index the simulated controller has now (0 or 1: `adapter-renumbered` swaps it).
+    private var adapterIndex = 0
 
     /// The config's retry window, checked against the attempts the daemon made.
     static let windowAttempts = 6
@@ -138,6 +140,10 @@ final class SoakScript: @unchecked Sendable {
 
     private var config: String {
         """
+        [bluez]
+        # By address, as a gateway should: adapter-renumbered moves it between hci0 and hci1.
+        adapter = "\(SimulatorOptions().adapterAddress)"
+
         [dongle]
         address = "AA:BB:CC:DD:EE:FF"
         silence_limit = "\(DurationText.format(Self.silenceLimit))"
@@ -289,6 +295,13 @@ final class SoakScript: @unchecked Sendable {
             say("the device object goes stale, then a drop")
             try await remote.knob("SetStaleDevice", [.boolean(true)])
             try await remote.knob("DropLink", [.string("timeout")])
+        case .adapterRenumbered:
+            let away = Int.random(in: 500...2000, using: &random)
+            adapterIndex = 1 - adapterIndex
+            say("the controller leaves for \(away) ms and comes back as hci\(adapterIndex)")
+            try await remote.knob("RemoveAdapter")
+            try await Task.sleep(for: .milliseconds(away))
+            try await remote.knob("AddAdapter", [.string("hci\(adapterIndex)"), .string(SimulatorOptions().adapterAddress)])
         case .diskFull:
             let seconds = Int.random(in: 3...6, using: &random)
             say("the readings disk is full for \(seconds) s")

@@ -711,7 +711,16 @@ public struct Supervisor: Sendable {
             switch state {
             case .connecting:
                 connectInFlight = nil
-                attemptFailed(LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)"), cancel: true)
+                // A stale-object sign too: the kernel ends a Connect to a peer
+                // that does not answer with le-connection-abort-by-local after
+                // its 20 s LE timeout; one that never ends is an object the
+                // kernel cannot even try (bluetoothd 5.66 in `make e2e`: the
+                // dongle back with the same address as a random one, the
+                // object still public, no LE Create Connection ever sent).
+                attemptFailed(
+                    LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: true),
+                    cancel: true
+                )
             case .resolving, .subscribing:
                 subscribeInFlight = nil
                 let why = observation.gattProblem.map { ": \($0)" } ?? ""

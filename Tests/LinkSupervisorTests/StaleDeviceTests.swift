@@ -43,6 +43,22 @@ import Testing
         #expect(link.state == .online)
     }
 
+    @Test func connectsThatNeverEndCountAsStaleToo() {
+        // bluetoothd 5.66 in `make e2e`: an object whose address type no longer
+        // matches the dongle's; the kernel never even tries, and Connect hangs
+        // until Tether's connect timeout cancels it.
+        var settings = SupervisorTests.settings
+        settings.escalation = []
+        var link = VirtualLink(settings: settings)
+        link.connectResult = nil
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(400))
+        #expect(removals(link) == 1)
+        #expect(link.count {
+            if case .report(.staleDeviceRemoved(_, let error)) = $0, error.contains("no connection within") { true } else { false }
+        } == 1)
+    }
+
     @Test func oneRemovalPerOutageThenTheUsualCooldown() {
         var link = exhaustedLink()
         link.send(.removeDeviceFinished(.success(())))

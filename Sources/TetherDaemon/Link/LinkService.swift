@@ -295,7 +295,7 @@ public final class LinkService: @unchecked Sendable {
     private func writeTurnReadings() {
         if notifiedThisTurn {
             notifiedThisTurn = false
-            if !stopping { deliver(.dataReceived) }
+            if !stopping { dataArrived() }
         }
         guard let last = turnReadings.last else { return }
         recorder.write(turnReadings)
@@ -587,6 +587,11 @@ public final class LinkService: @unchecked Sendable {
         guard !handlingEvent else { return }
         handlingEvent = true
         defer { handlingEvent = false }
+        processQueuedEvents()
+    }
+
+    /// Events raised while one was handled, in the order they came.
+    private func processQueuedEvents() {
         var index = 0
         while index < queuedEvents.count {
             process(queuedEvents[index])
@@ -595,9 +600,31 @@ public final class LinkService: @unchecked Sendable {
         queuedEvents.removeAll(keepingCapacity: true)
     }
 
+    /// A loop turn carried notifications. Online, that only moves the
+    /// supervisor's last-data mark: no action and no change of status, so
+    /// the bookkeeping of `process` (metrics, the shared status, publishing)
+    /// is skipped; it is once per turn, up to a thousand times a second, and
+    /// cost about 1.5 µs per reading at 2,000/s (`make bench`).
+    private func dataArrived() {
+        guard !handlingEvent, queuedEvents.isEmpty, supervisor.state == .online else {
+            return deliver(.dataReceived)
+        }
+        let now = start.duration(to: .now)
+        let actions = supervisor.handle(.dataReceived, at: now)
+        guard !actions.isEmpty || supervisor.state != .online else { return }
+        handlingEvent = true
+        defer { handlingEvent = false }
+        carryOut(actions, of: .dataReceived, at: now)
+        processQueuedEvents()
+    }
+
     private func process(_ event: SupervisorEvent) {
         let now = start.duration(to: .now)
-        let actions = supervisor.handle(event, at: now)
+        carryOut(supervisor.handle(event, at: now), of: event, at: now)
+    }
+
+    /// Records what the supervisor decided on `event` and performs it, in order.
+    private func carryOut(_ actions: [SupervisorAction], of event: SupervisorEvent, at now: Duration) {
         let status = supervisor.status
         metrics?.observe(event, actions: actions, status: status, at: now)
         shared.withLock { s in

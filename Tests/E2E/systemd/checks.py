@@ -226,7 +226,7 @@ def readings_flow(c):
 
 
 def journal_fields(c):
-    """A drop is in the journal with Tether's fields."""
+    """A drop is in the journal with Tether's fields, its reason among them."""
     before = len(journal("TETHER_EVENT=disconnected", unit="tether.service"))
     injected = time.monotonic()
     dongle("disconnect")
@@ -238,8 +238,12 @@ def journal_fields(c):
     entry = entries[0]
     noticed = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6 - injected
     figures = {"noticed_ms": round(noticed * 1000), "online_again_s": round(c.quiet_since - injected, 2) if back else None,
-               "TETHER_DEVICE": entry.get("TETHER_DEVICE"), "PRIORITY": entry.get("PRIORITY")}
-    ok = bool(entry.get("TETHER_DEVICE")) and entry.get("SYSLOG_IDENTIFIER") == "tether" and bool(back)
+               "TETHER_DEVICE": entry.get("TETHER_DEVICE"), "TETHER_REASON": entry.get("TETHER_REASON"),
+               "PRIORITY": entry.get("PRIORITY")}
+    # The unit's CAP_NET_ADMIN lets Tether read the kernel's management
+    # socket: the dongle's own disconnect (0x13) is "remote" there.
+    ok = (bool(entry.get("TETHER_DEVICE")) and entry.get("SYSLOG_IDENTIFIER") == "tether" and bool(back)
+          and entry.get("TETHER_REASON") == "remote")
     return ok, figures, "" if ok else f"entry {entry.get('MESSAGE')!r}, online again: {bool(back)}"
 
 

@@ -48,7 +48,7 @@ from bumble.core import UUID, AdvertisingData
 from bumble.device import AdvertisingType, Device
 from bumble.gatt import (GATT_BATTERY_LEVEL_CHARACTERISTIC, GATT_BATTERY_SERVICE, Characteristic,
                          CharacteristicValue, Service)
-from bumble.hci import Address, HCI_Error, OwnAddressType
+from bumble.hci import Address, HCI_Error, HCI_LE_Set_Random_Address_Command, OwnAddressType
 from bumble.transport import open_transport
 
 NUS_SERVICE = UUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
@@ -156,6 +156,7 @@ class Dongle:
         self.hung = False  # the application is stuck; the BLE stack is not
         self.hangs = 0
         self.layout = "base"
+        self.identity = None  # None: the controller's public address; else the random one advertised
         self.layout_changes = 0
 
         self.rx = Characteristic(
@@ -205,6 +206,10 @@ class Dongle:
     def address(self):
         return address_text(self.device.public_address)
 
+    @property
+    def advertised_address(self):
+        return self.address if self.identity is None else address_text(self.identity)
+
     # ----------------------------------------------------------- advertising
 
     def advertising_data(self):
@@ -235,7 +240,7 @@ class Dongle:
         await self.device.start_advertising(
             advertising_type=AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE if connectable
             else AdvertisingType.UNDIRECTED_SCANNABLE,
-            own_address_type=OwnAddressType.PUBLIC,
+            own_address_type=OwnAddressType.PUBLIC if self.identity is None else OwnAddressType.RANDOM,
             advertising_data=self.advertising_data(),
             scan_response_data=self.scan_response_data(),
             advertising_interval_min=ADVERTISING_INTERVAL_MS,
@@ -396,6 +401,46 @@ class Dongle:
                 self.advertising_until = time.monotonic() + self.settings.advertise_for
                 self.arm_deadline(self.settings.advertise_for, self.on_advertising_deadline)
             return True
+
+    async def change_identity(self, kind, text):
+        """`address public` | `address random [ADDRESS]`: the dongle comes back
+        (the link, if any, dropped as by a reboot) advertising another
+        identity: its public address, or a random one (by default the
+        public address with the two top bits set: a static random address).
+        bluetoothd's object for the old identity stays behind."""
+        async with self.lock:
+            if kind == "public" and text is None:
+                identity = None
+            elif kind == "random":
+                if text is None:
+                    raw = bytearray(bytes(self.device.public_address))  # little-endian
+                    raw[5] |= 0xC0
+                    identity = Address(bytes(raw), Address.RANDOM_DEVICE_ADDRESS)
+                else:
+                    try:
+                        identity = Address(text, Address.RANDOM_DEVICE_ADDRESS)
+                    except (ValueError, TypeError):
+                        raise CommandError(f"address: not an address: {text!r}") from None
+            else:
+                raise CommandError("address: public | random [AA:BB:CC:DD:EE:FF]")
+            dropped = self.connection is not None
+            if dropped:
+                await self.drop_link()
+            self.identity = identity
+            if identity is not None:
+                # The controller's own random address too (not only the
+                # advertising set's): both btvirt and Bumble's link find an
+                # advertiser by it.
+                await self.stop_advertising()
+                await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=identity),
+                                               check_result=True)
+                self.device.random_address = identity
+            self.events.write(event="identity", address=self.advertised_address,
+                              address_type="public" if identity is None else "random", dropped=dropped)
+            if self.state is not State.ASLEEP:
+                await self.advertise()
+            return {"address": self.advertised_address, "address_type": "public" if identity is None else "random",
+                    "dropped": dropped}
 
     # ---------------------------------------------------------- GATT layout
 
@@ -592,7 +637,9 @@ class Dongle:
         return {
             "state": self.state.value,
             "address": self.address,
-            "address_type": "public",
+            "address_type": "public" if self.identity is None else "random",
+            "public_address": self.address,
+            "advertised_address": self.advertised_address,
             "seq": self.seq,
             "connections": self.connections,
             "refused": self.refused,
@@ -611,7 +658,7 @@ class Control:
     """The control protocol: one command per line in, one JSON line out."""
 
     HELP = ("status | wake | sleep | disconnect [REASON] | refuse SECONDS [silent] | rate N | hang | resume"
-            " | gatt base|extra [drop] | quit")
+            " | gatt base|extra [drop] | address public|random [ADDRESS] | quit")
 
     def __init__(self, dongle):
         self.dongle = dongle
@@ -642,6 +689,8 @@ class Control:
             reason = self.reason(arguments[0]) if arguments else REASON_TERMINATED
             await dongle.disconnect(reason)
             return {"reason": reason}
+        if name == "address" and len(arguments) in (1, 2):
+            return await dongle.change_identity(arguments[0].lower(), arguments[1] if len(arguments) == 2 else None)
         if name == "hang" and not arguments:
             return {"was_running": await dongle.hang()}
         if name == "resume" and not arguments:

@@ -43,7 +43,7 @@ SETTINGS = firmware.Settings(name="Tether-E2E", sleep_after=1.0, advertise_for=2
 DONGLE_ADDRESS = "00:AA:01:01:00:24"  # btvirt's style
 ALL_EVENTS = {"advertising", "connected", "disconnected", "subscribed", "unsubscribed", "write", "read",
               "sleep", "wake", "refuse-start", "refused", "refuse-end", "control", "hang", "resume",
-              "gatt-layout"}
+              "gatt-layout", "identity"}
 
 ReportType = hci.HCI_LE_Extended_Advertising_Report_Event.EventType
 Properties = hci.HCI_LE_Set_Extended_Advertising_Parameters_Command.AdvertisingProperties
@@ -496,6 +496,35 @@ class InProcess:
         passed("`disconnect 0x08`: the central's link ends with reason 0x08 (a supervision timeout's), "
                "advertising again")
 
+    async def identity(self):
+        """`address random`: the dongle reboots into a static random identity
+        (its public address with the top bits set); the old one no longer
+        connects. `address public`: back."""
+        random_text = "C0" + DONGLE_ADDRESS[2:]
+        reply = await self.ctl("address random")
+        check(reply["address"] == random_text and reply["address_type"] == "random" and reply["dropped"] is True,
+              "address random reply", json.dumps(reply))
+        await self.link.wait_closed(1)
+        random = hci.Address(random_text, hci.Address.RANDOM_DEVICE_ADDRESS)
+        check(await self.central.scan(random, 0.5) is not None, "advertising the random identity")
+        check(await self.central.scan(self.address, 0.5) is None, "the public identity is gone from the air")
+        old = await connect_fails(self.central, self.address)
+        check(old is not None, "a connect to the old identity fails")
+        before = len(self.central.received)
+        link = await self.central.open(random)
+        await asyncio.sleep(0.3)
+        reply = await self.status()
+        check(len(self.central.received) > before and reply["advertised_address"] == random_text
+              and reply["address_type"] == "random", "telemetry on the random identity", json.dumps(reply))
+        reply = await self.ctl("address public")
+        check(reply["address"] == DONGLE_ADDRESS and reply["dropped"] is True, "address public reply", json.dumps(reply))
+        await link.wait_closed(1)
+        self.link = await self.central.open(self.address)
+        bad = await self.ctl.send("address", "address private", "address random nonsense", "address public C0:00:00:00:00:01")
+        check(all(r["ok"] is False for r in bad), "bad address commands refused", json.dumps(bad))
+        passed(f"`address random`: advertising as {random_text} (random), a connect to the public identity "
+               f"{old}, telemetry on the new one; `address public`: back")
+
     async def central_leaves(self):
         await self.central.close(self.link)
         check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "advertising after the central left")
@@ -601,7 +630,7 @@ class InProcess:
         await self.start()
         for step in (self.advertising, self.gatt, self.writes_keep_awake, self.reads_keep_awake, self.idle_sleep,
                      self.asleep_until_woken, self.disconnect_command, self.refuse, self.hang_and_resume,
-                     self.service_changed, self.disconnect_reason, self.central_leaves,
+                     self.service_changed, self.disconnect_reason, self.identity, self.central_leaves,
                      self.refuse_silently, self.advertise_timeout, self.sleep_command, self.sent_log_matches,
                      self.control_protocol, self.robustness, self.event_log, self.quit):
             await step()

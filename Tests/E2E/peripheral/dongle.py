@@ -43,7 +43,7 @@ import struct
 import sys
 import time
 
-from bumble.att import Attribute
+from bumble.att import ATT_Error, Attribute, ErrorCode
 from bumble.core import UUID, AdvertisingData
 from bumble.device import AdvertisingType, Device
 from bumble.gatt import (GATT_BATTERY_LEVEL_CHARACTERISTIC, GATT_BATTERY_SERVICE, Characteristic,
@@ -78,6 +78,35 @@ def telemetry_payload(seq):
     temperature = int(2150 + 150 * math.sin(phase))
     humidity = int(4500 + 500 * math.cos(phase))
     return struct.pack("<IhH", seq & 0xFFFFFFFF, temperature, humidity)
+
+
+READ_PERMISSIONS = (Attribute.READABLE | Attribute.READ_REQUIRES_ENCRYPTION | Attribute.READ_REQUIRES_AUTHENTICATION
+                    | Attribute.READ_REQUIRES_AUTHORIZATION)
+WRITE_PERMISSIONS = (Attribute.WRITEABLE | Attribute.WRITE_REQUIRES_ENCRYPTION
+                     | Attribute.WRITE_REQUIRES_AUTHENTICATION | Attribute.WRITE_REQUIRES_AUTHORIZATION)
+
+
+def enforce_permissions(attribute):
+    """Answer as a real GATT server does where Bumble 0.0.236 does not: a read
+    of an attribute without read permission gets Read Not Permitted (Bumble
+    raises inside the request and never answers, which stalls the central's
+    ATT queue until its 30 s timeout), and a write of one without write
+    permission gets Write Not Permitted (Bumble overwrites the value, even a
+    characteristic declaration's). bluetoothd does both with a stale cache
+    after the layout changed."""
+    read, write = attribute.read_value, attribute.write_value
+
+    async def read_value(bearer):
+        if not attribute.permissions & READ_PERMISSIONS:
+            raise ATT_Error(ErrorCode.READ_NOT_PERMITTED, attribute.handle)
+        return await read(bearer)
+
+    async def write_value(bearer, value):
+        if not attribute.permissions & WRITE_PERMISSIONS:
+            raise ATT_Error(ErrorCode.WRITE_NOT_PERMITTED, attribute.handle)
+        return await write(bearer, value)
+
+    attribute.read_value, attribute.write_value = read_value, write_value
 
 
 def address_text(address):
@@ -446,11 +475,13 @@ class Dongle:
 
     def hook_reads(self):
         """Any successful ATT read of any attribute (GAP name, CCC, discovery)
-        is activity; attributes made by a new layout get the hook too."""
+        is activity; permissions are enforced (enforce_permissions);
+        attributes made by a new layout get both too."""
         for attribute in self.device.gatt_server.attributes:
             if not getattr(attribute, "e2e_read_hooked", False):
                 attribute.e2e_read_hooked = True
                 attribute.on("read", functools.partial(self.on_read, attribute))
+                enforce_permissions(attribute)
 
     def rebuild_gatt(self, layout):
         """The GATT database anew with `layout`; returns the first handle

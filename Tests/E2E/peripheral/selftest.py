@@ -24,8 +24,9 @@ import time
 import traceback
 
 from bumble import hci
+from bumble.att import ATT_READ_NOT_PERMITTED_ERROR, ATT_WRITE_NOT_PERMITTED_ERROR
 from bumble.controller import Controller
-from bumble.core import AdvertisingData, PhysicalTransport
+from bumble.core import AdvertisingData, PhysicalTransport, ProtocolError
 from bumble.device import Device, Peer
 from bumble.gatt import (GATT_BATTERY_SERVICE, GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR,
                          GATT_DEVICE_NAME_CHARACTERISTIC, GATT_GENERIC_ATTRIBUTE_SERVICE,
@@ -318,7 +319,19 @@ class InProcess:
         check(link.rx.properties == both, "RX properties", str(link.rx.properties))
         check(link.tx.properties == Characteristic.Properties.NOTIFY, "TX properties", str(link.tx.properties))
         check(link.tx.get_descriptor(GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR) is not None, "TX has a CCC")
-        passed("connect: NUS discovered, RX write + write-without-response, TX notify with CCC, subscribed")
+        # As a real GATT server: RX is not readable, a declaration not writable.
+        errors = []
+        for request in (lambda: link.rx.read_value(),
+                        lambda: link.peer.gatt_client.write_value(link.tx.handle - 1, b"\x00\x00", with_response=True)):
+            try:
+                await request()
+                errors.append(None)
+            except ProtocolError as error:
+                errors.append(error.error_code)
+        check(errors == [ATT_READ_NOT_PERMITTED_ERROR, ATT_WRITE_NOT_PERMITTED_ERROR], "ATT permission errors",
+              str(errors))
+        passed("connect: NUS discovered, RX write + write-without-response, TX notify with CCC, subscribed; "
+               "reading RX: Read Not Permitted, writing a declaration: Write Not Permitted")
 
     async def writes_keep_awake(self):
         started = time.monotonic()

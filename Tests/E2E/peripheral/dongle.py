@@ -457,12 +457,17 @@ class Dongle:
                 await self.drop_link()
             self.identity = identity
             if identity is not None:
-                # The controller's own random address too (not only the
-                # advertising set's): both btvirt and Bumble's link find an
-                # advertiser by it.
+                # The controller's own random address too, not only the
+                # advertising set's: Bumble's emulated link finds an
+                # advertiser by it. btvirt finds it by the set's and refuses
+                # this legacy command (Command Disallowed) once extended
+                # advertising commands were used.
                 await self.stop_advertising()
-                await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=identity),
-                                               check_result=True)
+                try:
+                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=identity),
+                                                   check_result=True)
+                except HCI_Error as error:
+                    self.events.write(event="random-address-refused", error=str(error))
                 self.device.random_address = identity
             self.events.write(event="identity", address=self.advertised_address,
                               address_type="public" if identity is None else "random", dropped=dropped)

@@ -34,6 +34,7 @@ OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
 WORK = Path("/tmp/e2e")
 CONTROL = WORK / "dongle.sock"
 READINGS = WORK / "readings"
+METRICS = WORK / "metrics" / "tether.prom"
 NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 
 # The dongle's idle-sleep deadline and Tether's keep-alive: the poll comes
@@ -41,6 +42,11 @@ NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 SLEEP_AFTER = 8
 KEEPALIVE = 2
 RATE = 10
+# Tether's shipped default: no notification for this long and the link is dead.
+SILENCE_LIMIT = 20
+# How often btvirt is started again when one of its controllers does not
+# come up (the kernel's HCI_Reset times out under TCG load at boot).
+SETUP_TRIES = 3
 
 
 def kernel_parameters():
@@ -141,6 +147,46 @@ class Guest:
             self.stop(name)
 
 
+# The kernel's Device Disconnected reasons (mgmt-api.txt) as Tether labels them.
+MGMT_REASONS = {0: "unspecified", 1: "connection-timeout", 2: "local", 3: "remote",
+                4: "authentication-failure", 5: "suspend"}
+
+
+def log_field(line, name):
+    match = re.search(rf"\b{re.escape(name)}=(\"[^\"]*\"|\S+)", line)
+    return match.group(1).strip('"') if match else None
+
+
+def disconnect_counts():
+    """tether_disconnects_total by reason, from Tether's metrics textfile."""
+    try:
+        text = METRICS.read_text()
+    except OSError:
+        return None
+    counts = {}
+    for match in re.finditer(r"^tether_disconnects_total\{([^}]*)\}\s+(\S+)", text, re.M):
+        label = re.search(r'reason="([^"]*)"', match.group(1))
+        if label:
+            counts[label.group(1)] = float(match.group(2))
+    return counts
+
+
+def dongle_events(since=0.0):
+    records = []
+    try:
+        lines = (OUT / "dongle-events.jsonl").read_text().splitlines()
+    except OSError:
+        return records
+    for line in lines:
+        try:
+            event = json.loads(line)
+        except ValueError:
+            continue  # a line still being written
+        if event["t"] >= since:
+            records.append(event)
+    return records
+
+
 def run(argv, timeout=30):
     """A short command; its output, or an exception naming it if it failed."""
     result = subprocess.run(argv, capture_output=True, text=True, timeout=timeout)
@@ -159,6 +205,30 @@ class Dongle:
         return self.command("status")
 
 
+class SetupFailure(RuntimeError):
+    """The test stack itself did not come up (a controller, the dongle,
+    bluetoothd): nothing Tether did or failed to do."""
+
+
+def controller_address(index):
+    """hciN's address as the kernel read it during the controller's
+    initialisation; None while it never finished (00:00:00:00:00:00)."""
+    try:
+        out = subprocess.run(["hciconfig", f"hci{index}"], capture_output=True, text=True, timeout=10).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    match = re.search(r"BD Address: (\S+)", out)
+    return match.group(1) if match and match.group(1) != "00:00:00:00:00:00" else None
+
+
+def kernel_log(pattern):
+    try:
+        lines = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in lines if re.search(pattern, line)]
+
+
 class Stack:
     """Brings the guest's stack up and holds what the scenarios share."""
 
@@ -173,6 +243,8 @@ class Stack:
         self.notify_path = "start-notify"
         self.readings = READINGS
         self.pass_started = 0.0
+        self.setup_tries = 0
+        self.setup_faults = []  # what went wrong in set-up before it worked
 
     @property
     def tether_log(self):
@@ -193,16 +265,40 @@ class Stack:
         # btmon writes the capture and prints it decoded (btmon.log).
         self.guest.start("btmon", ["btmon", "-w", str(OUT / "btmon.snoop")])
         run(["modprobe", "hci_vhci"])
-        self.guest.start("btvirt", ["btvirt", "-l2"])
-        if not wait_until(lambda: all(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in (0, 1)), 30):
-            raise RuntimeError("btvirt made no hci0 and hci1")
-        # The kernel sets a new controller up (and holds it up briefly);
-        # the user channel needs it down, or the bind fails with EBUSY.
-        wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"], capture_output=True).returncode == 0, 20)
+        self.start_controllers()
         self.start_dongle()
         self.start_bluetoothd()
         self.figures["stack_up_s"] = round(time.monotonic() - started, 1)
+        self.figures["setup_tries"] = self.setup_tries
         say(f"stack up in {self.figures['stack_up_s']} s: bluetoothd on hci0, dongle {self.address} on hci1")
+
+    def start_controllers(self):
+        """btvirt's hci0 and hci1, both initialised by the kernel. Under TCG
+        at boot the kernel's HCI_Reset of one of them sometimes times out
+        ("hci0: Opcode 0x0c03 failed: -110"): that controller never gets an
+        address nor reaches bluetoothd. Then btvirt is started again, up to
+        SETUP_TRIES times, and a failure after that is a set-up failure."""
+        for attempt in range(1, SETUP_TRIES + 1):
+            self.setup_tries = attempt
+            self.guest.start("btvirt", ["btvirt", "-l2"])
+            present = wait_until(lambda: all(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in (0, 1)), 30)
+            # The kernel's init waits up to 10 s for each command's answer.
+            ready = present and wait_until(lambda: all(controller_address(i) for i in (0, 1)), 25, step=0.5)
+            if ready:
+                # The kernel sets a new controller up (and holds it up briefly);
+                # the user channel needs it down, or the bind fails with EBUSY.
+                wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"],
+                                                  capture_output=True).returncode == 0, 20)
+                return
+            fault = (f"try {attempt}: " + ("btvirt made no hci0 and hci1" if not present else
+                     "controllers not initialised: " + ", ".join(
+                         f"hci{i} {controller_address(i) or 'no address'}" for i in (0, 1)))
+                     + "; kernel: " + " | ".join(kernel_log(r"Bluetooth: hci\d+:")[-3:]))
+            self.setup_faults.append(fault)
+            say(f"set-up: {fault}; starting btvirt again")
+            self.guest.stop("btvirt")
+            wait_until(lambda: not any(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in (0, 1)), 20)
+        raise SetupFailure("; ".join(self.setup_faults))
 
     def start_dongle(self):
         process = self.guest.start("dongle", [
@@ -212,7 +308,7 @@ class Stack:
         ], watch=True)
         ready = self.guest.watches["dongle"].wait_for(r"^ready (\S+)", 60)
         if ready is None:
-            raise RuntimeError(f"the dongle did not start (exit {process.poll()}); see dongle.log")
+            raise SetupFailure(f"the dongle did not start (exit {process.poll()}); see dongle.log")
         # Bumble prints the address with its type ("00:AA:01:01:00:01/P").
         self.address = ready[1].group(1).split("/")[0].upper()
 
@@ -222,7 +318,7 @@ class Stack:
             # AutoEnable is on by default in 5.66; power it on if it was not.
             subprocess.run(["bluetoothctl", "power", "on"], capture_output=True, timeout=30)
             if not wait_until(lambda: "Powered: yes" in self.adapter_show(), 20, step=0.5):
-                raise RuntimeError("hci0 did not power on; see bluetoothd.log")
+                raise SetupFailure("hci0 did not power on; see bluetoothd.log")
 
     def early_drop_windows(self):
         """With acquire-notify, bluetoothd drops what the dongle notifies
@@ -250,15 +346,19 @@ class Stack:
         except subprocess.TimeoutExpired:
             return ""
 
-    def start_tether(self):
+    def start_tether(self, identity=None):
+        """`tether run`; the dongle named by its address unless `identity`
+        (a TOML line for [dongle]) says otherwise."""
+        identity = identity or f'address = "{self.address}"'
         config = WORK / "tether.toml"
         config.write_text(f"""\
 [bluez]
 adapter = "hci0"
 
 [dongle]
-address = "{self.address}"
+{identity}
 notify_path = "{self.notify_path}"
+silence_limit = "{SILENCE_LIMIT}s"
 
 [keepalive]
 interval = "{KEEPALIVE}s"
@@ -278,10 +378,27 @@ escalate = ["hci-reset"]
 [readings]
 directory = "{self.readings}"
 flush_interval = "500ms"
+
+[metrics]
+textfile = "{METRICS}"
+interval = "1s"
 """)
+        METRICS.parent.mkdir(parents=True, exist_ok=True)
         started = time.monotonic()
         self.guest.start("tether", [TETHER, "run", "--config", str(config)], watch=True)
         return started
+
+    @staticmethod
+    def tether_status():
+        """`tether status --json` over the guest's system bus ({} if it failed)."""
+        try:
+            result = subprocess.run([TETHER, "status", "--json"], capture_output=True, text=True, timeout=20)
+            return json.loads(result.stdout)
+        except (subprocess.TimeoutExpired, ValueError):
+            return {}
+
+    def wait_online(self, timeout=60):
+        return wait_until(lambda: self.tether_status().get("state") == "online", timeout, step=1)
 
     def state_line(self, state, timeout, since):
         return self.tether_log.wait_for(rf"event=state-changed.* state={re.escape(state)}\b", timeout, since)
@@ -334,23 +451,55 @@ flush_interval = "500ms"
         return seqs
 
 
-def hci_resets(snoop, index=0):
-    """The timestamps (the capture's own clock) of the HCI_Reset commands
-    sent to controller `index` in a btmon capture."""
-    resets = []
+# btsnoop's clock: microseconds since year 0; this much before the Unix epoch.
+BTSNOOP_UNIX_OFFSET_US = 0x00E03AB44A676000 - 946684800 * 1000000
+# Monitor opcodes (BlueZ src/shared/btsnoop.h).
+MONITOR_COMMAND, MONITOR_EVENT, MONITOR_CTRL_EVENT = 2, 3, 17
+
+
+def snoop_records(snoop):
+    """(controller index, monitor opcode, wall-clock time, body) of every
+    record of a btmon capture (monitor format: flags = index << 16 | opcode)."""
     try:
         data = snoop.read_bytes()
     except OSError:
-        return resets
+        return
     offset = 16  # "btsnoop\0", version, datalink (2001 = monitor)
     while offset + 24 <= len(data):
         _, included, flags, _, stamp = struct.unpack_from(">IIIIq", data, offset)
         body = data[offset + 24: offset + 24 + included]
         offset += 24 + included
-        # Monitor format: flags = index << 16 | opcode; opcode 2 = command.
-        if flags >> 16 == index and flags & 0xFFFF == 2 and body[:2] == b"\x03\x0c":
-            resets.append(stamp)
-    return resets
+        if len(body) < included:
+            return  # a record still being written
+        yield flags >> 16, flags & 0xFFFF, (stamp - BTSNOOP_UNIX_OFFSET_US) / 1e6, body
+
+
+def hci_resets(snoop, index=0):
+    """The times of the HCI_Reset commands sent to controller `index`."""
+    return [stamp for i, op, stamp, body in snoop_records(snoop)
+            if i == index and op == MONITOR_COMMAND and body[:2] == b"\x03\x0c"]
+
+
+def disconnection_completes(snoop, since, index=0):
+    """(time, status, handle, reason) of each HCI Disconnection Complete
+    event controller `index` sent after `since` (wall clock)."""
+    return [(stamp, body[2], struct.unpack_from("<H", body, 3)[0], body[5])
+            for i, op, stamp, body in snoop_records(snoop)
+            if i == index and op == MONITOR_EVENT and stamp >= since and body[:1] == b"\x05" and len(body) >= 6]
+
+
+def mgmt_device_disconnected(snoop, since, index=0):
+    """(time, reason) of each management Device Disconnected event (0x000C)
+    the kernel sent for controller `index` after `since`: what bluetoothd
+    (and Tether's management socket) were told. One per socket that hears
+    it, so the same drop can appear more than once."""
+    found = []
+    for i, op, stamp, body in snoop_records(snoop):
+        # cookie (4), event (2), address (6), address type (1), reason (1)
+        if i == index and op == MONITOR_CTRL_EVENT and stamp >= since and len(body) >= 14 \
+                and struct.unpack_from("<H", body, 4)[0] == 0x000C:
+            found.append((stamp, body[13]))
+    return found
 
 
 # ---------------------------------------------------------------- scenarios
@@ -491,6 +640,336 @@ def reconnect_command(stack):
     return ok, {"online_after_s": round(elapsed, 2)}, "" if ok else f"exit {result.returncode}: {result.stderr.strip()}"
 
 
+def dongle_hung(stack):
+    """The dongle's application hangs while its BLE stack keeps the link and
+    takes the keep-alive writes: only the silence of the data shows it.
+    Tether (silence_limit 20 s, the shipped default) must leave online and
+    have the link up again within 30 s of the hang; the application comes
+    back 3 s after Tether subscribed again, and a reading must be on disk
+    within 5 s of that."""
+    if not stack.wait_online():
+        return False, {}, "Tether was not online before the hang"
+    before = stack.dongle.status()
+    hung = time.monotonic()
+    stack.dongle.command("hang")
+    figures = {"silence_limit_s": SILENCE_LIMIT}
+    problems = []
+    try:
+        left = stack.tether_log.wait_for(r"event=state-changed.* state=(?!online)", SILENCE_LIMIT + 25, hung)
+        if left is None:
+            return False, figures, f"Tether stayed online for {SILENCE_LIMIT + 25} s with the dongle hung"
+        figures["detect_s"] = round(left[0] - hung, 2)
+        silence = stack.tether_log.wait_for(r"event=silence\b", 5, hung)
+        if silence is None:
+            problems.append("no event=silence line")
+        else:
+            figures["silent_for"] = log_field(silence[1].string, "silent_for")
+        # The link again: the dongle's stack accepts Tether's next connect.
+        relinked = wait_until(lambda: next((e for e in dongle_events(left[0]) if e["event"] == "connected"), None),
+                              hung + 40 - time.monotonic())
+        if relinked is None:
+            return False, figures, "the link did not come back within 40 s of the hang"
+        figures["relinked_s"] = round(relinked["t"] - hung, 2)
+        waiting = stack.tether_log.wait_for(r"event=state-changed.* state=waiting-for-data", 30, left[0])
+        if waiting is None:
+            problems.append("Tether never reached waiting-for-data after the reconnect")
+        else:
+            figures["waiting_for_data_s"] = round(waiting[0] - hung, 2)
+        time.sleep(3)  # Tether on the new link, waiting for data from the stuck application
+        during = stack.dongle.status()
+        figures["dongle_sleeps"] = during["sleeps"] - before["sleeps"]
+        figures["notified_while_hung"] = during["seq"] - before["seq"]
+    finally:
+        resumed = time.monotonic()
+        stack.dongle.command("resume")
+    online = stack.state_line("online", 30, resumed)
+    reading = stack.wait_reading_after(resumed, 30)
+    stack.loss_windows.append((hung, online[0] if online else time.monotonic(), "dongle hung"))
+    if online is None:
+        return False, figures, "not online within 30 s of the resume"
+    figures["online_again_s"] = round(online[0] - resumed, 2)
+    if reading is None:
+        return False, figures, "online, but no reading on disk within 30 s of the resume"
+    figures["reading_again_s"] = round(reading - resumed, 2)
+    if figures["detect_s"] > 30:
+        problems.append(f"left online {figures['detect_s']} s after the hang (limit 30)")
+    if figures["relinked_s"] > 30:
+        problems.append(f"link back {figures['relinked_s']} s after the hang (limit 30)")
+    if figures["online_again_s"] > 5 or figures["reading_again_s"] > 5:
+        problems.append("not reading within 5 s of the resume")
+    if figures["dongle_sleeps"] or figures["notified_while_hung"]:
+        problems.append("the hung dongle slept or notified")
+    if during["state"] != "connected":
+        problems.append(f"the dongle was {during['state']} 3 s into Tether's new link")
+    return not problems, figures, "; ".join(problems)
+
+
+def hci_connection_handle(index=0):
+    """The handle of the (one) LE connection on hciN, from the kernel."""
+    out = run(["hcitool", "-i", f"hci{index}", "con"])
+    match = re.search(r"LE \S+ handle (\d+)", out)
+    if match is None:
+        raise RuntimeError(f"no LE connection on hci{index}: {out.strip()}")
+    return int(match.group(1))
+
+
+def disconnect_reasons(stack):
+    """Each drop's reason as the kernel tells it (management Device
+    Disconnected), in Tether's log line, `tether status --json` and
+    tether_disconnects_total. btvirt's controllers report to both ends the
+    reason the disconnecting side put in its HCI_Disconnect (a real
+    controller says 0x16, Connection Terminated by Local Host, to the side
+    that asked), and they never time a link out, so:
+    - remote: the dongle disconnects (0x13): the kernel says remote (3);
+    - supervision-timeout: the dongle's side ends the link with 0x08 (what a
+      central's controller reports after a supervision timeout): the kernel
+      says connection timeout (1). A stand-in: btvirt has no supervision
+      timeout (`probe-vanish` shows what a vanished dongle does there);
+    - tether-reconnect: `tether reconnect` (Device1.Disconnect, the kernel's
+      HCI_Disconnect with 0x13): on btvirt the kernel is told 0x13 and says
+      remote; on a real controller local (2). Tether may also call its own
+      disconnect local;
+    - local-host: an HCI_Disconnect with 0x16 on hci0 from the gateway
+      (hcitool): the kernel says local (2).
+    Tether's three outputs must agree with the kernel, which must say what
+    each fault stands for (tether-reconnect: btvirt's 0x13 echo allowed)."""
+    snoop = OUT / "btmon.snoop"
+    if not wait_until(lambda: disconnect_counts() is not None, 10):
+        return False, {}, f"no metrics textfile at {METRICS}"
+
+    def local_host():
+        handle = hci_connection_handle(0)
+        run(["hcitool", "-i", "hci0", "cmd", "0x01", "0x0006", f"{handle & 0xFF:02x}", f"{handle >> 8:02x}", "16"])
+
+    faults = [
+        ("remote", {"remote"}, lambda: stack.dongle.command("disconnect")),
+        ("supervision-timeout", {"connection-timeout"}, lambda: stack.dongle.command("disconnect 0x08")),
+        ("tether-reconnect", {"local", "remote"},
+         lambda: subprocess.run([TETHER, "reconnect", "--wait", "--timeout", "90s"], capture_output=True, timeout=120)),
+        ("local-host", {"local"}, local_host),
+    ]
+    figures, problems, seen = {}, [], set()
+    for name, allowed, fault in faults:
+        if not stack.wait_online():
+            problems.append(f"{name}: Tether not online before the fault")
+            break
+        counts = disconnect_counts() or {}
+        wall, injected = time.time(), time.monotonic()
+        fault()
+        line = stack.tether_log.wait_for(r"event=disconnected\b", 30, injected)
+        online = stack.state_line("online", 120, injected)
+        stack.loss_windows.append((injected, online[0] if online else time.monotonic(), f"disconnect {name}"))
+        logged = log_field(line[1].string, "reason") if line else None
+        mgmt = wait_until(lambda: mgmt_device_disconnected(snoop, wall), 10)
+        hci = disconnection_completes(snoop, wall)
+        kernel = MGMT_REASONS.get(mgmt[0][1], f"code {mgmt[0][1]}") if mgmt else None
+        status = stack.tether_status().get("last_disconnect_reason")
+        changed = {}
+        if logged:
+            wait_until(lambda: (disconnect_counts() or {}).get(logged, 0) > counts.get(logged, 0), 5)
+            after = disconnect_counts() or {}
+            changed = {k: int(v - counts.get(k, 0)) for k, v in after.items() if v != counts.get(k, 0)}
+        metric = ",".join(f"{k}+{v}" for k, v in sorted(changed.items())) or "none"
+        figures[name] = (f"hci={'0x%02x' % hci[0][3] if hci else 'none'},mgmt={mgmt[0][1] if mgmt else 'none'},"
+                         f"log={logged},status={status},metric={metric}")
+        if online is None:
+            problems.append(f"{name}: not online again within 120 s")
+        if kernel is None:
+            problems.append(f"{name}: no Device Disconnected from the kernel in the capture")
+        elif kernel not in allowed:
+            problems.append(f"{name}: the kernel said {kernel}")
+        expected = ({kernel, "local"} if name == "tether-reconnect" else {kernel}) if kernel else set()
+        if logged not in expected or status != logged or changed != {logged: 1}:
+            problems.append(f"{name}: Tether said log={logged} status={status} metric={metric}, "
+                            f"the kernel {kernel}")
+        else:
+            seen.add(logged)
+    missing = {"remote", "connection-timeout", "local"} - seen
+    if missing and not problems:
+        problems.append(f"never shown right: {', '.join(sorted(missing))}")
+    return not problems, figures, "; ".join(problems)
+
+
+def gatt_changed(stack):
+    """The dongle's GATT layout changes, four times: a Battery Service
+    inserted before NUS (NUS's handles and bluetoothd's object paths move by
+    4) and taken out again, each once while connected (the dongle indicates
+    Service Changed; Tether must subscribe again on the new objects without
+    dropping the link) and once across a reboot (the link drops, the layout
+    changes with no link, the dongle advertises: bluetoothd's cached
+    database is stale and must be found out, here by the Database Hash that
+    Bumble's GATT service has). Order: connected base->extra, reboot
+    extra->base, reboot base->extra, connected extra->base. Readings go on;
+    none doubled, none missing from what the dongle sent."""
+    if not stack.wait_online():
+        return False, {}, "Tether was not online before the change"
+    figures, problems = {}, []
+    started = time.monotonic()
+
+    def connected_change(layout, tag):
+        since = time.monotonic()
+        reply = stack.dongle.command(f"gatt {layout}")
+        figures[f"{tag}_tx"] = f"0x{reply['tx_handle_before']:04x}->0x{reply['tx_handle']:04x}"
+        if not reply["indicated"]:
+            problems.append(f"{tag}: no Service Changed indication: {reply.get('indication_error', 'not enabled')}")
+        changed = stack.tether_log.wait_for(r"event=gatt-changed\b", 30, since)
+        if changed is None:
+            problems.append(f"{tag}: no event=gatt-changed from Tether within 30 s")
+        else:
+            figures[f"{tag}_gatt_changed_s"] = round(changed[0] - since, 2)
+        reading = stack.wait_reading_after(since, 30)
+        if reading is None:
+            problems.append(f"{tag}: no reading within 30 s")
+        else:
+            figures[f"{tag}_reading_s"] = round(reading - since, 2)
+        drops = stack.tether_log.matching(r"event=disconnected\b", since)
+        if drops:
+            problems.append(f"{tag}: the link dropped over a Service Changed")
+
+    def reboot_change(layout, tag):
+        since = time.monotonic()
+        reply = stack.dongle.command(f"gatt {layout} drop")
+        figures[f"{tag}_tx"] = f"0x{reply['tx_handle_before']:04x}->0x{reply['tx_handle']:04x}"
+        online = stack.state_line("online", 120, since)
+        stack.loss_windows.append((since, online[0] if online else time.monotonic(), f"gatt reboot {layout}"))
+        if online is None:
+            problems.append(f"{tag}: not online within 120 s of the reboot")
+            return
+        figures[f"{tag}_online_s"] = round(online[0] - since, 2)
+        figures[f"{tag}_gatt_changed_lines"] = len(stack.tether_log.matching(r"event=gatt-changed\b", since))
+        reading = stack.wait_reading_after(online[0], 30)
+        if reading is None:
+            problems.append(f"{tag}: online after the reboot, but no reading on disk")
+        else:
+            figures[f"{tag}_reading_s"] = round(reading - since, 2)
+
+    connected_change("extra", "sc_insert")
+    reboot_change("base", "reboot_remove")
+    reboot_change("extra", "reboot_insert")
+    connected_change("base", "sc_remove")
+    time.sleep(3)  # readings flushed (flush_interval 500 ms)
+    cut = time.monotonic() - 2
+    sent = [r["seq"] for r in stack.sent() if started <= r["t"] <= cut]
+    counted = {seq: 0 for seq in sent}
+    for seq in stack.readings_seqs():
+        if seq in counted:
+            counted[seq] += 1
+    figures["sent"] = len(sent)
+    figures["missing"] = sum(1 for n in counted.values() if n == 0)
+    figures["doubled"] = sum(1 for n in counted.values() if n > 1)
+    if not sent or figures["missing"] or figures["doubled"]:
+        problems.append(f"readings since the first change: {figures['missing']} missing, {figures['doubled']} "
+                        f"doubled of {len(sent)} sent")
+    return not problems, figures, "; ".join(problems)
+
+
+def attempt_summary(stack, since, until=float("inf")):
+    """Tether's failed attempts since `since`: 'error xN' for each error."""
+    errors = {}
+    for _, line in stack.tether_log.matching(r"event=attempt-failed\b", since, until):
+        error = log_field(line, "error") or "?"
+        errors[error] = errors.get(error, 0) + 1
+    return "; ".join(f"{e} x{n}" for e, n in errors.items()) or "none"
+
+
+def probe_stale(stack):
+    """Not a test of Tether (opt-in: E2E_ONLY=probe-stale): ways to leave a
+    stale device object in bluetoothd, and what Connect then returns.
+    (a) the dongle comes back with the same address bytes but as a random
+    address (bluetoothd's object says public; one object per address, so it
+    cannot make a second), Tether by address; (b) Tether finds the dongle by
+    its service UUID, and the dongle comes back under another random
+    address (its old object stays). Each watched 90 s."""
+    figures = {}
+    watch = 90
+    if "tether" not in stack.guest.children:
+        stack.start_tether()
+    if not stack.wait_online():
+        return False, {}, "Tether was not online before the probe"
+    since = time.monotonic()
+    stack.dongle.command(f"address random {stack.address}")
+    online = stack.state_line("online", watch, since)
+    end = online[0] if online else time.monotonic()
+    figures["a_errors"] = attempt_summary(stack, since, end)
+    figures["a_removed"] = len(stack.tether_log.matching(r"event=device-removed\b", since, end))
+    figures["a_online_s"] = round(end - since, 1) if online else None
+    stack.dongle.command("address public")
+    stack.loss_windows.append((since, time.monotonic(), "probe stale a"))
+    again = stack.state_line("online", 120, time.monotonic())
+    figures["a_restored"] = bool(again)
+    # (b) by service UUID, the dongle's random address changes.
+    stack.guest.stop("tether")
+    first, second = "C0:AA:01:01:00:11", "C0:AA:01:01:00:12"
+    stack.dongle.command(f"address random {first}")
+    started = stack.start_tether('service_uuid = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"')
+    online = stack.state_line("online", 120, started)
+    figures["b_first_online"] = bool(online)
+    if online:
+        since = time.monotonic()
+        stack.dongle.command(f"address random {second}")
+        online = stack.state_line("online", watch, since)
+        end = online[0] if online else time.monotonic()
+        figures["b_errors"] = attempt_summary(stack, since, end)
+        figures["b_removed"] = len(stack.tether_log.matching(r"event=device-removed\b", since, end))
+        figures["b_online_s"] = round(end - since, 1) if online else None
+        figures["b_device"] = stack.tether_status().get("device")
+    stack.loss_windows.append((started, time.monotonic() + 1, "probe stale b"))
+    stack.guest.stop("tether")
+    stack.dongle.command("address public")
+    started = stack.start_tether()
+    figures["restored"] = bool(stack.state_line("online", 120, started))
+    return True, figures, ""
+
+
+def probe_vanish(stack):
+    """Not a test of Tether (opt-in: E2E_ONLY=probe-vanish): what btvirt,
+    the kernel and bluetoothd make of a dongle that vanishes without a
+    Disconnect. (1) SIGSTOP the dongle's process (its host stops answering;
+    the controller keeps the link) for SILENCE_LIMIT + 15 s, then SIGCONT;
+    (2) SIGKILL it (the HCI user channel closes) and watch for as long,
+    then take hci1 back and start the dongle again. Passes when it could
+    watch; the figures say what happened."""
+    snoop = OUT / "btmon.snoop"
+    figures = {}
+
+    def watch(name, wall, since):
+        time.sleep(SILENCE_LIMIT + 15)
+        hci = disconnection_completes(snoop, wall)
+        mgmt = mgmt_device_disconnected(snoop, wall)
+        lines = stack.tether_log.matching(r"event=(disconnected|silence)\b", since)
+        figures[f"{name}_hci0"] = ",".join(f"s{st:#04x}/r{r:#04x}@{t - wall:.1f}" for t, st, _, r in hci) or "none"
+        figures[f"{name}_mgmt"] = ",".join(f"{r}@{t - wall:.1f}" for t, r in mgmt) or "none"
+        figures[f"{name}_tether"] = ",".join(
+            f"{log_field(l, 'event')}:{log_field(l, 'reason') or ''}@{t - since:.1f}" for t, l in lines) or "none"
+        figures[f"{name}_hci1"] = "up" if "UP RUNNING" in subprocess.run(
+            ["hciconfig", "hci1"], capture_output=True, text=True).stdout else "down"
+
+    if "tether" not in stack.guest.children:
+        stack.start_tether()
+    if not stack.wait_online():
+        return False, {}, "Tether was not online before the probe"
+    process = stack.guest.children["dongle"]
+    wall, since = time.time(), time.monotonic()
+    os.kill(process.pid, signal.SIGSTOP)
+    try:
+        watch("sigstop", wall, since)
+    finally:
+        os.kill(process.pid, signal.SIGCONT)
+    stack.loss_windows.append((since, time.monotonic() + 5, "probe sigstop"))
+    figures["sigstop_online_again"] = bool(stack.state_line("online", 120, since))
+    wall, since = time.time(), time.monotonic()
+    stack.guest.stop("dongle", signal.SIGKILL)
+    watch("sigkill", wall, since)
+    figures["bluetoothd_adapters"] = len(re.findall(r"^Controller ", run(["bluetoothctl", "list"]), re.M))
+    subprocess.run(["btmgmt", "--index", "1", "power", "off"], capture_output=True, timeout=20)
+    wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"], capture_output=True).returncode == 0, 20)
+    stack.start_dongle()
+    online = stack.state_line("online", 120, since)
+    stack.loss_windows.append((since, online[0] if online else time.monotonic(), "probe sigkill"))
+    figures["sigkill_online_again"] = bool(online)
+    return True, figures, ""
+
+
 def readings_match(stack):
     """Every notification the dongle sent is on disk once, in order; those
     missing must fall inside a fault's window (the link was down, or the
@@ -578,6 +1057,10 @@ SCENARIOS = [
     ("adapter-power", adapter_power),
     ("escalation-hci-reset", escalation_hci_reset),
     ("reconnect-command", reconnect_command),
+    ("dongle-hung", dongle_hung),
+    ("disconnect-reasons", disconnect_reasons),
+    ("gatt-changed", gatt_changed),
+    ("probe-stale", probe_stale),
     ("readings-match", readings_match),
     ("acquire-notify", acquire_notify),
     ("acquire-keep-alive", keep_alive),
@@ -586,7 +1069,10 @@ SCENARIOS = [
     ("acquire-bluetoothd-kill", bluetoothd_kill),
     ("acquire-readings-match", readings_match),
     ("sleep-and-wake", sleep_and_wake),
+    ("probe-vanish", probe_vanish),
 ]
+# Probes: run only when named in e2e.only (they leave the stack changed).
+OPT_IN = {"probe-stale", "probe-vanish"}
 
 
 def main():
@@ -601,10 +1087,15 @@ def main():
             results.append({"name": "stack-up", "passed": True, "seconds": stack.figures["stack_up_s"],
                             "figures": {"kernel_to_script_s": round(booted, 1), **stack.figures}, "detail": ""})
         except Exception as error:  # noqa: BLE001 - any failure here ends the run, reported
-            results.append({"name": "stack-up", "passed": False, "seconds": 0, "figures": {}, "detail": str(error)})
+            # Tether has not run yet: whatever failed is the test stack's.
+            results.append({"name": "stack-up", "passed": False, "seconds": 0, "setup_failure": True,
+                            "figures": {"setup_tries": stack.setup_tries},
+                            "detail": f"set-up failure, not Tether's: {type(error).__name__}: {error}"})
         else:
             for name, scenario in SCENARIOS:
-                if only and name not in only and name != "first-connect":
+                # Probes (OPT_IN) run only when named in e2e.only.
+                wanted = name in only if only else name not in OPT_IN
+                if name != "first-connect" and not wanted:
                     continue
                 say(f"scenario {name}")
                 started = time.monotonic()
@@ -620,6 +1111,8 @@ def main():
     finally:
         stack.guest.stop_all()
         (OUT / "results.json").write_text(json.dumps({"guest_seconds": round(time.monotonic(), 1),
+                                                      "setup": {"tries": stack.setup_tries,
+                                                                "faults": stack.setup_faults},
                                                       "results": results}, indent=1))
     return 0 if results and all(r["passed"] for r in results) else 1
 

@@ -136,6 +136,7 @@ class Settings:
     sleep_after: float = 8.0
     advertise_for: float = 180.0
     rate: float = 10.0
+    first_seq: int = 1  # a dongle started again continues its numbering
 
 
 class State(enum.Enum):
@@ -169,7 +170,7 @@ class Dongle:
         self.connection = None
         self.closing_link = False  # the firmware is dropping the link: telemetry stops
         self.subscribed = False
-        self.seq = 0
+        self.seq = settings.first_seq - 1
         self.connections = 0
         self.refused = 0
         self.sleeps = 0
@@ -791,7 +792,7 @@ class Control:
 
 
 async def main(options):
-    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate)
+    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate, options.first_seq)
     sent_log, events = JsonLines(options.sent_log), JsonLines(options.event_log)
     async with await open_transport(options.transport) as (source, sink):
         # The random address Bumble insists on is never used: we advertise
@@ -828,13 +829,15 @@ def parse(argv):
     parser.add_argument("--advertise-for", type=float, default=Settings.advertise_for, metavar="SECONDS",
                         help="advertising time after a disconnect before the dongle sleeps")
     parser.add_argument("--rate", type=float, default=Settings.rate, help="notifications per second")
+    parser.add_argument("--first-seq", type=int, default=Settings.first_seq, metavar="N",
+                        help="the first notification's sequence number (a dongle started again continues)")
     parser.add_argument("--control", metavar="PATH", help="control socket (unix stream)")
     parser.add_argument("--sent-log", metavar="PATH", help="JSON lines: every notification sent")
     parser.add_argument("--event-log", metavar="PATH", help="JSON lines: every event")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (DEBUG shows HCI)")
     options = parser.parse_args(argv)
-    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0:
-        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative")
+    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0 or options.first_seq < 1:
+        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative, --first-seq at least 1")
     if len(options.name.encode()) > MAX_NAME_BYTES:
         parser.error(f"--name: at most {MAX_NAME_BYTES} bytes of UTF-8")
     return options

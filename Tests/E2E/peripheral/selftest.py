@@ -662,7 +662,7 @@ async def subprocess_run(work, link_air, central):
     sent_path = os.path.join(work, "sub-sent.jsonl")
     process = await asyncio.create_subprocess_exec(
         sys.executable, os.path.join(HERE, "dongle.py"), "--transport", f"tcp-client:127.0.0.1:{port}",
-        "--sleep-after", "1", "--advertise-for", "5", "--rate", "20", "--control", control_path,
+        "--sleep-after", "1", "--advertise-for", "5", "--rate", "20", "--first-seq", "101", "--control", control_path,
         "--sent-log", sent_path, "--event-log", os.path.join(work, "sub-events.jsonl"),
         stdout=asyncio.subprocess.PIPE)
     try:
@@ -677,7 +677,8 @@ async def subprocess_run(work, link_air, central):
         reply = await ctl("status")
         ctl.close()
         got = central.received[before:]
-        check(reply["state"] == "connected" and got and got[0][0] == 1, "subprocess telemetry", json.dumps(reply))
+        check(reply["state"] == "connected" and got and got[0][0] == 101, "subprocess telemetry from --first-seq",
+              json.dumps(reply))
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 5)
         check(code == 0, "exit status after SIGTERM", str(code))

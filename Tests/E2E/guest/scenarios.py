@@ -153,7 +153,9 @@ MGMT_REASONS = {0: "unspecified", 1: "connection-timeout", 2: "local", 3: "remot
 
 
 def log_field(line, name):
-    match = re.search(rf"\b{re.escape(name)}=(\"[^\"]*\"|\S+)", line)
+    """A field of Tether's plain log line: `name=value` up to the next
+    ` key=` (values such as an error's message have spaces)."""
+    match = re.search(rf"(?:^|\s){re.escape(name)}=(.*?)(?=\s[\w.-]+=|$)", line)
     return match.group(1).strip('"') if match else None
 
 
@@ -245,6 +247,10 @@ class Stack:
         self.pass_started = 0.0
         self.setup_tries = 0
         self.setup_faults = []  # what went wrong in set-up before it worked
+        # Where the gateway's controller and the dongle's are; `adapter-renumbered` moves them.
+        self.gateway_index = 0
+        self.dongle_index = 1
+        self.adapter = "hci0"  # [bluez] adapter for Tether
 
     @property
     def tether_log(self):
@@ -272,37 +278,40 @@ class Stack:
         self.figures["setup_tries"] = self.setup_tries
         say(f"stack up in {self.figures['stack_up_s']} s: bluetoothd on hci0, dongle {self.address} on hci1")
 
-    def start_controllers(self):
+    def start_controllers(self, gateway_index=0, dongle_index=1):
         """btvirt's hci0 and hci1, both initialised by the kernel. Under TCG
         at boot the kernel's HCI_Reset of one of them sometimes times out
         ("hci0: Opcode 0x0c03 failed: -110"): that controller never gets an
         address nor reaches bluetoothd. Then btvirt is started again, up to
         SETUP_TRIES times, and a failure after that is a set-up failure."""
+        indexes = (gateway_index, dongle_index)
         for attempt in range(1, SETUP_TRIES + 1):
-            self.setup_tries = attempt
+            self.setup_tries += 1
             self.guest.start("btvirt", ["btvirt", "-l2"])
-            present = wait_until(lambda: all(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in (0, 1)), 30)
+            present = wait_until(lambda: all(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in indexes), 30)
             # The kernel's init waits up to 10 s for each command's answer.
-            ready = present and wait_until(lambda: all(controller_address(i) for i in (0, 1)), 25, step=0.5)
+            ready = present and wait_until(lambda: all(controller_address(i) for i in indexes), 25, step=0.5)
             if ready:
                 # The kernel sets a new controller up (and holds it up briefly);
                 # the user channel needs it down, or the bind fails with EBUSY.
-                wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"],
+                wait_until(lambda: subprocess.run(["hciconfig", f"hci{dongle_index}", "down"],
                                                   capture_output=True).returncode == 0, 20)
+                self.gateway_index, self.dongle_index = indexes
                 return
-            fault = (f"try {attempt}: " + ("btvirt made no hci0 and hci1" if not present else
-                     "controllers not initialised: " + ", ".join(
-                         f"hci{i} {controller_address(i) or 'no address'}" for i in (0, 1)))
+            fault = (f"try {attempt}: " + (f"btvirt made no hci{gateway_index} and hci{dongle_index}" if not present
+                     else "controllers not initialised: " + ", ".join(
+                         f"hci{i} {controller_address(i) or 'no address'}" for i in indexes))
                      + "; kernel: " + " | ".join(kernel_log(r"Bluetooth: hci\d+:")[-3:]))
             self.setup_faults.append(fault)
             say(f"set-up: {fault}; starting btvirt again")
             self.guest.stop("btvirt")
-            wait_until(lambda: not any(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in (0, 1)), 20)
+            wait_until(lambda: not any(Path(f"/sys/class/bluetooth/hci{i}").exists() for i in indexes), 20)
         raise SetupFailure("; ".join(self.setup_faults))
 
-    def start_dongle(self):
+    def start_dongle(self, first_seq=1):
         process = self.guest.start("dongle", [
-            PYTHON, str(ROOT / "Tests/E2E/peripheral/dongle.py"), "--transport", "hci-socket:1",
+            PYTHON, str(ROOT / "Tests/E2E/peripheral/dongle.py"), "--transport", f"hci-socket:{self.dongle_index}",
+            "--first-seq", str(first_seq),
             "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--control", str(CONTROL),
             "--sent-log", str(OUT / "dongle-sent.jsonl"), "--event-log", str(OUT / "dongle-events.jsonl"),
         ], watch=True)
@@ -346,14 +355,15 @@ class Stack:
         except subprocess.TimeoutExpired:
             return ""
 
-    def start_tether(self, identity=None):
+    def start_tether(self, identity=None, adapter=None, connect_timeout=10):
         """`tether run`; the dongle named by its address unless `identity`
-        (a TOML line for [dongle]) says otherwise."""
+        (a TOML line for [dongle]) says otherwise, on `adapter` (by default
+        the gateway's controller)."""
         identity = identity or f'address = "{self.address}"'
         config = WORK / "tether.toml"
         config.write_text(f"""\
 [bluez]
-adapter = "hci0"
+adapter = "{adapter or self.adapter}"
 
 [dongle]
 {identity}
@@ -369,7 +379,7 @@ sleep_after = "{SLEEP_AFTER}s"
 first_delay = "0s"
 initial_backoff = "500ms"
 max_backoff = "4s"
-connect_timeout = "10s"
+connect_timeout = "{connect_timeout}s"
 window = "20s"
 window_attempts = 4
 cooldown = "15s"
@@ -872,52 +882,89 @@ def attempt_summary(stack, since, until=float("inf")):
     return "; ".join(f"{e} x{n}" for e, n in errors.items()) or "none"
 
 
+def stale_device(stack):
+    """A stale device object in bluetoothd: the dongle comes back with the
+    same address bytes but another address type (public -> random, then
+    back), as a firmware update can make it. bluetoothd keeps one object per
+    address, the old one with the old type: it cannot make one for the new
+    identity, and a Connect on the old one is an LE Create Connection that
+    nothing answers (btvirt's controller finds the dongle's controller by
+    address but no advertising set of that type), until the kernel gives up.
+    Tether (connect_timeout 30 s here, above the kernel's 20 s, so the
+    kernel's error reaches it) must remove the object (event=device-removed)
+    and find the dongle again by discovery. Tether is restarted with that
+    timeout, and again with the run's config after."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    began = time.monotonic()
+    started = stack.start_tether(connect_timeout=30)
+    try:
+        if stack.state_line("online", 120, started) is None:
+            return False, figures, "not online before the fault"
+        for kind, tag in (("random", "to_random"), ("public", "to_public")):
+            since = time.monotonic()
+            stack.dongle.command(f"address {kind} {stack.address}" if kind == "random" else "address public")
+            online = stack.state_line("online", 180, since)
+            end = online[0] if online else time.monotonic()
+            figures[f"{tag}_errors"] = attempt_summary(stack, since, end)
+            removed = stack.tether_log.matching(r"event=device-removed\b", since, end)
+            if removed:
+                figures[f"{tag}_removed_s"] = round(removed[0][0] - since, 1)
+            else:
+                problems.append(f"{tag}: no device-removed")
+            if online is None:
+                problems.append(f"{tag}: not online within 180 s")
+                break
+            figures[f"{tag}_online_s"] = round(end - since, 1)
+            if stack.wait_reading_after(end, 30) is None:
+                problems.append(f"{tag}: online, but no reading")
+    finally:
+        stack.guest.stop("tether")
+        stack.dongle.command("wake")
+        if stack.dongle.status()["address_type"] != "public":
+            stack.dongle.command("address public")
+        restarted = stack.start_tether()
+        online = stack.state_line("online", 180, restarted)
+        stack.loss_windows.append((began, online[0] if online else time.monotonic(), "stale device"))
+        if online is None:
+            problems.append("not online again with the run's config")
+    return not problems, figures, "; ".join(problems)
+
+
 def probe_stale(stack):
-    """Not a test of Tether (opt-in: E2E_ONLY=probe-stale): ways to leave a
-    stale device object in bluetoothd, and what Connect then returns.
-    (a) the dongle comes back with the same address bytes but as a random
-    address (bluetoothd's object says public; one object per address, so it
-    cannot make a second), Tether by address; (b) Tether finds the dongle by
-    its service UUID, and the dongle comes back under another random
-    address (its old object stays). Each watched 90 s."""
+    """Not a test of Tether (opt-in: E2E_ONLY=probe-stale): Tether finds the
+    dongle by its service UUID, and the dongle comes back under another
+    random address; its old object stays in bluetoothd. Watched 90 s: what
+    Connect returns, which object Tether tries, whether it removes one."""
     figures = {}
     watch = 90
-    if "tether" not in stack.guest.children:
-        stack.start_tether()
-    if not stack.wait_online():
-        return False, {}, "Tether was not online before the probe"
-    since = time.monotonic()
-    stack.dongle.command(f"address random {stack.address}")
-    online = stack.state_line("online", watch, since)
-    end = online[0] if online else time.monotonic()
-    figures["a_errors"] = attempt_summary(stack, since, end)
-    figures["a_removed"] = len(stack.tether_log.matching(r"event=device-removed\b", since, end))
-    figures["a_online_s"] = round(end - since, 1) if online else None
-    stack.dongle.command("address public")
-    stack.loss_windows.append((since, time.monotonic(), "probe stale a"))
-    again = stack.state_line("online", 120, time.monotonic())
-    figures["a_restored"] = bool(again)
-    # (b) by service UUID, the dongle's random address changes.
+    began = time.monotonic()
     stack.guest.stop("tether")
     first, second = "C0:AA:01:01:00:11", "C0:AA:01:01:00:12"
+    stack.dongle.command("wake")
     stack.dongle.command(f"address random {first}")
     started = stack.start_tether('service_uuid = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"')
     online = stack.state_line("online", 120, started)
-    figures["b_first_online"] = bool(online)
+    figures["first_online_s"] = round(online[0] - started, 1) if online else None
+    figures["first_errors"] = attempt_summary(stack, started, online[0] if online else float("inf"))
     if online:
         since = time.monotonic()
         stack.dongle.command(f"address random {second}")
         online = stack.state_line("online", watch, since)
         end = online[0] if online else time.monotonic()
-        figures["b_errors"] = attempt_summary(stack, since, end)
-        figures["b_removed"] = len(stack.tether_log.matching(r"event=device-removed\b", since, end))
-        figures["b_online_s"] = round(end - since, 1) if online else None
-        figures["b_device"] = stack.tether_status().get("device")
-    stack.loss_windows.append((started, time.monotonic() + 1, "probe stale b"))
+        figures["errors"] = attempt_summary(stack, since, end)
+        figures["tried"] = ",".join(sorted({log_field(l, "device") or "?" for _, l in
+                                            stack.tether_log.matching(r"event=reconnect-attempt\b", since, end)}))
+        figures["removed"] = len(stack.tether_log.matching(r"event=device-removed\b", since, end))
+        figures["online_s"] = round(end - since, 1) if online else None
+        figures["device"] = stack.tether_status().get("device")
     stack.guest.stop("tether")
+    stack.dongle.command("wake")
     stack.dongle.command("address public")
     started = stack.start_tether()
-    figures["restored"] = bool(stack.state_line("online", 120, started))
+    online = stack.state_line("online", 120, started)
+    stack.loss_windows.append((began, online[0] if online else time.monotonic(), "probe stale"))
+    figures["restored"] = bool(online)
     return True, figures, ""
 
 
@@ -945,6 +992,8 @@ def probe_vanish(stack):
             ["hciconfig", "hci1"], capture_output=True, text=True).stdout else "down"
 
     if "tether" not in stack.guest.children:
+        stack.dongle.command("wake")  # idle without Tether, it may have fallen asleep
+        stack.dongle.command(f"rate {RATE}")  # readings-match stopped it
         stack.start_tether()
     if not stack.wait_online():
         return False, {}, "Tether was not online before the probe"
@@ -968,6 +1017,153 @@ def probe_vanish(stack):
     stack.loss_windows.append((since, online[0] if online else time.monotonic(), "probe sigkill"))
     figures["sigkill_online_again"] = bool(online)
     return True, figures, ""
+
+
+VHCI_ADDRESS = "00:AA:01:02:00:99"
+
+
+def start_vhci(stack, name, *options):
+    """One more controller for the kernel (peripheral/vhci_controller.py):
+    its hciN once the kernel made it."""
+    process = stack.guest.start(name, [PYTHON, str(ROOT / "Tests/E2E/peripheral/vhci_controller.py"), *options],
+                                watch=True)
+    ready = stack.guest.watches[name].wait_for(r"^ready hci(\d+)", 30)
+    if ready is None:
+        raise SetupFailure(f"{name}: no vhci controller (exit {process.poll()}); see {name}.log")
+    return int(ready[1].group(1))
+
+
+def metric_value(name):
+    try:
+        match = re.search(rf"^{re.escape(name)}(?:\{{[^}}]*\}})?\s+(\S+)", METRICS.read_text(), re.M)
+    except OSError:
+        return None
+    return float(match.group(1)) if match else None
+
+
+def controller_init_failed(stack):
+    """A controller present in the kernel whose initialisation failed: a
+    Bumble controller on /dev/vhci that leaves every HCI_Reset unanswered.
+    The kernel gives up ("Opcode 0x0c03 failed: -110"), keeps hciN down and
+    never announces it to bluetoothd. Tether, configured for that hciN, must
+    say so (log controller-init-failed, status adapter_problem, metric
+    tether_controller_init_failed 1); after a replug (a controller that
+    answers, the same address) it must say it cleared and find the adapter
+    (it then searches: that controller's air has no dongle). Tether's usual
+    instance is stopped meanwhile and started again after."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    created = time.monotonic()
+    index = start_vhci(stack, "vhci-failing", "--ignore-reset", "1000", "--address", VHCI_ADDRESS)
+    figures["controller"] = f"hci{index}"
+    try:
+        timeout = wait_until(lambda: kernel_log(rf"hci{index}: Opcode 0x0c03 failed"), 40)
+        if not timeout:
+            return False, figures, f"the kernel did not time out hci{index}'s HCI_Reset within 40 s"
+        figures["reset_timeout_s"] = round(time.monotonic() - created, 1)
+        figures["kernel"] = timeout[-1].split("] ", 1)[-1]
+        listed = run(["bluetoothctl", "list"])
+        if VHCI_ADDRESS in listed:
+            problems.append("bluetoothd lists the controller that failed")
+        started = stack.start_tether(adapter=f"hci{index}")
+        said = stack.tether_log.wait_for(r"event=controller-init-failed\b", 30, started)
+        if said is None:
+            return False, figures, "Tether did not log controller-init-failed within 30 s"
+        figures["said_s"] = round(said[0] - started, 1)
+        status = stack.tether_status()
+        figures["status_state"] = status.get("state")
+        if not status.get("adapter_problem"):
+            problems.append(f"status: adapter_problem {status.get('adapter_problem')!r}")
+        if not wait_until(lambda: metric_value("tether_controller_init_failed") == 1, 5):
+            problems.append(f"tether_controller_init_failed {metric_value('tether_controller_init_failed')}")
+        # A replug: the failing controller goes, one that answers comes with its address.
+        stack.guest.stop("vhci-failing")
+        wait_until(lambda: not Path(f"/sys/class/bluetooth/hci{index}").exists(), 20)
+        replugged = time.monotonic()
+        again = start_vhci(stack, "vhci-replugged", "--address", VHCI_ADDRESS)
+        figures["replugged_as"] = f"hci{again}"
+        if again != index:
+            problems.append(f"the replug came back as hci{again}, not hci{index}")
+        cleared = stack.tether_log.wait_for(r"event=controller-init-cleared\b", 60, replugged)
+        if cleared is None:
+            problems.append("no controller-init-cleared within 60 s of the replug")
+        else:
+            figures["cleared_s"] = round(cleared[0] - replugged, 1)
+        found = wait_until(lambda: stack.tether_status().get("state") not in (None, "waiting-for-adapter"), 30, step=1)
+        status = stack.tether_status()
+        figures["state_after"] = status.get("state")
+        if not found or status.get("adapter_problem"):
+            problems.append(f"after the replug: state {status.get('state')}, "
+                            f"adapter_problem {status.get('adapter_problem')!r}")
+        if not wait_until(lambda: metric_value("tether_controller_init_failed") == 0, 5):
+            problems.append("tether_controller_init_failed did not go back to 0")
+    finally:
+        stack.guest.stop("tether")
+        stack.guest.stop("vhci-failing")
+        stack.guest.stop("vhci-replugged")
+        stack.dongle.command("wake")  # idle without Tether's polls, it fell asleep
+        restarted = stack.start_tether()
+        online = stack.state_line("online", 120, restarted)
+        stack.loss_windows.append((created, online[0] if online else time.monotonic(), "controller-init-failed"))
+        if online is None:
+            problems.append("Tether not online again on the gateway's controller")
+    return not problems, figures, "; ".join(problems)
+
+
+def adapter_renumbered(stack):
+    """The gateway's controller goes and comes back under another index, as
+    after a USB reset: btvirt (which holds both ends of the air) stops, a
+    Bumble controller on /dev/vhci takes hci0 meanwhile, btvirt comes back
+    and the gateway's controller (same address) is now another hciN; the
+    dongle is started again on its own controller's new index, numbering on.
+    Tether, configured with the controller's address, must log
+    "hci0 (ADDRESS) is now hciN" (adapter-moved) and be online again. From
+    here on the run uses the controller by address."""
+    figures, problems = {}, []
+    gateway = controller_address(stack.gateway_index)
+    if gateway is None:
+        return False, {}, f"no address for hci{stack.gateway_index}"
+    figures["gateway"] = gateway
+    stack.guest.stop("tether")
+    stack.adapter = gateway
+    started = stack.start_tether()
+    if stack.state_line("online", 120, started) is None:
+        return False, figures, "not online on the controller named by its address"
+    gone = time.monotonic()
+    last_seq = stack.dongle.status()["seq"]
+    old = stack.gateway_index
+    stack.guest.stop("dongle")
+    stack.guest.stop("btvirt")
+    wait_until(lambda: not any(Path(f"/sys/class/bluetooth/hci{i}").exists()
+                               for i in (stack.gateway_index, stack.dongle_index)), 20)
+    filler = start_vhci(stack, "vhci-filler", "--address", VHCI_ADDRESS)
+    figures["filler"] = f"hci{filler}"
+    if not wait_until(lambda: controller_address(filler), 30, step=0.5):
+        problems.append(f"the vhci controller hci{filler} did not initialise")
+    free = sorted(set(range(8)) - {int(p.name[3:]) for p in Path("/sys/class/bluetooth").glob("hci[0-9]*")
+                                   if p.name[3:].isdigit()})
+    stack.start_controllers(free[0], free[1])
+    if controller_address(stack.gateway_index) != gateway:
+        problems.append(f"hci{stack.gateway_index} came back as {controller_address(stack.gateway_index)}")
+    stack.start_dongle(first_seq=last_seq + 1)
+    figures["now"] = f"hci{stack.gateway_index}"
+    moved = stack.tether_log.wait_for(r"event=adapter-moved\b", 60, gone)
+    if moved is None:
+        problems.append("no adapter-moved line within 60 s")
+    else:
+        figures["moved_s"] = round(moved[0] - gone, 1)
+        if f"hci{old} ({gateway}) is now hci{stack.gateway_index}" not in moved[1].string:
+            problems.append(f"adapter-moved says: {moved[1].string}")
+    online = stack.state_line("online", 120, gone)
+    stack.loss_windows.append((gone, online[0] if online else time.monotonic(), "adapter renumbered"))
+    if online is None:
+        problems.append("not online within 120 s")
+    else:
+        figures["online_s"] = round(online[0] - gone, 1)
+        reading = stack.wait_reading_after(online[0], 30)
+        if reading is None:
+            problems.append("online, but no reading on disk")
+    return not problems, figures, "; ".join(problems)
 
 
 def readings_match(stack):
@@ -1060,7 +1256,10 @@ SCENARIOS = [
     ("dongle-hung", dongle_hung),
     ("disconnect-reasons", disconnect_reasons),
     ("gatt-changed", gatt_changed),
+    ("stale-device", stale_device),
     ("probe-stale", probe_stale),
+    ("controller-init-failed", controller_init_failed),
+    ("adapter-renumbered", adapter_renumbered),
     ("readings-match", readings_match),
     ("acquire-notify", acquire_notify),
     ("acquire-keep-alive", keep_alive),

@@ -1012,7 +1012,7 @@ def probe_vanish(stack):
     figures["bluetoothd_adapters"] = len(re.findall(r"^Controller ", run(["bluetoothctl", "list"]), re.M))
     subprocess.run(["btmgmt", "--index", "1", "power", "off"], capture_output=True, timeout=20)
     wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"], capture_output=True).returncode == 0, 20)
-    stack.start_dongle()
+    stack.start_dongle(first_seq=max((r["seq"] for r in stack.all_sent()), default=0) + 1)
     online = stack.state_line("online", 120, since)
     stack.loss_windows.append((since, online[0] if online else time.monotonic(), "probe sigkill"))
     figures["sigkill_online_again"] = bool(online)
@@ -1213,6 +1213,8 @@ def sleep_and_wake(stack):
     if not asleep:
         return False, {}, f"the dongle did not fall asleep without Tether ({stack.dongle.status()['state']})"
     figures = {"asleep_after_s": round(time.monotonic() - stopped, 1)}
+    # readings-match paused telemetry; Tether is online only once data flows.
+    stack.dongle.command(f"rate {RATE}")
     started = stack.start_tether()
     early = stack.state_line("online", 15, started)
     if early is not None:

@@ -6,7 +6,9 @@
 # Debian's own kernel under TCG with the host's / shared read-only over 9p,
 # runs Tests/E2E/guest/scenarios.py there, and prints one line per scenario.
 # Exit status: 0 if every scenario passed; 1 otherwise (the guest's logs stay
-# in $E2E_OUT); 2 if the guest never reported.
+# in $E2E_OUT); 2 if the guest never reported; 3 if every failure was the
+# test stack's own (a set-up failure: btvirt's controllers, the dongle,
+# bluetoothd, a vhci controller), which says nothing about Tether.
 #
 # A second boot runs systemd as PID 1 with the Debian package installed
 # (Tests/E2E/systemd/): udev, journald, dbus-daemon, bluetooth.service, the
@@ -15,7 +17,9 @@
 #
 # Environment: E2E_OUT (default .build/e2e/out), E2E_ONLY (comma-separated
 # scenario names), E2E_BOOTS (scenarios, systemd or both), E2E_TIMEOUT
-# (seconds for each boot, default 1200), SWIFT (default swift).
+# (seconds for each boot, default 1200), SWIFT (default swift), E2E_TETHER (a
+# tether binary built elsewhere, e.g. another worktree's, instead of building
+# this tree's; the scenarios boot only).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$PWD
@@ -57,10 +61,16 @@ fi
 echo "e2e: the dongle's self-test (in process, Bumble's emulated controllers)"
 "$work/venv/bin/python" Tests/E2E/peripheral/selftest.py | tail -n 1
 
-echo "e2e: building tether"
-flock /tmp/tether-build.lock "$swift" build -q
-# Paths in the guest are relative to the project, which it mounts elsewhere.
-tether=$(realpath --relative-to="$root" "$("$swift" build --show-bin-path)/tether")
+if [ -n "${E2E_TETHER:-}" ]; then
+    # The host's / is the guest's /: an absolute path works as it is.
+    tether=$(realpath "$E2E_TETHER")
+    echo "e2e: using $tether"
+else
+    echo "e2e: building tether"
+    flock /tmp/tether-build.lock "$swift" build -q
+    # Paths in the guest are relative to the project, which it mounts elsewhere.
+    tether=$(realpath --relative-to="$root" "$("$swift" build --show-bin-path)/tether")
+fi
 
 kernel=$(ls /boot/vmlinuz-*-amd64 2>/dev/null | sort -V | tail -n 1)
 [ -n "$kernel" ] || { echo "e2e: no /boot/vmlinuz-*-amd64 (linux-image-amd64)" >&2; exit 2; }
@@ -121,8 +131,17 @@ for result in report["results"]:
     line = f"{'PASS' if result['passed'] else 'FAIL'} {result['name']:<28} {result['seconds']:>6.1f}s  {figures}"
     print(line + (f"  -- {result['detail']}" if result["detail"] else ""))
 passed = all(r["passed"] for r in report["results"])
+setup = report.get("setup") or {}
+for fault in setup.get("faults", []):
+    print(f"{name}: set-up retried: {fault}")
 print(f"{name}: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in report['results'])}/{len(report['results'])} "
       f"checks; guest {report['guest_seconds']} s, boot wall time {wall} s")
+failed = [r for r in report["results"] if not r["passed"]]
+for result in failed:
+    if result.get("setup_failure"):
+        print(f"{name}: SET-UP FAILURE in {result['name']}: the test stack did not come up; Tether was not tested there")
+if failed and all(r.get("setup_failure") for r in failed):
+    sys.exit(3)
 sys.exit(0 if passed else 1)
 PY
 }

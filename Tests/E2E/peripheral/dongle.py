@@ -17,6 +17,11 @@ The firmware it imitates:
   `--sleep-after` seconds is dropped and the dongle falls ASLEEP: no
   advertising until woken. After any other disconnect it advertises for
   `--advertise-for` seconds, then falls asleep too.
+- Faults the firmware can have: a hung application (`hang`: the BLE stack
+  keeps the link and answers ATT, telemetry stops, nothing sleeps), and a
+  GATT layout that changes (`gatt extra|base`: a service inserted before NUS
+  or taken out, announced with a Service Changed indication while connected,
+  or across a reboot with `drop`).
 - A control socket (`--control`) for the tests: one command per line, one
   JSON reply line each (see Control.HELP and the README).
 
@@ -38,11 +43,12 @@ import struct
 import sys
 import time
 
-from bumble.att import Attribute
+from bumble.att import ATT_Error, Attribute, ErrorCode
 from bumble.core import UUID, AdvertisingData
 from bumble.device import AdvertisingType, Device
-from bumble.gatt import Characteristic, CharacteristicValue, Service
-from bumble.hci import Address, HCI_Error, OwnAddressType
+from bumble.gatt import (GATT_BATTERY_LEVEL_CHARACTERISTIC, GATT_BATTERY_SERVICE, Characteristic,
+                         CharacteristicValue, Service)
+from bumble.hci import Address, HCI_Error, HCI_LE_Set_Random_Address_Command, OwnAddressType
 from bumble.transport import open_transport
 
 NUS_SERVICE = UUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
@@ -54,6 +60,11 @@ NORDIC_COMPANY_ID = 0x0059
 # disconnects (idle sleep, `disconnect`, refused connections). 0x0D is not
 # among the reasons HCI_Disconnect accepts (Core Vol 4 Part E 7.1.6).
 REASON_TERMINATED = 0x13
+
+# The GATT layouts `gatt LAYOUT` switches between: "extra" inserts a Battery
+# Service between the GATT service and NUS, so NUS and everything after it
+# move to other handles (as a firmware update adding a service does).
+LAYOUTS = ("base", "extra")
 
 ADVERTISING_INTERVAL_MS = 100  # a connectable Nordic default; quick to find
 DRAIN_TIMEOUT_S = 1.0  # notifications already handed to the controller
@@ -67,6 +78,35 @@ def telemetry_payload(seq):
     temperature = int(2150 + 150 * math.sin(phase))
     humidity = int(4500 + 500 * math.cos(phase))
     return struct.pack("<IhH", seq & 0xFFFFFFFF, temperature, humidity)
+
+
+READ_PERMISSIONS = (Attribute.READABLE | Attribute.READ_REQUIRES_ENCRYPTION | Attribute.READ_REQUIRES_AUTHENTICATION
+                    | Attribute.READ_REQUIRES_AUTHORIZATION)
+WRITE_PERMISSIONS = (Attribute.WRITEABLE | Attribute.WRITE_REQUIRES_ENCRYPTION
+                     | Attribute.WRITE_REQUIRES_AUTHENTICATION | Attribute.WRITE_REQUIRES_AUTHORIZATION)
+
+
+def enforce_permissions(attribute):
+    """Answer as a real GATT server does where Bumble 0.0.236 does not: a read
+    of an attribute without read permission gets Read Not Permitted (Bumble
+    raises inside the request and never answers, which stalls the central's
+    ATT queue until its 30 s timeout), and a write of one without write
+    permission gets Write Not Permitted (Bumble overwrites the value, even a
+    characteristic declaration's). bluetoothd does both with a stale cache
+    after the layout changed."""
+    read, write = attribute.read_value, attribute.write_value
+
+    async def read_value(bearer):
+        if not attribute.permissions & READ_PERMISSIONS:
+            raise ATT_Error(ErrorCode.READ_NOT_PERMITTED, attribute.handle)
+        return await read(bearer)
+
+    async def write_value(bearer, value):
+        if not attribute.permissions & WRITE_PERMISSIONS:
+            raise ATT_Error(ErrorCode.WRITE_NOT_PERMITTED, attribute.handle)
+        return await write(bearer, value)
+
+    attribute.read_value, attribute.write_value = read_value, write_value
 
 
 def address_text(address):
@@ -96,6 +136,7 @@ class Settings:
     sleep_after: float = 8.0
     advertise_for: float = 180.0
     rate: float = 10.0
+    first_seq: int = 1  # a dongle started again continues its numbering
 
 
 class State(enum.Enum):
@@ -129,7 +170,7 @@ class Dongle:
         self.connection = None
         self.closing_link = False  # the firmware is dropping the link: telemetry stops
         self.subscribed = False
-        self.seq = 0
+        self.seq = settings.first_seq - 1
         self.connections = 0
         self.refused = 0
         self.sleeps = 0
@@ -142,6 +183,11 @@ class Dongle:
         self.refuse_timer = None
         self.telemetry_task = None
         self.tasks = set()
+        self.hung = False  # the application is stuck; the BLE stack is not
+        self.hangs = 0
+        self.layout = "base"
+        self.identity = None  # None: the controller's public address; else the random one advertised
+        self.layout_changes = 0
 
         self.rx = Characteristic(
             NUS_RX,
@@ -150,10 +196,15 @@ class Dongle:
             CharacteristicValue(write=self.on_rx_write),
         )
         self.tx = Characteristic(NUS_TX, Characteristic.Properties.NOTIFY, Attribute.READABLE, b"")
-        device.add_service(Service(NUS_SERVICE, [self.rx, self.tx]))
-        # Any successful ATT read of any attribute (GAP name, CCC, discovery) is activity.
-        for attribute in device.gatt_server.attributes:
-            attribute.on("read", functools.partial(self.on_read, attribute))
+        self.nus = Service(NUS_SERVICE, [self.rx, self.tx])
+        self.battery = Service(GATT_BATTERY_SERVICE, [Characteristic(
+            GATT_BATTERY_LEVEL_CHARACTERISTIC, Characteristic.Properties.READ | Characteristic.Properties.NOTIFY,
+            Attribute.READABLE, bytes([87]))])
+        # Bumble's own services (GAP; GATT with Service Changed and Database
+        # Hash) come first and never move.
+        self.fixed_services = list(device.gatt_server.services)
+        device.add_service(self.nus)
+        self.hook_reads()
         self.tx.on("subscription", self.on_subscription)
         device.on("connection", self.on_connection)
 
@@ -185,6 +236,10 @@ class Dongle:
     def address(self):
         return address_text(self.device.public_address)
 
+    @property
+    def advertised_address(self):
+        return self.address if self.identity is None else address_text(self.identity)
+
     # ----------------------------------------------------------- advertising
 
     def advertising_data(self):
@@ -215,7 +270,7 @@ class Dongle:
         await self.device.start_advertising(
             advertising_type=AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE if connectable
             else AdvertisingType.UNDIRECTED_SCANNABLE,
-            own_address_type=OwnAddressType.PUBLIC,
+            own_address_type=OwnAddressType.PUBLIC if self.identity is None else OwnAddressType.RANDOM,
             advertising_data=self.advertising_data(),
             scan_response_data=self.scan_response_data(),
             advertising_interval_min=ADVERTISING_INTERVAL_MS,
@@ -226,7 +281,8 @@ class Dongle:
 
     async def on_advertising_deadline(self):
         async with self.lock:
-            if self.state is State.ADVERTISING and time.monotonic() >= self.advertising_until:
+            if (self.state is State.ADVERTISING and time.monotonic() >= self.advertising_until
+                    and not self.hung):  # the stuck application never gets to power off
                 await self.fall_asleep("advertise-timeout")
 
     async def fall_asleep(self, cause):
@@ -301,7 +357,7 @@ class Dongle:
             if self.state is State.ADVERTISING:  # not put to sleep meanwhile
                 await self.advertise()
 
-    async def drop_link(self):
+    async def drop_link(self, reason=REASON_TERMINATED):
         """The firmware's own disconnect. Telemetry stops first and what was
         already handed to the controller drains, so nothing is in flight when
         the link goes. Under the lock."""
@@ -312,7 +368,7 @@ class Dongle:
         except asyncio.TimeoutError:
             self.events.write(event="error", during="drain", error="timed out")
         try:
-            await asyncio.wait_for(connection.disconnect(REASON_TERMINATED), DISCONNECT_TIMEOUT_S)
+            await asyncio.wait_for(connection.disconnect(reason), DISCONNECT_TIMEOUT_S)
         except Exception as error:  # the link may be gone already; the controller may not answer
             self.events.write(event="error", during="disconnect", error=repr(error))
         finally:
@@ -336,12 +392,161 @@ class Dongle:
             if self.state is State.ADVERTISING and self.connection is None:
                 await self.advertise()  # as after any disconnect
 
-    async def disconnect(self):
+    async def disconnect(self, reason=REASON_TERMINATED):
         async with self.lock:
             if self.connection is None:
                 raise CommandError(f"not connected ({self.state.value})")
-            await self.drop_link()
+            await self.drop_link(reason)
             await self.advertise()  # as after any unexpected drop
+
+    # ------------------------------------------------------ application faults
+
+    async def hang(self):
+        """The application stops (a Nordic part whose SoftDevice keeps the
+        link while the application is stuck): no telemetry, no idle sleep, no
+        advertising timeout; the BLE stack still accepts connections, answers
+        ATT requests and takes writes."""
+        async with self.lock:
+            if self.hung:
+                return False
+            self.hung = True
+            self.hangs += 1
+            if self.state is State.CONNECTED:
+                self.cancel_deadline()  # the idle timer is the application's
+            self.events.write(event="hang", state=self.state.value)
+            return True
+
+    async def resume(self):
+        """The application runs again: telemetry resumes where it stopped
+        (no sequence number skipped), the idle and advertising deadlines
+        are armed afresh."""
+        async with self.lock:
+            if not self.hung:
+                return False
+            self.hung = False
+            self.events.write(event="resume", state=self.state.value)
+            if self.state is State.CONNECTED:
+                self.note_activity()
+            elif self.state is State.ADVERTISING:
+                self.advertising_until = time.monotonic() + self.settings.advertise_for
+                self.arm_deadline(self.settings.advertise_for, self.on_advertising_deadline)
+            return True
+
+    async def change_identity(self, kind, text):
+        """`address public` | `address random [ADDRESS]`: the dongle comes back
+        (the link, if any, dropped as by a reboot) advertising another
+        identity: its public address, or a random one (by default the
+        public address with the two top bits set: a static random address).
+        bluetoothd's object for the old identity stays behind."""
+        async with self.lock:
+            if kind == "public" and text is None:
+                identity = None
+            elif kind == "random":
+                if text is None:
+                    raw = bytearray(bytes(self.device.public_address))  # little-endian
+                    raw[5] |= 0xC0
+                    identity = Address(bytes(raw), Address.RANDOM_DEVICE_ADDRESS)
+                else:
+                    try:
+                        identity = Address(text, Address.RANDOM_DEVICE_ADDRESS)
+                    except (ValueError, TypeError):
+                        raise CommandError(f"address: not an address: {text!r}") from None
+            else:
+                raise CommandError("address: public | random [AA:BB:CC:DD:EE:FF]")
+            dropped = self.connection is not None
+            if dropped:
+                await self.drop_link()
+            self.identity = identity
+            if identity is not None:
+                # The controller's own random address too, not only the
+                # advertising set's: Bumble's emulated link finds an
+                # advertiser by it. btvirt finds it by the set's and refuses
+                # this legacy command (Command Disallowed) once extended
+                # advertising commands were used.
+                await self.stop_advertising()
+                try:
+                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=identity),
+                                                   check_result=True)
+                except HCI_Error as error:
+                    self.events.write(event="random-address-refused", error=str(error))
+                self.device.random_address = identity
+            self.events.write(event="identity", address=self.advertised_address,
+                              address_type="public" if identity is None else "random", dropped=dropped)
+            if self.state is not State.ASLEEP:
+                await self.advertise()
+            return {"address": self.advertised_address, "address_type": "public" if identity is None else "random",
+                    "dropped": dropped}
+
+    # ---------------------------------------------------------- GATT layout
+
+    def hook_reads(self):
+        """Any successful ATT read of any attribute (GAP name, CCC, discovery)
+        is activity; permissions are enforced (enforce_permissions);
+        attributes made by a new layout get both too."""
+        for attribute in self.device.gatt_server.attributes:
+            if not getattr(attribute, "e2e_read_hooked", False):
+                attribute.e2e_read_hooked = True
+                attribute.on("read", functools.partial(self.on_read, attribute))
+                enforce_permissions(attribute)
+
+    def rebuild_gatt(self, layout):
+        """The GATT database anew with `layout`; returns the first handle
+        that changed. Synchronous, so no notification goes out halfway."""
+        server = self.device.gatt_server
+        before = [(a.handle, a.type, bytes(a.value) if isinstance(a.value, bytes) else None)
+                  for a in server.attributes]
+        server.attributes = []
+        server.attributes_by_handle = {}
+        server.services = []
+        services = self.fixed_services + ([self.battery] if layout == "extra" else []) + [self.nus]
+        for service in services:
+            server.add_service(service)
+        after = [(a.handle, a.type, bytes(a.value) if isinstance(a.value, bytes) else None)
+                 for a in server.attributes]
+        changed = next((i + 1 for i, (a, b) in enumerate(zip(before, after)) if a != b),
+                       min(len(before), len(after)) + 1)
+        # CCC values live by handle: those at or past the change belong to
+        # attributes that moved or went (the client subscribes again).
+        for cccds in server.subscribers.values():
+            for handle in [h for h in cccds if h >= changed]:
+                del cccds[handle]
+        self.layout = layout
+        self.layout_changes += 1
+        self.hook_reads()
+        return changed
+
+    async def change_layout(self, layout, drop):
+        """`gatt LAYOUT [drop]`. Connected: the database changes under the
+        link and the central is told with a Service Changed indication for
+        the handles from the first changed one to 0xFFFF (when it enabled
+        them); with `drop`, the link goes first (a firmware update's reboot)
+        and the dongle advertises the new layout. Under the lock."""
+        async with self.lock:
+            if layout not in LAYOUTS:
+                raise CommandError(f"gatt: unknown layout {layout!r} ({' | '.join(LAYOUTS)})")
+            old_tx = self.tx.handle
+            dropped = False
+            if drop and self.connection is not None:
+                await self.drop_link()
+                dropped = True
+            changed = self.rebuild_gatt(layout)
+            reply = {"layout": layout, "first_changed_handle": changed, "tx_handle_before": old_tx,
+                     "tx_handle": self.tx.handle, "dropped": dropped, "indicated": False}
+            connection = self.connection
+            if connection is not None:
+                service_changed = self.device.gatt_service.service_changed_characteristic
+                if self.device.gatt_server.read_cccd(connection, service_changed)[0] & 0x02:
+                    value = struct.pack("<HH", changed, 0xFFFF)
+                    try:
+                        await asyncio.wait_for(
+                            self.device.gatt_server.indicate_subscriber(connection, service_changed, value), 10)
+                        reply["indicated"] = True
+                    except Exception as error:  # the link may go meanwhile; say so
+                        reply["indication_error"] = repr(error)
+            self.events.write(event="gatt-layout", **reply)
+            if dropped:
+                await self.advertise()
+            return reply
 
     async def sleep(self):
         async with self.lock:
@@ -398,12 +603,14 @@ class Dongle:
 
     def note_activity(self):
         self.last_activity = time.monotonic()
-        if self.state is State.CONNECTED and not self.closing_link:  # not while the link goes
+        # Not while the link goes; not while hung (the idle timer is the
+        # application's, and the application is stuck).
+        if self.state is State.CONNECTED and not self.closing_link and not self.hung:
             self.arm_deadline(self.settings.sleep_after, self.on_idle_deadline)
 
     async def on_idle_deadline(self):
         async with self.lock:
-            if (self.state is State.CONNECTED and self.connection is not None
+            if (self.state is State.CONNECTED and self.connection is not None and not self.hung
                     and time.monotonic() - self.last_activity >= self.settings.sleep_after):
                 await self.fall_asleep("idle")
 
@@ -430,7 +637,7 @@ class Dongle:
 
     async def notify_once(self):
         connection = self.connection
-        if (self.state is not State.CONNECTED or connection is None or self.closing_link
+        if (self.state is not State.CONNECTED or connection is None or self.closing_link or self.hung
                 or not self.notifications_enabled(connection)):
             return
         seq = self.seq + 1
@@ -467,7 +674,9 @@ class Dongle:
         return {
             "state": self.state.value,
             "address": self.address,
-            "address_type": "public",
+            "address_type": "public" if self.identity is None else "random",
+            "public_address": self.address,
+            "advertised_address": self.advertised_address,
             "seq": self.seq,
             "connections": self.connections,
             "refused": self.refused,
@@ -476,13 +685,17 @@ class Dongle:
             "rate": self.rate,
             "idle_for": now - self.last_activity if self.connection is not None else None,
             "refusing_for": max(0.0, self.refuse_until - now),
+            "hung": self.hung,
+            "layout": self.layout,
+            "tx_handle": self.tx.handle,
         }
 
 
 class Control:
     """The control protocol: one command per line in, one JSON line out."""
 
-    HELP = ("status | wake | sleep | disconnect | refuse SECONDS [silent] | rate N | quit")
+    HELP = ("status | wake | sleep | disconnect [REASON] | refuse SECONDS [silent] | rate N | hang | resume"
+            " | gatt base|extra [drop] | address public|random [ADDRESS] | quit")
 
     def __init__(self, dongle):
         self.dongle = dongle
@@ -509,9 +722,20 @@ class Control:
             return {"was_asleep": await dongle.wake()}
         if name == "sleep" and not arguments:
             return {"was_awake": await dongle.sleep()}
-        if name == "disconnect" and not arguments:
-            await dongle.disconnect()
-            return {}
+        if name == "disconnect" and len(arguments) <= 1:
+            reason = self.reason(arguments[0]) if arguments else REASON_TERMINATED
+            await dongle.disconnect(reason)
+            return {"reason": reason}
+        if name == "address" and len(arguments) in (1, 2):
+            return await dongle.change_identity(arguments[0].lower(), arguments[1] if len(arguments) == 2 else None)
+        if name == "hang" and not arguments:
+            return {"was_running": await dongle.hang()}
+        if name == "resume" and not arguments:
+            return {"was_hung": await dongle.resume()}
+        if name == "gatt" and len(arguments) in (1, 2):
+            if len(arguments) == 2 and arguments[1] != "drop":
+                raise CommandError(f"gatt: unknown option {arguments[1]!r} (only 'drop')")
+            return await dongle.change_layout(arguments[0].lower(), drop=len(arguments) == 2)
         if name == "refuse" and len(arguments) in (1, 2):
             silent = arguments[1:] == ["silent"]
             if len(arguments) == 2 and not silent:
@@ -525,6 +749,20 @@ class Control:
             self.quit.set()
             return {}
         raise CommandError(f"bad command {line!r}; commands: {self.HELP}")
+
+    @staticmethod
+    def reason(text):
+        """An HCI error code for HCI_Disconnect, decimal or 0x-hex. Any byte
+        but success: the controller judges it (a real one accepts only
+        0x05, 0x13-0x15, 0x1A, 0x29, 0x3B; btvirt and Bumble's relay any, which
+        the e2e run uses to stand in for a supervision timeout, 0x08)."""
+        try:
+            value = int(text, 0)
+        except ValueError:
+            raise CommandError(f"not a reason code: {text!r}") from None
+        if not 0 < value <= 0xFF:
+            raise CommandError(f"reason out of range: {text!r}")
+        return value
 
     @staticmethod
     def number(text):
@@ -554,7 +792,7 @@ class Control:
 
 
 async def main(options):
-    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate)
+    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate, options.first_seq)
     sent_log, events = JsonLines(options.sent_log), JsonLines(options.event_log)
     async with await open_transport(options.transport) as (source, sink):
         # The random address Bumble insists on is never used: we advertise
@@ -591,13 +829,15 @@ def parse(argv):
     parser.add_argument("--advertise-for", type=float, default=Settings.advertise_for, metavar="SECONDS",
                         help="advertising time after a disconnect before the dongle sleeps")
     parser.add_argument("--rate", type=float, default=Settings.rate, help="notifications per second")
+    parser.add_argument("--first-seq", type=int, default=Settings.first_seq, metavar="N",
+                        help="the first notification's sequence number (a dongle started again continues)")
     parser.add_argument("--control", metavar="PATH", help="control socket (unix stream)")
     parser.add_argument("--sent-log", metavar="PATH", help="JSON lines: every notification sent")
     parser.add_argument("--event-log", metavar="PATH", help="JSON lines: every event")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (DEBUG shows HCI)")
     options = parser.parse_args(argv)
-    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0:
-        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative")
+    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0 or options.first_seq < 1:
+        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative, --first-seq at least 1")
     if len(options.name.encode()) > MAX_NAME_BYTES:
         parser.error(f"--name: at most {MAX_NAME_BYTES} bytes of UTF-8")
     return options

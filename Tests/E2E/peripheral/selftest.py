@@ -24,10 +24,13 @@ import time
 import traceback
 
 from bumble import hci
+from bumble.att import ATT_READ_NOT_PERMITTED_ERROR, ATT_WRITE_NOT_PERMITTED_ERROR
 from bumble.controller import Controller
-from bumble.core import AdvertisingData, PhysicalTransport
+from bumble.core import AdvertisingData, PhysicalTransport, ProtocolError
 from bumble.device import Device, Peer
-from bumble.gatt import GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, GATT_DEVICE_NAME_CHARACTERISTIC, Characteristic
+from bumble.gatt import (GATT_BATTERY_SERVICE, GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR,
+                         GATT_DEVICE_NAME_CHARACTERISTIC, GATT_GENERIC_ATTRIBUTE_SERVICE,
+                         GATT_SERVICE_CHANGED_CHARACTERISTIC, Characteristic)
 from bumble.link import LocalLink
 from bumble.transport.common import AsyncPipeSink
 from bumble.transport.tcp_server import open_tcp_server_transport_with_socket
@@ -40,7 +43,8 @@ import dongle as firmware  # noqa: E402  (next to this file)
 SETTINGS = firmware.Settings(name="Tether-E2E", sleep_after=1.0, advertise_for=2.0, rate=20.0)
 DONGLE_ADDRESS = "00:AA:01:01:00:24"  # btvirt's style
 ALL_EVENTS = {"advertising", "connected", "disconnected", "subscribed", "unsubscribed", "write", "read",
-              "sleep", "wake", "refuse-start", "refused", "refuse-end", "control"}
+              "sleep", "wake", "refuse-start", "refused", "refuse-end", "control", "hang", "resume",
+              "gatt-layout", "identity"}
 
 ReportType = hci.HCI_LE_Extended_Advertising_Report_Event.EventType
 Properties = hci.HCI_LE_Set_Extended_Advertising_Parameters_Command.AdvertisingProperties
@@ -165,8 +169,10 @@ class Link:
         self.rx = self.tx = None
 
     async def discover(self):
-        await self.peer.discover_services([firmware.NUS_SERVICE])
-        service = self.peer.get_services_by_uuid(firmware.NUS_SERVICE)[0]
+        """NUS found anew (after a layout change too: the services this
+        discovery returned, not what an earlier one cached)."""
+        services = await self.peer.discover_services([firmware.NUS_SERVICE])
+        service = [s for s in services if s.uuid == firmware.NUS_SERVICE][0]
         await service.discover_characteristics()
         self.rx = service.get_characteristics_by_uuid(firmware.NUS_RX)[0]
         self.tx = service.get_characteristics_by_uuid(firmware.NUS_TX)[0]
@@ -313,7 +319,19 @@ class InProcess:
         check(link.rx.properties == both, "RX properties", str(link.rx.properties))
         check(link.tx.properties == Characteristic.Properties.NOTIFY, "TX properties", str(link.tx.properties))
         check(link.tx.get_descriptor(GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR) is not None, "TX has a CCC")
-        passed("connect: NUS discovered, RX write + write-without-response, TX notify with CCC, subscribed")
+        # As a real GATT server: RX is not readable, a declaration not writable.
+        errors = []
+        for request in (lambda: link.rx.read_value(),
+                        lambda: link.peer.gatt_client.write_value(link.tx.handle - 1, b"\x00\x00", with_response=True)):
+            try:
+                await request()
+                errors.append(None)
+            except ProtocolError as error:
+                errors.append(error.error_code)
+        check(errors == [ATT_READ_NOT_PERMITTED_ERROR, ATT_WRITE_NOT_PERMITTED_ERROR], "ATT permission errors",
+              str(errors))
+        passed("connect: NUS discovered, RX write + write-without-response, TX notify with CCC, subscribed; "
+               "reading RX: Read Not Permitted, writing a declaration: Write Not Permitted")
 
     async def writes_keep_awake(self):
         started = time.monotonic()
@@ -388,6 +406,138 @@ class InProcess:
         check(not self.link.closed.done() and (await self.status())["refused"] == 2, "connect after the window")
         passed(f"`refuse 2`: still advertising, connects {outcomes}; after {waited:.1f} s a connect holds")
 
+    async def hang_and_resume(self):
+        """`hang`: the link stays, writes are taken, no telemetry, no idle
+        sleep (idle for three sleep_after); a central that reconnects meanwhile
+        gets the link but no data; `resume`: telemetry continues, no seq lost."""
+        received = self.central.received
+        await asyncio.sleep(0.3)
+        sleeps = (await self.status())["sleeps"]
+        reply = await self.ctl("hang")
+        check(reply["was_running"] is True and (await self.status())["hung"] is True, "hang reply", json.dumps(reply))
+        last = received[-1][0]
+        await self.link.rx.write_value(b"\x00", with_response=False)
+        await self.link.rx.write_value(b"\x01", with_response=True)  # answered by the stack
+        await asyncio.sleep(SETTINGS.sleep_after * 3)
+        reply = await self.status()
+        check(not self.link.closed.done() and reply["state"] == "connected" and reply["sleeps"] == sleeps,
+              "hung: the link stays, no sleep", json.dumps(reply))
+        check(received[-1][0] == last, "hung: no notifications", f"{received[-1][0]} after {last}")
+        writes = [e for e in self.events() if e["event"] == "write" and e["t"] > time.monotonic() - 5]
+        check(len(writes) >= 2, "hung: writes accepted", str(writes))
+        # The central gives up on the link and comes back: still no data.
+        await self.link.connection.disconnect()
+        await self.link.wait_closed(1)
+        check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "hung: advertising after the drop")
+        self.link = await self.central.open(self.address)
+        await asyncio.sleep(SETTINGS.sleep_after * 1.5)
+        check(not self.link.closed.done() and received[-1][0] == last and (await self.status())["sleeps"] == sleeps,
+              "hung: reconnected, no data, no sleep")
+        resumed = time.monotonic()
+        check((await self.ctl("resume"))["was_hung"] is True, "resume reply")
+        check(await self.status_becomes(lambda r: r["seq"] > last, 1), "telemetry after resume")
+        await asyncio.sleep(0.2)
+        check(received[-1][0] > last and [s for s, _ in received if s > last][0] == last + 1,
+              "resume: seq continues", str(received[-3:]))
+        check((await self.ctl("resume"))["was_hung"] is False, "resume twice")
+        # Awake again: the idle deadline applies (kept off by writes here).
+        for i in range(4):
+            await self.link.rx.write_value(bytes([i]), with_response=False)
+            await asyncio.sleep(0.3)
+        check(not self.link.closed.done(), "writes keep the link after resume")
+        passed(f"`hang`: link and writes kept, no telemetry and no sleep for {SETTINGS.sleep_after * 3:.0f} s, "
+               f"reconnect while hung gets no data; `resume`: seq {last + 1} next, "
+               f"{time.monotonic() - resumed:.1f} s of writes after keep the link")
+
+    async def service_changed(self):
+        """`gatt extra` while connected: a Battery Service appears before NUS,
+        NUS moves, the central gets a Service Changed indication for the moved
+        range; TX notifications stop until it subscribes at the new handle.
+        `gatt base drop`: back, across a dropped link."""
+        received = self.central.received
+        gatt_service = (await self.link.peer.discover_services([GATT_GENERIC_ATTRIBUTE_SERVICE]))[0]
+        await gatt_service.discover_characteristics()
+        changed = gatt_service.get_characteristics_by_uuid(GATT_SERVICE_CHANGED_CHARACTERISTIC)[0]
+        indications = []
+        await changed.subscribe(lambda value: indications.append(bytes(value)), prefer_notify=False)
+        old_tx = self.link.tx.handle
+        reply = await self.ctl("gatt extra")
+        check(reply["indicated"] is True and reply["layout"] == "extra" and reply["tx_handle_before"] == old_tx
+              and reply["tx_handle"] == old_tx + 4, "gatt extra reply", json.dumps(reply))
+        await asyncio.sleep(0.2)
+        first = reply["first_changed_handle"]
+        check(indications == [first.to_bytes(2, "little") + b"\xff\xff"], "Service Changed indication",
+              str(indications))
+        check(first <= old_tx - 4, "the range starts at the inserted service", f"{first} vs TX {old_tx}")
+        last = received[-1][0]
+        await asyncio.sleep(0.5)
+        check(received[-1][0] == last and (await self.status())["seq"] == last,
+              "no TX notifications until subscribed again", f"{received[-1][0]} after {last}")
+        await self.link.discover()
+        check(self.link.tx.handle == old_tx + 4, "TX found at the new handle", str(self.link.tx.handle))
+        battery = await self.link.peer.discover_services([GATT_BATTERY_SERVICE])
+        check(len(battery) == 1 and battery[0].handle < self.link.tx.handle, "Battery Service before NUS")
+        await self.link.tx.subscribe(self.central.on_notification)
+        await asyncio.sleep(0.5)
+        new = [seq for seq, _ in received if seq > last]
+        check(new and new == list(range(last + 1, last + 1 + len(new))), "telemetry on the new handle, seq goes on",
+              str(new[:5]))
+        # A reboot into the old layout: the link drops, the dongle advertises.
+        reply = await self.ctl("gatt base drop")
+        check(reply["dropped"] is True and reply["indicated"] is False and reply["tx_handle"] == old_tx,
+              "gatt base drop reply", json.dumps(reply))
+        check(await self.link.wait_closed(1) == firmware.REASON_TERMINATED, "gatt drop: link dropped with 0x13")
+        check((await self.status())["state"] == "advertising", "gatt drop: advertising")
+        self.link = await self.central.open(self.address)
+        check(self.link.tx.handle == old_tx, "TX back at its old handle after the reboot")
+        await asyncio.sleep(0.3)
+        check(received[-1][0] > new[-1], "telemetry after the reboot")
+        bad = await self.ctl.send("gatt", "gatt fancy", "gatt base later")
+        check(all(r["ok"] is False for r in bad), "bad gatt commands refused", json.dumps(bad))
+        passed(f"`gatt extra`: Service Changed 0x{first:04x}-0xffff indicated, TX 0x{old_tx:04x} -> 0x{old_tx + 4:04x}, "
+               "telemetry only after subscribing there, seq continuous; `gatt base drop`: link dropped, TX back")
+
+    async def disconnect_reason(self):
+        link = self.link
+        reply = await self.ctl("disconnect 0x08")
+        reason = await link.wait_closed(1.0)
+        check(reply["reason"] == 8 and reason == 0x08, "disconnect 0x08: the central sees 0x08", hex(reason))
+        check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "advertising after disconnect 0x08")
+        bad = await self.ctl.send("disconnect 0", "disconnect x", "disconnect 0x100")
+        check(all(r["ok"] is False for r in bad), "bad reasons refused", json.dumps(bad))
+        self.link = await self.central.open(self.address)
+        passed("`disconnect 0x08`: the central's link ends with reason 0x08 (a supervision timeout's), "
+               "advertising again")
+
+    async def identity(self):
+        """`address random`: the dongle reboots into a static random identity
+        (its public address with the top bits set); the old one no longer
+        connects. `address public`: back."""
+        random_text = "C0" + DONGLE_ADDRESS[2:]
+        reply = await self.ctl("address random")
+        check(reply["address"] == random_text and reply["address_type"] == "random" and reply["dropped"] is True,
+              "address random reply", json.dumps(reply))
+        await self.link.wait_closed(1)
+        random = hci.Address(random_text, hci.Address.RANDOM_DEVICE_ADDRESS)
+        check(await self.central.scan(random, 0.5) is not None, "advertising the random identity")
+        check(await self.central.scan(self.address, 0.5) is None, "the public identity is gone from the air")
+        old = await connect_fails(self.central, self.address)
+        check(old is not None, "a connect to the old identity fails")
+        before = len(self.central.received)
+        link = await self.central.open(random)
+        await asyncio.sleep(0.3)
+        reply = await self.status()
+        check(len(self.central.received) > before and reply["advertised_address"] == random_text
+              and reply["address_type"] == "random", "telemetry on the random identity", json.dumps(reply))
+        reply = await self.ctl("address public")
+        check(reply["address"] == DONGLE_ADDRESS and reply["dropped"] is True, "address public reply", json.dumps(reply))
+        await link.wait_closed(1)
+        self.link = await self.central.open(self.address)
+        bad = await self.ctl.send("address", "address private", "address random nonsense", "address public C0:00:00:00:00:01")
+        check(all(r["ok"] is False for r in bad), "bad address commands refused", json.dumps(bad))
+        passed(f"`address random`: advertising as {random_text} (random), a connect to the public identity "
+               f"{old}, telemetry on the new one; `address public`: back")
+
     async def central_leaves(self):
         await self.central.close(self.link)
         check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "advertising after the central left")
@@ -442,7 +592,7 @@ class InProcess:
         check(all(r["ok"] for rs in replies for r in rs) and replies[0][2]["rate"] == 5, "pipelined commands",
               json.dumps(replies))
         bad = ["", "bogus", "rate x", "rate -1", "rate nan", "refuse", "refuse 1 loud", "disconnect", "wake now",
-               "status extra", "\udcff\udcfe"]
+               "status extra", "\udcff\udcfe", "hang now", "resume now", "gatt extra drop now", "disconnect 0x13 0x13"]
         replies = await other.send(*bad)
         check(all(r["ok"] is False and r["error"] for r in replies), "bad commands answered with errors",
               json.dumps(replies))
@@ -492,7 +642,8 @@ class InProcess:
     async def run(self):
         await self.start()
         for step in (self.advertising, self.gatt, self.writes_keep_awake, self.reads_keep_awake, self.idle_sleep,
-                     self.asleep_until_woken, self.disconnect_command, self.refuse, self.central_leaves,
+                     self.asleep_until_woken, self.disconnect_command, self.refuse, self.hang_and_resume,
+                     self.service_changed, self.disconnect_reason, self.identity, self.central_leaves,
                      self.refuse_silently, self.advertise_timeout, self.sleep_command, self.sent_log_matches,
                      self.control_protocol, self.robustness, self.event_log, self.quit):
             await step()
@@ -511,7 +662,7 @@ async def subprocess_run(work, link_air, central):
     sent_path = os.path.join(work, "sub-sent.jsonl")
     process = await asyncio.create_subprocess_exec(
         sys.executable, os.path.join(HERE, "dongle.py"), "--transport", f"tcp-client:127.0.0.1:{port}",
-        "--sleep-after", "1", "--advertise-for", "5", "--rate", "20", "--control", control_path,
+        "--sleep-after", "1", "--advertise-for", "5", "--rate", "20", "--first-seq", "101", "--control", control_path,
         "--sent-log", sent_path, "--event-log", os.path.join(work, "sub-events.jsonl"),
         stdout=asyncio.subprocess.PIPE)
     try:
@@ -526,7 +677,8 @@ async def subprocess_run(work, link_air, central):
         reply = await ctl("status")
         ctl.close()
         got = central.received[before:]
-        check(reply["state"] == "connected" and got and got[0][0] == 1, "subprocess telemetry", json.dumps(reply))
+        check(reply["state"] == "connected" and got and got[0][0] == 101, "subprocess telemetry from --first-seq",
+              json.dumps(reply))
         process.send_signal(signal.SIGTERM)
         code = await asyncio.wait_for(process.wait(), 5)
         check(code == 0, "exit status after SIGTERM", str(code))

@@ -484,6 +484,17 @@ def snoop_records(snoop):
         yield flags >> 16, flags & 0xFFFF, (stamp - BTSNOOP_UNIX_OFFSET_US) / 1e6, body
 
 
+def bluetoothctl_list():
+    """`bluetoothctl list`, tried up to three times: bluetoothctl 5.66 once
+    died of SIGSEGV here (exit -11) while controllers came and went."""
+    for _ in range(3):
+        result = subprocess.run(["bluetoothctl", "list"], capture_output=True, text=True, timeout=30)
+        if result.returncode == 0:
+            return result.stdout
+        time.sleep(0.5)
+    raise RuntimeError(f"bluetoothctl list exited {result.returncode} three times: {result.stdout}{result.stderr}".strip())
+
+
 def hci_resets(snoop, index=0):
     """The times of the HCI_Reset commands sent to controller `index`."""
     return [stamp for i, op, stamp, body in snoop_records(snoop)
@@ -957,7 +968,11 @@ def stale_device(stack):
             removed = stack.tether_log.matching(r"event=device-removed\b", since, end)
             if removed:
                 figures[f"{tag}_removed_s"] = round(removed[0][0] - since, 1)
-            else:
+            elif kind == "random":
+                # Public to random leaves an object bluetoothd cannot connect
+                # and cannot replace: only its removal brings the dongle back.
+                # Back to public, bluetoothd has made the random one anew and
+                # may connect without a removal: online is what counts.
                 problems.append(f"{tag}: no device-removed")
             if online is None:
                 problems.append(f"{tag}: not online within 180 s")
@@ -1061,7 +1076,7 @@ def probe_vanish(stack):
     wall, since = time.time(), time.monotonic()
     stack.guest.stop("dongle", signal.SIGKILL)
     watch("sigkill", wall, since)
-    figures["bluetoothd_adapters"] = len(re.findall(r"^Controller ", run(["bluetoothctl", "list"]), re.M))
+    figures["bluetoothd_adapters"] = len(re.findall(r"^Controller ", bluetoothctl_list(), re.M))
     subprocess.run(["btmgmt", "--index", "1", "power", "off"], capture_output=True, timeout=20)
     wait_until(lambda: subprocess.run(["hciconfig", "hci1", "down"], capture_output=True).returncode == 0, 20)
     stack.start_dongle(first_seq=max((r["seq"] for r in stack.all_sent()), default=0) + 1)
@@ -1115,7 +1130,7 @@ def controller_init_failed(stack):
             return False, figures, f"the kernel did not time out hci{index}'s HCI_Reset within 40 s"
         figures["reset_timeout_s"] = round(time.monotonic() - created, 1)
         figures["kernel"] = timeout[-1].split("] ", 1)[-1]
-        listed = run(["bluetoothctl", "list"])
+        listed = bluetoothctl_list()
         if VHCI_ADDRESS in listed:
             problems.append("bluetoothd lists the controller that failed")
         started = stack.start_tether(adapter=f"hci{index}")
@@ -1192,7 +1207,7 @@ def adapter_renumbered(stack):
     figures["gateway"] = f"hci{index} {gateway}"
     if not wait_until(lambda: controller_address(index), 30, step=0.5):
         raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
-    if not wait_until(lambda: gateway in run(["bluetoothctl", "list"]), 20, step=1):
+    if not wait_until(lambda: gateway in bluetoothctl_list(), 20, step=1):
         raise SetupFailure(f"bluetoothd did not list Bumble's controller {gateway}")
 
     def reading_after(since, timeout):
@@ -1366,7 +1381,7 @@ SCENARIOS = [
 # stale-device fails on Tether as it is (its stale-object heuristic ignores
 # its own connect timeouts, all that a stale object gives on this stack; see
 # README): opt-in until Tether handles it, so `make e2e` stays a gate.
-OPT_IN = {"stale-device", "probe-stale", "probe-gatt-interrupted", "probe-vanish"}
+OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
 
 
 def main():

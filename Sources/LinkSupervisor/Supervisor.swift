@@ -360,6 +360,10 @@ public struct Supervisor: Sendable {
         }
     }
 
+    /// Linux's LE connection timeout (HCI_LE_CONN_TIMEOUT, 20 s): a Connect
+    /// the kernel makes ends by then, connected or not.
+    static let kernelLEConnectionTimeout: Duration = .seconds(20)
+
     private mutating func attemptFailed(_ failure: LinkFailure, cancel: Bool) {
         cancelTimer(.attemptDeadline)
         status.lastError = failure.description
@@ -711,14 +715,18 @@ public struct Supervisor: Sendable {
             switch state {
             case .connecting:
                 connectInFlight = nil
-                // A stale-object sign too: the kernel ends a Connect to a peer
-                // that does not answer with le-connection-abort-by-local after
-                // its 20 s LE timeout; one that never ends is an object the
-                // kernel cannot even try (bluetoothd 5.66 in `make e2e`: the
-                // dongle back with the same address as a random one, the
-                // object still public, no LE Create Connection ever sent).
+                // A stale-object sign when the Connect outlived the kernel's
+                // own LE connection timeout: the kernel ends a connection it
+                // is making to a silent peer with le-connection-abort-by-local
+                // by then, so one still pending is an object the kernel never
+                // even tried (bluetoothd 5.66 in `make e2e`: the dongle back
+                // under its address as a random one, the object still public,
+                // no LE Create Connection sent). A shorter timeout proves
+                // nothing: it also cuts off attempts on a dongle that merely
+                // does not accept yet.
+                let neverTried = policy.connectTimeout > Self.kernelLEConnectionTimeout
                 attemptFailed(
-                    LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: true),
+                    LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried),
                     cancel: true
                 )
             case .resolving, .subscribing:

@@ -47,16 +47,24 @@ import Testing
         // bluetoothd 5.66 in `make e2e`: an object whose address type no longer
         // matches the dongle's; the kernel never even tries, and Connect hangs
         // until Tether's connect timeout cancels it.
-        var settings = SupervisorTests.settings
-        settings.escalation = []
-        var link = VirtualLink(settings: settings)
-        link.connectResult = nil
-        link.observe(VirtualLink.down)
-        link.advance(by: .seconds(400))
-        #expect(removals(link) == 1)
-        #expect(link.count {
-            if case .report(.staleDeviceRemoved(_, let error)) = $0, error.contains("no connection within") { true } else { false }
+        func exhausted(connectTimeout: Duration) -> VirtualLink {
+            var settings = SupervisorTests.settings
+            settings.escalation = []
+            settings.policy.connectTimeout = connectTimeout
+            var link = VirtualLink(settings: settings)
+            link.connectResult = nil
+            link.observe(VirtualLink.down)
+            link.advance(by: .seconds(400))
+            return link
+        }
+        // Longer than the kernel's 20 s LE timeout: the kernel never tried.
+        let neverTried = exhausted(connectTimeout: .seconds(30))
+        #expect(removals(neverTried) == 1)
+        #expect(neverTried.count {
+            if case .report(.staleDeviceRemoved(_, let error)) = $0, error.contains("no connection within 30s") { true } else { false }
         } == 1)
+        // Within it, a timeout is only a dongle that does not accept (yet): no removal.
+        #expect(removals(exhausted(connectTimeout: .seconds(10))) == 0)
     }
 
     @Test func oneRemovalPerOutageThenTheUsualCooldown() {

@@ -9,6 +9,15 @@ import Glibc
 /// ancestor that exists, moved down as the missing components appear; no
 /// timer, no polling.
 ///
+/// Two ways to miss the directory, both seen under systemd (make e2e's
+/// systemd-forward stalled with nothing forwarded): a component appears
+/// between the check and the watch moving down to its parent, so each move
+/// is followed by another check until the watch stays put; and systemd
+/// creates a `StateDirectory=` as root, 0750, before it hands it to the
+/// service's user, so watching it can fail with EACCES for a moment. Then
+/// the watch stays on the ancestor above, whose IN_ATTRIB for the child
+/// (the chown) brings the next check.
+///
 /// Threading: confined to `loop`. Invariants: at most one watch; after
 /// `onAppear` ran, or after `close()`, none.
 final class DirectoryAppearance {
@@ -54,29 +63,42 @@ final class DirectoryAppearance {
 
     private func check() {
         guard loopWatch != nil else { return }
-        if Self.isDirectory(path) {
-            close()
-            onAppear()
-        } else {
-            // A component appeared (or went): watch the nearest ancestor again.
-            try? watchNearestAncestor()
+        // A component appeared (or went): watch the nearest ancestor again,
+        // and look again after every move, since the next component may
+        // have appeared before the new watch was in place.
+        while !Self.isDirectory(path) {
+            guard (try? watchNearestAncestor()) == true else { return }
         }
+        close()
+        onAppear()
     }
 
-    private func watchNearestAncestor() throws(Failure) {
+    /// Moves the watch to the nearest ancestor that exists; true if it moved.
+    /// When that ancestor cannot be watched yet (EACCES while systemd hands
+    /// it over) and another watch is in place, that one stays.
+    @discardableResult
+    private func watchNearestAncestor() throws(Failure) -> Bool {
         var ancestor = path
         repeat {
             ancestor = ancestor.lastIndex(of: "/").map { String(ancestor[..<$0]) } ?? "."
             if ancestor.isEmpty { ancestor = "/" }
         } while !Self.isDirectory(ancestor) && ancestor != "/" && ancestor != "."
-        guard ancestor != watchedAncestor else { return }
-        if ancestorWatch >= 0 { _ = inotify_rm_watch(fd, ancestorWatch) }
-        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_ONLYDIR)
-        ancestorWatch = inotify_add_watch(fd, ancestor, mask)
-        guard ancestorWatch >= 0 else {
-            throw Failure(description: "\(ancestor): cannot watch for \(path) to appear: \(String(cString: strerror(errno)))")
+        guard ancestor != watchedAncestor else { return false }
+        // IN_ATTRIB: a child's owner or mode changed (a directory handed
+        // over), which may make it watchable now.
+        let mask = UInt32(IN_CREATE | IN_MOVED_TO | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF) | UInt32(IN_ONLYDIR)
+        let watch = inotify_add_watch(fd, ancestor, mask)
+        guard watch >= 0 else {
+            let reason = String(cString: strerror(errno))
+            if ancestorWatch >= 0 { return false }
+            throw Failure(description: "\(ancestor): cannot watch for \(path) to appear: \(reason)")
         }
+        // inotify gives one watch per inode: a move back up may return the
+        // descriptor already held, which must not then be removed.
+        if ancestorWatch >= 0 && ancestorWatch != watch { _ = inotify_rm_watch(fd, ancestorWatch) }
+        ancestorWatch = watch
         watchedAncestor = ancestor
+        return true
     }
 
     func close() {

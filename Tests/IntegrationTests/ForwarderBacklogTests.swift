@@ -129,4 +129,32 @@ import Testing
         await forwarder.stop()
         #expect(done, "\(forwarder.forwarder.status)")
     }
+
+    /// systemd creates a `StateDirectory=` as root, 0750, and only then
+    /// hands it to the service's user: for a moment the forwarder cannot
+    /// watch it (EACCES). Played here as a directory made 0000 and opened up
+    /// a moment later, with the readings directory created at once inside
+    /// it. Root is never refused a watch, so as root this runs the plain
+    /// path (still a check of the move-then-look-again order).
+    @Test func aReadingsDirectoryWhoseParentIsHandedOverLateIsStillSeen() async throws {
+        let directory = try TemporaryDirectory("forward-handover")
+        defer { directory.remove() }
+        let instance = directory.path + "/instance"
+        let readings = instance + "/readings"
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let forwarder = try await ForwarderTests.RunningForwarder(
+            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+        #expect(await eventually { forwarder.forwarder.status.connected }, "it connects meanwhile")
+        #expect(mkdir(instance, 0) == 0)
+        try await Task.sleep(for: .milliseconds(200))
+        #expect(chmod(instance, 0o755) == 0)
+        let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append((1...50).map { Self.reading(UInt32($0)) })
+        log.close()
+        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 50 }
+        await forwarder.stop()
+        #expect(done, "\(forwarder.forwarder.status)")
+    }
 }

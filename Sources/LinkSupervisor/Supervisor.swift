@@ -2,15 +2,24 @@
 ///
 /// Pure logic with no I/O and no clock of its own: the adapter layer feeds it
 /// events together with the current monotonic time, and carries out the
-/// actions it returns (calls to BlueZ, timers). Unit tests drive it on a
-/// virtual clock.
+/// actions it returns (calls to BlueZ, timers). Unit tests and `make dst`
+/// drive it on a virtual clock.
+///
+/// In swift-nio's style: one `State` enum whose cases carry the data each
+/// state needs (Supervisor+State.swift), one function per input. Beside it
+/// there are only the settings, the last observation of the world (an
+/// input), counts and facts about the past (`History`), and the effects
+/// asked for and not yet answered (`Outstanding`: armed timers, a
+/// RemoveDevice, a reconnect request's answer).
 ///
 /// Invariants:
 /// - at most one connect, one subscribe and one poll are in flight, each
-///   tagged with an id; results for anything else are stale and ignored;
+///   tagged with an id held only by the state that waits for it; results
+///   for anything else are stale and ignored;
 /// - no connect attempt is made while bluetoothd is away or the adapter off;
 /// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
-///   and an exhausted window always leads to cooling down, never to silence;
+///   and an exhausted window always leads to cooling down or an escalation,
+///   never to silence;
 /// - every state change comes with a `.transition` action naming its cause;
 /// - with a silence limit, `online` means data flows: it is entered with the
 ///   first notification of a session and left once none came for the limit;
@@ -82,77 +91,42 @@ public struct Supervisor: Sendable {
         public init() {}
     }
 
-    private struct Window {
-        var start: Duration
-        var attempts = 0
-        /// Failed attempts whose error pointed at a stale device object.
-        var staleFailures = 0
-        var lastStaleError: String?
-    }
-
     public let settings: Settings
     public private(set) var observation = LinkObservation()
-    public private(set) var status = Status()
-    public var state: SupervisorState { status.state }
-
-    private var window: Window?
-    private var blindAttempt = false
-    /// The device object was removed since the link was last online: the
-    /// next exhausted window escalates instead (one removal per outage).
-    private var removedStaleDevice = false
-    /// RemoveDevice is in flight; the window that asked for it is over.
-    private var removalInFlight = false
-    private var hasBeenOnline = false
-    private var operationCounter = 0
-    private var connectInFlight: Int?
-    private var subscribeInFlight: Int?
-    private var pollInFlight: Int?
-    private var failedPolls = 0
-    private var discovering = false
-    private var pendingEscalation: [EscalationStep] = []
-    private var escalationInFlight: EscalationStep?
-    /// Set while we wait for bluetoothd to report the link down: after we
-    /// asked for a disconnect, or after the notification socket closed.
-    private var awaitingDisconnect: AwaitedDisconnect?
-
-    private struct AwaitedDisconnect {
-        var cause: String
-        /// We asked for it (a forced reconnect): its confirmation is the
-        /// expected disconnect. Otherwise the loss was reported when noticed.
-        var requested: Bool
-    }
-    /// Since when discovery has been listening in this cooldown, and when the
-    /// dongle was last seen advertising.
-    private var listeningSince: Duration?
-    private var lastAdvertisement: Duration?
-    /// Online sessions in a row that ended sooner than `stableLink`.
-    private var shortSessions = 0
-    /// The current attempt saw Connected=true (the Connect reply and the
-    /// property change reach us by different paths, in either order).
-    private var connectedSeen = false
-    /// Someone asked for a reconnect and waits to hear that its attempt
-    /// started (`.answerReconnect`), or why none can.
-    private var reconnectAwaitingAttempt = false
-    /// A reconnect was asked for while an escalation step ran.
-    private var reconnectAfterEscalation = false
-    /// The adapter is off because an escalation step left it off.
-    private var adapterOffByEscalation = false
-    /// The link stayed up while its GATT objects moved: coming online
-    /// again is a re-subscription, not a reconnect.
-    private var resubscribing = false
-    /// The last notification of the current link session (from its connect
-    /// attempt on), and when the session was subscribed: the silence timer's
-    /// references.
-    private var lastDataAt: Duration?
-    private var subscribedAt: Duration?
-    private var activeTimers: Set<SupervisorTimer> = []
+    /// Where the supervisor is; see `State`.
+    private var current: State = .waitingForBluez
+    private var history = History()
+    private var outstanding = Outstanding()
+    private var lastError: String?
+    private var reconnects = 0
+    private var silenceEvents = 0
     private var random: SplitMix64
+    /// The time of the event being handled, and the actions it produced.
     private var now: Duration = .zero
     private var actions: [SupervisorAction] = []
 
     public init(settings: Settings, seed: UInt64) {
         self.settings = settings
         random = SplitMix64(seed: seed)
+    }
+
+    public var state: SupervisorState { current.name }
+
+    /// What `tether status` and the control API show, derived from the state.
+    public var status: Status {
+        var status = Status()
+        status.state = current.name
+        status.windowAttempt = current.window?.attempts ?? 0
+        switch current {
+        case .backingOff(_, let at): status.nextAttemptAt = at
+        case .coolingDown(let cooldown): status.nextAttemptAt = cooldown.blindAttemptAt
+        case .online(_, let since): status.connectedSince = since
+        default: break
+        }
+        status.lastError = lastError
+        status.reconnects = reconnects
+        status.silenceEvents = silenceEvents
+        return status
     }
 
     private var policy: ReconnectPolicy { settings.policy }
@@ -185,17 +159,17 @@ public struct Supervisor: Sendable {
     /// A waiting reconnect request is answered once: when a connect attempt
     /// starts, or when bluetoothd or the adapter goes away first.
     private mutating func answerReconnectIfDecided() {
-        guard reconnectAwaitingAttempt else { return }
+        guard outstanding.reconnectAnswer else { return }
         if actions.contains(where: { if case .answerReconnect = $0 { true } else { false } }) {
-            reconnectAwaitingAttempt = false
+            outstanding.reconnectAnswer = false
         } else if actions.contains(where: { if case .connect = $0 { true } else { false } }) {
-            reconnectAwaitingAttempt = false
-            actions.append(.answerReconnect(.started(attempt: status.windowAttempt)))
-        } else if state == .waitingForBluez {
-            reconnectAwaitingAttempt = false
+            outstanding.reconnectAnswer = false
+            actions.append(.answerReconnect(.started(attempt: current.window?.attempts ?? 0)))
+        } else if case .waitingForBluez = current {
+            outstanding.reconnectAnswer = false
             actions.append(.answerReconnect(.notReady("bluetoothd went away")))
-        } else if state == .waitingForAdapter {
-            reconnectAwaitingAttempt = false
+        } else if case .waitingForAdapter = current {
+            outstanding.reconnectAnswer = false
             actions.append(.answerReconnect(.notReady("the adapter went away or was powered off")))
         }
     }
@@ -207,156 +181,137 @@ public struct Supervisor: Sendable {
         observation = new
 
         if !new.bluezPresent {
-            guard state != .waitingForBluez else { return }
+            if case .waitingForBluez = current { return }
             if old.bluezPresent { actions.append(.report(.bluezVanished)) }
             linkGoneQuietly()
-            enter(.waitingForBluez, "bluetoothd is not on the bus")
-            return
+            return enter(.waitingForBluez, "bluetoothd is not on the bus")
         }
         // An escalation switches the adapter off and on itself; it is
         // re-evaluated when the step finishes.
-        if state == .escalating { return }
+        if case .escalating = current { return }
         if !new.adapterPresent || !new.adapterPowered {
-            guard state != .waitingForAdapter else { return }
-            if state != .waitingForBluez { actions.append(.report(.adapterUnavailable)) }
+            switch current {
+            case .waitingForAdapter: return
+            case .waitingForBluez: break
+            default: actions.append(.report(.adapterUnavailable))
+            }
             linkGoneQuietly()
-            enter(.waitingForAdapter, new.adapterPresent ? "the adapter is powered off" : "no adapter")
-            return
+            return enter(.waitingForAdapter(offByEscalation: false), new.adapterPresent ? "the adapter is powered off" : "no adapter")
         }
 
-        switch state {
-        case .waitingForBluez, .waitingForAdapter:
-            adapterOffByEscalation = false
+        switch current {
+        case .waitingForBluez:
+            if !old.bluezPresent, history.hasBeenOnline { actions.append(.report(.bluezAppeared)) }
+            attemptOrSearch(window: Window(start: now), cause: "bluetoothd is on the bus")
+        case .waitingForAdapter:
             cancelTimer(.powerOn)
-            if state == .waitingForBluez, !old.bluezPresent, hasBeenOnline {
-                actions.append(.report(.bluezAppeared))
-            }
-            openWindow()
-            attemptOrSearch(cause: state == .waitingForBluez ? "bluetoothd is on the bus" : "the adapter is powered on")
+            attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on")
         case .searching:
             if new.devicePresent {
                 stopDiscoveryIfRunning()
-                openWindow()
-                attempt(cause: "the dongle is known to bluetoothd")
+                attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd")
             }
-        case .connecting:
-            if new.connected { connectedSeen = true }  // the Connect reply decides
-        case .resolving:
-            if new.connected { connectedSeen = true }
-            if !new.connected && (old.connected || connectedSeen) {
+        case .connecting(var setup, let connect):
+            // The Connect reply decides.
+            if new.connected && !setup.connectedSeen {
+                setup.connectedSeen = true
+                current = .connecting(setup, connect: connect)
+            }
+        case .resolving(var setup):
+            if new.connected { setup.connectedSeen = true }
+            if !new.connected && (old.connected || setup.connectedSeen) {
                 linkLost(cause: "the link dropped while resolving services")
             } else if new.linkReady {
-                startSubscribing()
+                startSubscribing(setup)
+            } else {
+                current = .resolving(setup)
             }
         case .subscribing, .waitingForData, .online:
             if !new.connected { linkLost(cause: "the link dropped") }
-        case .backingOff:
-            if let awaited = awaitingDisconnect, !new.connected {
-                awaitingDisconnect = nil
-                cancelTimer(.disconnectDeadline)
-                if awaited.requested { actions.append(.report(.disconnected(unexpected: false))) }
-                openWindowAfterLoss(requested: awaited.requested)
-                scheduleAttempt(cause: awaited.cause)
-            }
-        case .coolingDown, .escalating:
+        case .awaitingDisconnect(let wait):
+            guard !new.connected else { return }
+            cancelTimer(.disconnectDeadline)
+            if wait.requested { actions.append(.report(.disconnected(unexpected: false))) }
+            scheduleAttempt(window: windowAfterLoss(wait.window, requested: wait.requested), cause: wait.cause)
+        case .backingOff, .coolingDown, .escalating:
             break
         }
     }
 
     private mutating func dongleAdvertising() {
-        let silentSince = lastAdvertisement ?? listeningSince ?? now
-        lastAdvertisement = now
-        switch state {
-        case .coolingDown:
-            // Seen again after a silence: it woke up (or was woken).
-            guard observation.devicePresent, now - silentSince >= settings.advertisingSilence else { return }
-            cancelTimer(.retry)
-            stopDiscoveryIfRunning()
-            blindAttempt = false
-            openWindow()
-            attempt(cause: "the dongle is advertising")
-        default:
-            break
-        }
+        guard case .coolingDown(var cooldown) = current else { return }
+        let silentSince = cooldown.lastAdvertisement ?? cooldown.listeningSince
+        cooldown.lastAdvertisement = now
+        current = .coolingDown(cooldown)
+        // Seen again after a silence: it woke up (or was woken).
+        guard observation.devicePresent, now - silentSince >= settings.advertisingSilence else { return }
+        cancelTimer(.retry)
+        stopDiscoveryIfRunning()
+        attempt(window: Window(start: now), cause: "the dongle is advertising")
     }
 
     // MARK: Attempts
 
-    private mutating func openWindow() {
-        window = Window(start: now)
-        blindAttempt = false
-    }
-
-    private mutating func attemptOrSearch(cause: String) {
+    private mutating func attemptOrSearch(window: Window, cause: String) {
         if observation.devicePresent {
-            scheduleAttempt(cause: cause)
+            scheduleAttempt(window: window, cause: cause)
         } else {
             enterSearching(cause: cause)
         }
     }
 
-    /// Schedules the next attempt of the window, or exhausts it.
-    private mutating func scheduleAttempt(cause: String) {
+    /// Schedules the next attempt of `window`, or exhausts it. No window: the
+    /// failure was one that retrying soon will not fix.
+    private mutating func scheduleAttempt(window: Window?, cause: String) {
         guard let window else { return enterCooldown(cause: cause) }
-        if blindAttempt {
-            // A blind attempt from cooling down is a single shot.
-            return enterCooldown(cause: cause)
-        }
+        // A blind attempt (after an escalation or a cooldown) is a single shot.
+        if window.blind { return enterCooldown(cause: cause) }
         guard policy.windowAllows(attempt: window.attempts, at: now, windowStart: window.start) else {
-            return exhaustWindow()
+            return exhaustWindow(window)
         }
         let n = window.attempts + 1
         let delay = policy.delay(beforeAttempt: n, unit: random.nextUnit())
         if n > 1, now + delay - window.start >= policy.window {
             // The next attempt would fall outside the window: give up on it now
             // rather than idle until then.
-            return exhaustWindow()
+            return exhaustWindow(window)
         }
         if delay <= .zero {
-            attempt(cause: cause)
+            attempt(window: window, cause: cause)
         } else {
-            status.nextAttemptAt = now + delay
             startTimer(.retry, after: delay)
-            enter(.backingOff, "\(cause); attempt \(n) in \(delay.roundedText)")
+            enter(.backingOff(window, attemptAt: now + delay), "\(cause); attempt \(n) in \(delay.roundedText)")
         }
     }
 
-    private mutating func attempt(cause: String) {
+    private mutating func attempt(window: Window, cause: String) {
         guard observation.adapterUsable else {
             linkGoneQuietly()
-            return enter(.waitingForAdapter, "\(cause); but the adapter is not powered")
+            return enter(.waitingForAdapter(offByEscalation: false), "\(cause); but the adapter is not powered")
         }
         guard observation.devicePresent else { return enterSearching(cause: cause) }
-        connectedSeen = observation.connected
-        resubscribing = false
-        lastDataAt = nil
-        if window == nil { openWindow() }
-        window?.attempts += 1
-        let n = window?.attempts ?? 1
-        operationCounter += 1
-        connectInFlight = operationCounter
-        status.windowAttempt = n
-        status.nextAttemptAt = nil
-        actions.append(.report(.reconnectAttempt(attempt: n, blind: blindAttempt)))
-        enter(.connecting, "\(cause); attempt \(n)")
-        actions.append(.connect(attempt: operationCounter, timeout: policy.connectTimeout))
+        var window = window
+        window.attempts += 1
+        let connect = nextOperation()
+        actions.append(.report(.reconnectAttempt(attempt: window.attempts, blind: window.blind)))
+        enter(.connecting(LinkSetup(window: window, connectedSeen: observation.connected), connect: connect), "\(cause); attempt \(window.attempts)")
+        actions.append(.connect(attempt: connect, timeout: policy.connectTimeout))
         startTimer(.attemptDeadline, after: policy.connectTimeout)
     }
 
     private mutating func connectFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
-        guard id == connectInFlight, state == .connecting else { return }
-        connectInFlight = nil
+        guard case .connecting(let setup, let connect) = current, connect == id else { return }
         switch result {
         case .success:
             if observation.linkReady {
-                startSubscribing()
-            } else if connectedSeen && !observation.connected {
+                startSubscribing(setup)
+            } else if setup.connectedSeen && !observation.connected {
                 linkLost(cause: "the link dropped right after connecting")
             } else {
-                enter(.resolving, "connected; waiting for services")
+                enter(.resolving(setup), "connected; waiting for services")
             }
         case .failure(let failure):
-            attemptFailed(failure, cancel: failure.kind == .needsCancel)
+            attemptFailed(setup.window, failure, cancel: failure.kind == .needsCancel)
         }
     }
 
@@ -364,91 +319,93 @@ public struct Supervisor: Sendable {
     /// the kernel makes ends by then, connected or not.
     static let kernelLEConnectionTimeout: Duration = .seconds(20)
 
-    private mutating func attemptFailed(_ failure: LinkFailure, cancel: Bool) {
+    private mutating func attemptFailed(_ window: Window, _ failure: LinkFailure, cancel: Bool) {
         cancelTimer(.attemptDeadline)
-        status.lastError = failure.description
+        lastError = failure.description
+        var window = window
         if failure.staleDevice {
-            window?.staleFailures += 1
-            window?.lastStaleError = failure.description
+            window.staleFailures += 1
+            window.lastStaleError = failure.description
         }
-        actions.append(.report(.attemptFailed(attempt: window?.attempts ?? 0, error: failure.description)))
+        actions.append(.report(.attemptFailed(attempt: window.attempts, error: failure.description)))
         if cancel { actions.append(.disconnect) }
         if failure.kind == .fatal {
-            window = nil
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
         }
-        scheduleAttempt(cause: "attempt failed: \(failure.description)")
+        scheduleAttempt(window: window, cause: "attempt failed: \(failure.description)")
     }
 
-    private mutating func startSubscribing(cause: String = "services resolved") {
-        operationCounter += 1
-        subscribeInFlight = operationCounter
-        enter(.subscribing, cause)
-        actions.append(.subscribe(attempt: operationCounter))
+    private mutating func startSubscribing(_ setup: LinkSetup, cause: String = "services resolved") {
+        let subscribe = nextOperation()
+        enter(.subscribing(setup, subscribe: subscribe), cause)
+        actions.append(.subscribe(attempt: subscribe))
     }
 
     private mutating func subscribeFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
-        guard id == subscribeInFlight, state == .subscribing else { return }
-        subscribeInFlight = nil
+        guard case .subscribing(let setup, let subscribe) = current, subscribe == id else { return }
         switch result {
         case .success:
-            subscribed()
+            subscribed(setup)
         case .failure(let failure):
-            attemptFailed(failure, cancel: true)
+            attemptFailed(setup.window, failure, cancel: true)
         }
     }
 
     /// Subscribed: online at once without a silence limit; with one, only
     /// once data flows (it may have come already: bluetoothd re-arms its
     /// notify sessions on reconnect, before we subscribe again).
-    private mutating func subscribed() {
-        guard let limit = settings.silenceLimit else { return goOnline() }
-        subscribedAt = now
+    private mutating func subscribed(_ setup: LinkSetup) {
+        let session = Session(subscribedAt: now, lastDataAt: setup.lastDataAt)
+        guard let limit = settings.silenceLimit else {
+            return goOnline(session, window: setup.window, resubscribing: setup.resubscribing, polling: false)
+        }
         startTimer(.silence, after: limit)
-        if lastDataAt != nil { return goOnline() }
+        if setup.lastDataAt != nil {
+            return goOnline(session, window: setup.window, resubscribing: setup.resubscribing, polling: false)
+        }
         // The silence timer bounds this wait; the attempt's deadline is done.
         cancelTimer(.attemptDeadline)
-        failedPolls = 0
-        stopDiscoveryIfRunning()
-        enter(.waitingForData, "subscribed; waiting for the first notification (silence limit \(limit.roundedText))")
+        enter(
+            .waitingForData(session, window: setup.window, resubscribing: setup.resubscribing),
+            "subscribed; waiting for the first notification (silence limit \(limit.roundedText))")
         if settings.keepaliveEnabled { poll() }
     }
 
     /// The hot path: at most once per loop turn while notifications flow.
     private mutating func dataReceived() {
-        switch state {
-        case .online:
-            lastDataAt = now
-        case .connecting, .resolving, .subscribing:
-            lastDataAt = now
-        case .waitingForData:
-            lastDataAt = now
-            goOnline()
+        switch current {
+        case .online(var session, let since):
+            session.lastDataAt = now
+            current = .online(session, since: since)
+        case .connecting(var setup, let connect):
+            setup.lastDataAt = now
+            current = .connecting(setup, connect: connect)
+        case .resolving(var setup):
+            setup.lastDataAt = now
+            current = .resolving(setup)
+        case .subscribing(var setup, let subscribe):
+            setup.lastDataAt = now
+            current = .subscribing(setup, subscribe: subscribe)
+        case .waitingForData(var session, let window, let resubscribing):
+            session.lastDataAt = now
+            goOnline(session, window: window, resubscribing: resubscribing, polling: true)
         default:
             break
         }
     }
 
-    private mutating func goOnline() {
+    /// Online: the window of the attempt that got here is closed.
+    /// `polling`: the keep-alive already runs (from waiting-for-data).
+    private mutating func goOnline(_ session: Session, window: Window, resubscribing: Bool, polling: Bool) {
         cancelTimer(.attemptDeadline)
-        let attempts = window?.attempts ?? 0
-        window = nil
-        blindAttempt = false
-        if hasBeenOnline && !resubscribing { status.reconnects += 1 }
-        resubscribing = false
-        hasBeenOnline = true
-        removedStaleDevice = false
-        status.windowAttempt = 0
-        status.nextAttemptAt = nil
-        status.connectedSince = now
-        let wasPolling = state == .waitingForData
-        if !wasPolling { failedPolls = 0 }
-        stopDiscoveryIfRunning()
-        actions.append(.report(.connected(attempt: attempts)))
-        enter(.online, wasPolling ? "data flows" : settings.silenceLimit == nil ? "subscribed" : "subscribed; data flows")
+        if history.hasBeenOnline && !resubscribing { reconnects += 1 }
+        history.hasBeenOnline = true
+        history.removedStaleDevice = false
+        actions.append(.report(.connected(attempt: window.attempts)))
+        enter(.online(session, since: now), polling ? "data flows" : settings.silenceLimit == nil ? "subscribed" : "subscribed; data flows")
         // The first poll goes out at once: the dongle's idle clock has run
         // since the connect, and resolving services can take seconds.
-        if settings.keepaliveEnabled && !wasPolling { poll() }
+        if settings.keepaliveEnabled && !polling { poll() }
     }
 
     /// The link went down while it was up or coming up. A drop while coming
@@ -456,32 +413,28 @@ public struct Supervisor: Sendable {
     /// a new window, whose first attempt comes at once unless the link has
     /// been flapping.
     private mutating func linkLost(cause: String) {
+        let window = current.window
         let wasOnline = countSession()
         stopLinkActivity()
         actions.append(.report(.disconnected(unexpected: true)))
-        if wasOnline {
-            openWindowAfterLoss(requested: false)
-        } else if window == nil {
-            openWindow()
-        }
-        scheduleAttempt(cause: cause)
+        scheduleAttempt(window: wasOnline ? windowAfterLoss(nil, requested: false) : window ?? Window(start: now), cause: cause)
     }
 
     /// Counts a session that ends now against `stableLink`; false if the link
     /// was not online (it was still coming up).
     private mutating func countSession() -> Bool {
-        guard let onlineSince = status.connectedSince else { return false }
-        shortSessions = now - onlineSince < settings.stableLink ? shortSessions + 1 : 0
+        guard case .online(_, let since) = current else { return false }
+        history.shortSessions = now - since < settings.stableLink ? history.shortSessions + 1 : 0
         return true
     }
 
-    /// A new window after a loss: a flapping link's drops count as failed
-    /// attempts of it; a drop we asked for does not. A link that never
-    /// carried data keeps the window of the attempt that brought it up.
-    private mutating func openWindowAfterLoss(requested: Bool) {
-        guard window == nil else { return }
-        openWindow()
-        if !requested { window?.attempts = max(0, shortSessions - 1) }
+    /// The window after a loss: a link that never carried data keeps the
+    /// window of the attempt that brought it up; otherwise a new one, in
+    /// which a flapping link's drops count as failed attempts (a drop we
+    /// asked for does not).
+    private func windowAfterLoss(_ window: Window?, requested: Bool) -> Window {
+        if let window { return window }
+        return Window(start: now, attempts: requested ? 0 : max(0, history.shortSessions - 1))
     }
 
     /// The notification socket closed while the link was up or being
@@ -493,58 +446,82 @@ public struct Supervisor: Sendable {
     /// While subscribing it is a failed attempt of the current window, as
     /// any drop while coming up.
     private mutating func notificationsEnded(_ why: String) {
-        if state == .subscribing || state == .waitingForData { return linkLost(cause: why) }
-        guard state == .online else { return }
-        _ = countSession()
-        stopLinkActivity()
-        actions.append(.report(.disconnected(unexpected: true)))
-        awaitingDisconnect = AwaitedDisconnect(cause: why, requested: false)
-        startTimer(.disconnectDeadline, after: settings.linkLossConfirmation)
-        enter(.backingOff, "\(why); waiting for bluetoothd to report the link down")
+        switch current {
+        case .subscribing, .waitingForData:
+            linkLost(cause: why)
+        case .online:
+            _ = countSession()
+            stopLinkActivity()
+            actions.append(.report(.disconnected(unexpected: true)))
+            startTimer(.disconnectDeadline, after: settings.linkLossConfirmation)
+            enter(
+                .awaitingDisconnect(DisconnectWait(cause: why, requested: false, window: nil)),
+                "\(why); waiting for bluetoothd to report the link down")
+        default:
+            break
+        }
     }
 
     // MARK: Keep-alive
 
+    /// Runs `body` on the session of a link that is up; false if there is none.
+    private mutating func withSession(_ body: (inout Session) -> Void) -> Bool {
+        switch current {
+        case .waitingForData(var session, let window, let resubscribing):
+            body(&session)
+            current = .waitingForData(session, window: window, resubscribing: resubscribing)
+        case .online(var session, let since):
+            body(&session)
+            current = .online(session, since: since)
+        default:
+            return false
+        }
+        return true
+    }
+
     private mutating func poll() {
-        guard linkIsUp else { return }
+        guard let session = current.session else { return }
         // Fixed rate: the next poll is due one interval after this one
         // started, whatever this one takes.
         startTimer(.keepalive, after: settings.keepaliveInterval)
-        if pollInFlight != nil { return }  // the deadline will judge it
-        operationCounter += 1
-        pollInFlight = operationCounter
-        actions.append(.poll(operationCounter, timeout: settings.keepaliveTimeout))
+        if session.pollInFlight != nil { return }  // the deadline will judge it
+        let poll = nextOperation()
+        _ = withSession { $0.pollInFlight = poll }
+        actions.append(.poll(poll, timeout: settings.keepaliveTimeout))
         startTimer(.pollDeadline, after: settings.keepaliveTimeout)
     }
 
     private mutating func pollFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
-        guard id == pollInFlight else { return }
-        pollInFlight = nil
+        guard let session = current.session, session.pollInFlight == id else { return }
+        _ = withSession { $0.pollInFlight = nil }
         cancelTimer(.pollDeadline)
         switch result {
-        case .success: failedPolls = 0
+        case .success: _ = withSession { $0.failedPolls = 0 }
         case .failure(let failure): pollFailed(failure.description)
         }
     }
 
     private mutating func pollFailed(_ error: String) {
-        guard linkIsUp else { return }
-        failedPolls += 1
-        status.lastError = "keep-alive: \(error)"
-        actions.append(.report(.linkCheckFailed(consecutive: failedPolls, error: error)))
-        if failedPolls >= settings.failedPollsBeforeReconnect {
-            forceReconnect(cause: "\(failedPolls) keep-alive polls failed in a row")
+        var failed = 0
+        guard withSession({ session in
+            session.failedPolls += 1
+            failed = session.failedPolls
+        }) else { return }
+        lastError = "keep-alive: \(error)"
+        actions.append(.report(.linkCheckFailed(consecutive: failed, error: error)))
+        if failed >= settings.failedPollsBeforeReconnect {
+            forceReconnect(cause: "\(failed) keep-alive polls failed in a row", window: current.window)
         }
     }
 
     /// Drops a link that is up (or thought to be) and reconnects once
-    /// bluetoothd confirms the disconnect, or after a deadline.
-    private mutating func forceReconnect(cause: String) {
+    /// bluetoothd confirms the disconnect, or after a deadline. `window`: the
+    /// window that goes on afterwards (an attempt that never carried data).
+    private mutating func forceReconnect(cause: String, window: Window?) {
         stopLinkActivity()
-        awaitingDisconnect = AwaitedDisconnect(cause: cause, requested: true)
         actions.append(.disconnect)
         startTimer(.disconnectDeadline, after: policy.connectTimeout)
-        enter(.backingOff, "\(cause); disconnecting")
+        enter(.awaitingDisconnect(DisconnectWait(cause: cause, requested: true, window: window)), "\(cause); disconnecting")
     }
 
     // MARK: A changed GATT database
@@ -553,91 +530,78 @@ public struct Supervisor: Sendable {
     /// deadline) for them to be exported. A failure from here on is a failed
     /// attempt of a window, as for any link coming up.
     private mutating func characteristicsChanged() {
-        guard linkIsUp || state == .subscribing || state == .resolving else { return }
-        stopLinkActivity()
-        resubscribing = true
-        if window == nil {
-            openWindow()
-            window?.attempts = 1
+        let connectedSeen: Bool
+        switch current {
+        case .resolving(let setup), .subscribing(let setup, _): connectedSeen = setup.connectedSeen
+        case .waitingForData, .online: connectedSeen = observation.connected
+        default: return
         }
+        let window = current.window ?? Window(start: now, attempts: 1)
+        stopLinkActivity()
         startTimer(.attemptDeadline, after: policy.connectTimeout)
+        let setup = LinkSetup(window: window, connectedSeen: connectedSeen, resubscribing: true)
         if observation.linkReady {
-            startSubscribing(cause: "the dongle's GATT database changed; subscribing again")
+            startSubscribing(setup, cause: "the dongle's GATT database changed; subscribing again")
         } else {
-            enter(.resolving, "the dongle's GATT database changed; waiting for its characteristics")
+            enter(.resolving(setup), "the dongle's GATT database changed; waiting for its characteristics")
         }
     }
 
     // MARK: Silence
 
-    /// Subscribed, and the keep-alive and the silence limit running.
-    private var linkIsUp: Bool { state == .online || state == .waitingForData }
-
     /// The silence timer fired: judge the time since the last notification
     /// (or since the subscription, if none came) and re-arm for the rest.
     private mutating func silenceTimerFired() {
-        guard let limit = settings.silenceLimit, linkIsUp, let subscribedAt else { return }
-        let reference = max(lastDataAt ?? subscribedAt, subscribedAt)
+        guard let limit = settings.silenceLimit, let session = current.session else { return }
+        let reference = max(session.lastDataAt ?? session.subscribedAt, session.subscribedAt)
         let silent = now - reference
         guard silent >= limit else { return startTimer(.silence, after: limit - silent) }
-        let proven = state == .online
+        let window = current.window
+        let proven = window == nil  // online; waiting-for-data keeps its attempt's window
         let what = proven
             ? "no notification for \(silent.roundedText) (silence limit \(limit.roundedText))"
             : "no notification within \(silent.roundedText) of subscribing (silence limit \(limit.roundedText))"
-        status.silenceEvents += 1
-        status.lastError = what
+        silenceEvents += 1
+        lastError = what
         actions.append(.report(.silence(silentFor: silent, limit: limit, proven: proven)))
-        if !proven {
+        if let window {
             // The attempt that brought the link up never carried data: it
             // failed, and its window (still open) goes on.
-            actions.append(.report(.attemptFailed(attempt: window?.attempts ?? 0, error: what)))
+            actions.append(.report(.attemptFailed(attempt: window.attempts, error: what)))
         }
-        forceReconnect(cause: what)
+        forceReconnect(cause: what, window: window)
     }
 
     // MARK: Escalation and cooldown
 
-    private mutating func exhaustWindow() {
-        let attempts = window?.attempts ?? 0
-        let exhausted = window
-        window = nil
-        status.windowAttempt = 0
-        actions.append(.report(.windowExhausted(attempts: attempts)))
-        if let exhausted, shouldRemoveStaleDevice(exhausted) {
-            removedStaleDevice = true
-            removalInFlight = true
-            actions.append(.report(.staleDeviceRemoved(failures: exhausted.staleFailures, lastError: exhausted.lastStaleError ?? "")))
+    private mutating func exhaustWindow(_ window: Window) {
+        actions.append(.report(.windowExhausted(attempts: window.attempts)))
+        if shouldRemoveStaleDevice(window) {
+            history.removedStaleDevice = true
+            outstanding.removal = true
+            actions.append(.report(.staleDeviceRemoved(failures: window.staleFailures, lastError: window.lastStaleError ?? "")))
             // Then as after any exhausted window: the escalation steps, or
             // cooling down. Either way discovery makes the object anew once
             // the dongle advertises, and the next window starts from it.
             actions.append(.removeDevice)
         }
-        pendingEscalation = settings.escalation
-        runNextEscalation()
+        if settings.escalation.isEmpty { return enterCooldown(cause: "retry window exhausted") }
+        escalate(settings.escalation, reconnectRequested: false)
     }
 
-    private mutating func runNextEscalation() {
-        guard !pendingEscalation.isEmpty else {
-            if settings.escalation.isEmpty { return enterCooldown(cause: "retry window exhausted") }
-            openWindow()
-            if reconnectAfterEscalation {
-                reconnectAfterEscalation = false
-                return attempt(cause: "reconnect requested")
-            }
-            // See at once whether the escalation helped: one attempt, then cool down.
-            blindAttempt = true
-            return attempt(cause: "escalation done")
+    /// Runs the first of `steps`; with none left, one attempt to see whether
+    /// the escalation helped (or the reconnect someone asked for meanwhile).
+    private mutating func escalate(_ steps: [EscalationStep], reconnectRequested: Bool) {
+        guard let step = steps.first else {
+            if reconnectRequested { return attempt(window: Window(start: now), cause: "reconnect requested") }
+            return attempt(window: Window(start: now, blind: true), cause: "escalation done")
         }
-        let step = pendingEscalation.removeFirst()
-        escalationInFlight = step
-        enter(.escalating, "retry window exhausted; \(step.rawValue)")
+        enter(.escalating(Escalation(step: step, remaining: Array(steps.dropFirst()))), "retry window exhausted; \(step.rawValue)")
         actions.append(.escalate(step))
     }
 
     private mutating func escalationFinished(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
-        guard state == .escalating, escalationInFlight == step else { return }
-        escalationInFlight = nil
-        if reconnectAfterEscalation { pendingEscalation = [] }
+        guard case .escalating(let escalation) = current, escalation.step == step else { return }
         switch result {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
         case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))
@@ -648,22 +612,21 @@ public struct Supervisor: Sendable {
         }
         if !observation.adapterUsable {
             linkGoneQuietly()
-            if observation.adapterPresent {
-                // We switched it off; nobody else will switch it on.
-                adapterOffByEscalation = true
-                actions.append(.report(.adapterLeftOff))
-                actions.append(.powerOn)
-                startTimer(.powerOn, after: settings.powerOnRetry)
-            }
-            return enter(.waitingForAdapter, "the adapter is not powered after \(step.rawValue)")
+            let cause = "the adapter is not powered after \(step.rawValue)"
+            guard observation.adapterPresent else { return enter(.waitingForAdapter(offByEscalation: false), cause) }
+            // We switched it off; nobody else will switch it on.
+            actions.append(.report(.adapterLeftOff))
+            actions.append(.powerOn)
+            startTimer(.powerOn, after: settings.powerOnRetry)
+            return enter(.waitingForAdapter(offByEscalation: true), cause)
         }
-        runNextEscalation()
+        escalate(escalation.reconnectRequested ? [] : escalation.remaining, reconnectRequested: escalation.reconnectRequested)
     }
 
     /// Most of the window's failures pointed at a stale device object, it was
     /// not removed yet in this outage, and the config allows it for this device.
     private func shouldRemoveStaleDevice(_ window: Window) -> Bool {
-        guard !removedStaleDevice, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
+        guard !history.removedStaleDevice, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
               observation.devicePresent
         else { return false }
         switch settings.staleDeviceRemoval {
@@ -676,45 +639,42 @@ public struct Supervisor: Sendable {
     /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
     /// the device away and discovery finds it anew; a failure is only told.
     private mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>) {
-        guard removalInFlight else { return }
-        removalInFlight = false
+        guard outstanding.removal else { return }
+        outstanding.removal = false
         guard case .failure(let failure) = result else { return }
         actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))
     }
 
     private mutating func enterCooldown(cause: String) {
-        blindAttempt = false
-        listeningSince = now
-        lastAdvertisement = nil
-        status.nextAttemptAt = now + policy.cooldown
         startTimer(.retry, after: policy.cooldown)
-        startDiscoveryIfStopped()
-        enter(.coolingDown, "\(cause); connecting when the dongle advertises, blind attempt in \(policy.cooldown.roundedText)")
+        if !current.discovering { actions.append(.startDiscovery) }
+        let cooldown = Cooldown(discovery: Discovery(running: true), listeningSince: now, blindAttemptAt: now + policy.cooldown)
+        enter(.coolingDown(cooldown), "\(cause); connecting when the dongle advertises, blind attempt in \(policy.cooldown.roundedText)")
     }
 
     private mutating func enterSearching(cause: String) {
-        startDiscoveryIfStopped()
-        enter(.searching, "\(cause); the dongle is unknown to bluetoothd, discovering")
+        if !current.discovering { actions.append(.startDiscovery) }
+        enter(.searching(Discovery(running: true)), "\(cause); the dongle is unknown to bluetoothd, discovering")
     }
 
     // MARK: Timers
 
     private mutating func timerFired(_ timer: SupervisorTimer) {
-        guard activeTimers.remove(timer) != nil else { return }
+        guard outstanding.timers.remove(timer) != nil else { return }
         switch timer {
         case .retry:
-            if state == .backingOff {
-                attempt(cause: "backoff elapsed")
-            } else if state == .coolingDown {
+            switch current {
+            case .backingOff(let window, _):
+                attempt(window: window, cause: "backoff elapsed")
+            case .coolingDown:
                 stopDiscoveryIfRunning()
-                openWindow()
-                blindAttempt = true
-                attempt(cause: "cooldown elapsed; blind attempt")
+                attempt(window: Window(start: now, blind: true), cause: "cooldown elapsed; blind attempt")
+            default:
+                break
             }
         case .attemptDeadline:
-            switch state {
-            case .connecting:
-                connectInFlight = nil
+            switch current {
+            case .connecting(let setup, _):
                 // A stale-object sign when the Connect outlived the kernel's
                 // own LE connection timeout: the kernel ends a connection it
                 // is making to a silent peer with le-connection-abort-by-local
@@ -726,13 +686,13 @@ public struct Supervisor: Sendable {
                 // does not accept yet.
                 let neverTried = policy.connectTimeout > Self.kernelLEConnectionTimeout
                 attemptFailed(
+                    setup.window,
                     LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried),
                     cancel: true
                 )
-            case .resolving, .subscribing:
-                subscribeInFlight = nil
+            case .resolving(let setup), .subscribing(let setup, _):
                 let why = observation.gattProblem.map { ": \($0)" } ?? ""
-                attemptFailed(LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)\(why)"), cancel: true)
+                attemptFailed(setup.window, LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)\(why)"), cancel: true)
             default:
                 break
             }
@@ -741,120 +701,129 @@ public struct Supervisor: Sendable {
         case .silence:
             silenceTimerFired()
         case .pollDeadline:
-            guard pollInFlight != nil else { return }
-            pollInFlight = nil
+            guard let session = current.session, session.pollInFlight != nil else { return }
+            _ = withSession { $0.pollInFlight = nil }
             pollFailed("no reply within \(settings.keepaliveTimeout.roundedText)")
         case .discoveryRetry:
-            if state == .searching || state == .coolingDown { startDiscoveryIfStopped() }
+            startDiscoveryIfStopped()
         case .powerOn:
-            guard state == .waitingForAdapter, adapterOffByEscalation, observation.adapterPresent else { return }
+            guard case .waitingForAdapter(offByEscalation: true) = current, observation.adapterPresent else { return }
             actions.append(.powerOn)
             startTimer(.powerOn, after: settings.powerOnRetry)
         case .disconnectDeadline:
-            guard let awaited = awaitingDisconnect else { return }
-            awaitingDisconnect = nil
-            openWindowAfterLoss(requested: awaited.requested)
-            scheduleAttempt(cause: "\(awaited.cause); " + (awaited.requested ? "disconnect not confirmed" : "bluetoothd still shows the link up"))
+            guard case .awaitingDisconnect(let wait) = current else { return }
+            scheduleAttempt(
+                window: windowAfterLoss(wait.window, requested: wait.requested),
+                cause: "\(wait.cause); " + (wait.requested ? "disconnect not confirmed" : "bluetoothd still shows the link up"))
         }
     }
 
     private mutating func startTimer(_ timer: SupervisorTimer, after delay: Duration) {
-        activeTimers.insert(timer)
+        outstanding.timers.insert(timer)
         actions.append(.startTimer(timer, after: delay))
     }
 
     private mutating func cancelTimer(_ timer: SupervisorTimer) {
-        guard activeTimers.remove(timer) != nil else { return }
+        guard outstanding.timers.remove(timer) != nil else { return }
         actions.append(.cancelTimer(timer))
     }
 
     // MARK: Manual reconnect
 
     private mutating func reconnectRequested() {
-        reconnectAwaitingAttempt = true
-        switch state {
+        outstanding.reconnectAnswer = true
+        switch current {
         case .waitingForBluez:
-            return actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
+            actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
         case .waitingForAdapter:
             let why = observation.adapterPresent ? "the adapter is powered off" : "no Bluetooth adapter"
-            return actions.append(.answerReconnect(.notReady(why)))
+            actions.append(.answerReconnect(.notReady(why)))
         case .online, .waitingForData, .subscribing, .resolving:
-            shortSessions = 0
-            window = nil  // a person's request starts a fresh window
-            forceReconnect(cause: "reconnect requested")
-        case .connecting:
-            shortSessions = 0
-            openWindow()
-            window?.attempts = 1
-        case .escalating:
-            reconnectAfterEscalation = true  // the step may have the adapter off right now
-        case .backingOff where awaitingDisconnect != nil:
-            return  // already reconnecting
+            history.shortSessions = 0
+            // A person's request starts a fresh window.
+            forceReconnect(cause: "reconnect requested", window: nil)
+        case .connecting(var setup, let connect):
+            // The attempt in flight becomes the first of a fresh window.
+            history.shortSessions = 0
+            setup.window = Window(start: now, attempts: 1)
+            current = .connecting(setup, connect: connect)
+        case .escalating(var escalation):
+            // The step may have the adapter off right now.
+            escalation.reconnectRequested = true
+            current = .escalating(escalation)
+        case .awaitingDisconnect:
+            break  // already reconnecting
         case .backingOff, .coolingDown, .searching:
-            shortSessions = 0
+            history.shortSessions = 0
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
-            openWindow()
-            attempt(cause: "reconnect requested")
+            attempt(window: Window(start: now), cause: "reconnect requested")
         }
     }
 
     private mutating func discoveryFailed(_ failure: LinkFailure) {
-        guard discovering else { return }
-        discovering = false
+        guard current.discovering else { return }
+        setDiscovery(running: false)
         actions.append(.report(.discoveryFailed(error: failure.description)))
-        if state == .searching || state == .coolingDown {
-            startTimer(.discoveryRetry, after: settings.discoveryRetry)
-        }
+        startTimer(.discoveryRetry, after: settings.discoveryRetry)
     }
 
     // MARK: Helpers
 
-    /// Cancels what belongs to a live link: polls, subscribe, attempt deadline.
+    private mutating func nextOperation() -> Int {
+        history.operations += 1
+        return history.operations
+    }
+
+    /// Cancels the timers of a live link: polls, attempt deadline, silence.
+    /// (Its data goes with the current the caller enters next.)
     private mutating func stopLinkActivity() {
         cancelTimer(.keepalive)
         cancelTimer(.pollDeadline)
         cancelTimer(.attemptDeadline)
         cancelTimer(.silence)
-        pollInFlight = nil
-        subscribeInFlight = nil
-        connectInFlight = nil
-        lastDataAt = nil
-        subscribedAt = nil
-        status.connectedSince = nil
     }
 
     /// bluetoothd or the adapter went away: everything in flight is void and
-    /// every session (discovery included) is gone with it.
+    /// every session (discovery included) is gone with it. The caller enters
+    /// the current that waits for them.
     private mutating func linkGoneQuietly() {
-        if status.connectedSince != nil { actions.append(.report(.disconnected(unexpected: true))) }
+        if case .online = current { actions.append(.report(.disconnected(unexpected: true))) }
         stopLinkActivity()
         for timer in SupervisorTimer.allCases { cancelTimer(timer) }
-        window = nil
-        blindAttempt = false
-        discovering = false
-        pendingEscalation = []
-        escalationInFlight = nil
-        awaitingDisconnect = nil
-        status.windowAttempt = 0
-        status.nextAttemptAt = nil
     }
 
+    private mutating func setDiscovery(running: Bool) {
+        switch current {
+        case .searching: current = .searching(Discovery(running: running))
+        case .coolingDown(var cooldown):
+            cooldown.discovery.running = running
+            current = .coolingDown(cooldown)
+        default: break
+        }
+    }
+
+    /// After StartDiscovery failed, while searching or cooling down.
     private mutating func startDiscoveryIfStopped() {
-        guard !discovering else { return }
-        discovering = true
-        actions.append(.startDiscovery)
+        switch current {
+        case .searching, .coolingDown:
+            guard !current.discovering else { return }
+            setDiscovery(running: true)
+            actions.append(.startDiscovery)
+        default:
+            break
+        }
     }
 
     private mutating func stopDiscoveryIfRunning() {
-        guard discovering else { return }
-        discovering = false
+        guard current.discovering else { return }
+        setDiscovery(running: false)
         actions.append(.stopDiscovery)
     }
 
-    private mutating func enter(_ next: SupervisorState, _ cause: String) {
-        let previous = status.state
-        status.state = next
-        actions.append(.transition(from: previous, to: next, cause: cause))
+    private mutating func enter(_ next: State, _ cause: String) {
+        let previous = current.name
+        current = next
+        actions.append(.transition(from: previous, to: next.name, cause: cause))
     }
 }

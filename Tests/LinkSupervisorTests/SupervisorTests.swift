@@ -497,6 +497,27 @@ import Testing
         #expect(link.state == .online)
     }
 
+    /// The old type kept "a reconnect was asked for during an escalation" in
+    /// a loose flag that outlived the escalation when its step left the
+    /// adapter off; the next outage's escalation then skipped its remaining
+    /// steps. Now the request lives in the escalating state and goes with it.
+    @Test func aReconnectDuringAnEscalationDoesNotShortenTheNextOne() {
+        var link = refusingLink(escalation: [.powerCycle, .hciReset], running: .seconds(200))
+        #expect(link.state == .escalating)
+        link.send(.reconnectRequested)
+        var off = VirtualLink.down
+        off.adapterPowered = false
+        link.observe(off)
+        link.send(.escalationFinished(.powerCycle, .success(())))
+        #expect(link.state == .waitingForAdapter)
+        link.observe(VirtualLink.down)  // powered again; the dongle still refuses
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        link.clearLog()
+        link.send(.escalationFinished(.powerCycle, .success(())))
+        #expect(link.log.contains { $0.action == .escalate(.hciReset) }, "every step of the next escalation runs")
+    }
+
     @Test func discoveryThatFailsToStartIsRetried() {
         var link = VirtualLink(settings: Self.settings)
         var unknown = VirtualLink.down

@@ -1,0 +1,188 @@
+extension Supervisor {
+    /// Where the supervisor is, with exactly the data that place needs.
+    ///
+    /// Each case carries what is true only there: an operation in flight has
+    /// its id only in the state that waits for it, a retry window exists only
+    /// while attempts are being made, discovery runs only while searching or
+    /// cooling down, the keep-alive and the silence references exist only
+    /// while the link is up. Leaving a state drops its data, so nothing of an
+    /// old attempt, session or escalation can leak into the next one.
+    ///
+    /// `SupervisorState` (public: logs, status, the control API) is this
+    /// enum's name without the data; `awaitingDisconnect` shows as
+    /// `backing-off`, since to an operator both are "waiting to try again".
+    enum State: Sendable {
+        /// bluetoothd is not on the bus.
+        case waitingForBluez
+        /// No usable adapter. `offByEscalation`: an escalation step left it
+        /// powered off, so the supervisor powers it on again itself.
+        case waitingForAdapter(offByEscalation: Bool)
+        /// The dongle's device object is unknown: discovering.
+        case searching(Discovery)
+        /// A Connect call (operation `connect`) is in flight.
+        case connecting(LinkSetup, connect: Int)
+        /// Connected; waiting for ServicesResolved and the characteristics.
+        case resolving(LinkSetup)
+        /// StartNotify (operation `subscribe`) is in flight.
+        case subscribing(LinkSetup, subscribe: Int)
+        /// Subscribed and polled; no notification yet in this session. The
+        /// window of the attempt that got here stays open until data flows.
+        case waitingForData(Session, window: Window, resubscribing: Bool)
+        /// Subscribed, polled, and data flowing; up since `since`.
+        case online(Session, since: Duration)
+        /// Waiting out a backoff; the window's next attempt is due at `attemptAt`.
+        case backingOff(Window, attemptAt: Duration)
+        /// The link is being taken down (or was seen to go): waiting for
+        /// bluetoothd to report it down before the next attempt.
+        case awaitingDisconnect(DisconnectWait)
+        /// An escalation step is running.
+        case escalating(Escalation)
+        /// The window is exhausted: discovering, connecting when the dongle
+        /// advertises after a silence, one blind attempt at `blindAttemptAt`.
+        case coolingDown(Cooldown)
+
+        var name: SupervisorState {
+            switch self {
+            case .waitingForBluez: .waitingForBluez
+            case .waitingForAdapter: .waitingForAdapter
+            case .searching: .searching
+            case .connecting: .connecting
+            case .resolving: .resolving
+            case .subscribing: .subscribing
+            case .waitingForData: .waitingForData
+            case .online: .online
+            case .backingOff, .awaitingDisconnect: .backingOff
+            case .escalating: .escalating
+            case .coolingDown: .coolingDown
+            }
+        }
+
+        /// The retry window in force, if attempts are being made.
+        var window: Window? {
+            switch self {
+            case .connecting(let setup, _), .resolving(let setup), .subscribing(let setup, _): setup.window
+            case .waitingForData(_, let window, _), .backingOff(let window, _): window
+            case .awaitingDisconnect(let wait): wait.window
+            case .waitingForBluez, .waitingForAdapter, .searching, .online, .escalating, .coolingDown: nil
+            }
+        }
+
+        /// The session of a link that is up (subscribed, polled, judged by
+        /// the silence limit).
+        var session: Session? {
+            switch self {
+            case .waitingForData(let session, _, _), .online(let session, _): session
+            default: nil
+            }
+        }
+
+        /// Discovery was started and not stopped or failed since.
+        var discovering: Bool {
+            switch self {
+            case .searching(let discovery): discovery.running
+            case .coolingDown(let cooldown): cooldown.discovery.running
+            default: false
+            }
+        }
+    }
+
+    /// One retry window: its attempts are bounded by `window_attempts` and
+    /// its time by `window`.
+    struct Window: Sendable {
+        var start: Duration
+        var attempts = 0
+        /// A single-shot window (after an escalation, or a cooldown's blind
+        /// attempt): its first failure cools down.
+        var blind = false
+        /// Failed attempts whose error pointed at a stale device object.
+        var staleFailures = 0
+        var lastStaleError: String?
+
+        init(start: Duration, attempts: Int = 0, blind: Bool = false) {
+            self.start = start
+            self.attempts = attempts
+            self.blind = blind
+        }
+    }
+
+    /// A link coming up: from the connect attempt until subscribed.
+    struct LinkSetup: Sendable {
+        var window: Window
+        /// Connected=true was seen for this attempt (the Connect reply and the
+        /// property change reach us by different paths, in either order).
+        var connectedSeen: Bool
+        /// The link stayed up while its GATT objects moved: coming online
+        /// again is a re-subscription, not a reconnect.
+        var resubscribing = false
+        /// A notification already came (bluetoothd re-arms its notify
+        /// sessions on reconnect, before we subscribe again).
+        var lastDataAt: Duration?
+    }
+
+    /// A link that is up: subscribed and polled.
+    struct Session: Sendable {
+        /// The silence timer's references: when the session was subscribed
+        /// and the last notification.
+        var subscribedAt: Duration
+        var lastDataAt: Duration?
+        /// The poll in flight (its operation id), judged by its deadline.
+        var pollInFlight: Int?
+        var failedPolls = 0
+    }
+
+    /// Discovery while searching or cooling down: running, or failed to
+    /// start and waiting for its retry timer.
+    struct Discovery: Sendable {
+        var running: Bool
+    }
+
+    struct Cooldown: Sendable {
+        var discovery: Discovery
+        /// Since when discovery has listened in this cooldown, and when the
+        /// dongle was last seen advertising.
+        var listeningSince: Duration
+        var lastAdvertisement: Duration?
+        var blindAttemptAt: Duration
+    }
+
+    struct Escalation: Sendable {
+        var step: EscalationStep
+        var remaining: [EscalationStep]
+        /// Someone asked for a reconnect while the step ran: the remaining
+        /// steps are skipped and an attempt follows this one.
+        var reconnectRequested = false
+    }
+
+    struct DisconnectWait: Sendable {
+        var cause: String
+        /// We asked for it (a forced reconnect): its confirmation is the
+        /// expected disconnect. Otherwise the loss was reported when noticed.
+        var requested: Bool
+        /// The window of an attempt that never carried data, which goes on;
+        /// nil after a link that was online (a new one opens).
+        var window: Window?
+    }
+
+    /// What outlives every state: facts about the past that change how the
+    /// next outage is handled, and counts.
+    struct History: Sendable {
+        /// The link was online at least once (a later online is a reconnect).
+        var hasBeenOnline = false
+        /// Online sessions in a row that ended sooner than `stableLink`.
+        var shortSessions = 0
+        /// The device object was removed since the link was last online: the
+        /// next exhausted window escalates instead (one removal per outage).
+        var removedStaleDevice = false
+        /// The last operation id handed out (connect, subscribe, poll).
+        var operations = 0
+    }
+
+    /// Effects asked for and not yet answered, whatever the state: the
+    /// timers armed (a fire of any other is stale), a RemoveDevice in
+    /// flight, and a reconnect request waiting for its answer.
+    struct Outstanding: Sendable {
+        var timers: Set<SupervisorTimer> = []
+        var removal = false
+        var reconnectAnswer = false
+    }
+}

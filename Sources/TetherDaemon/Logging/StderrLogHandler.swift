@@ -10,10 +10,18 @@ public struct StderrLogHandler: LogHandler {
     public var metadata: Logger.Metadata = [:]
     public var metadataProvider: Logger.MetadataProvider?
     private let label: String
-    /// Lines are written on their own serial queue, in order, one write(2)
-    /// each: a slow reader of stderr (journald under load) must not stall
-    /// the thread that logs, which may be the supervisor's.
-    private static let output = DispatchQueue(label: "tether.log")
+    /// Lines are written by one writer thread, in order, one write(2) each:
+    /// a slow reader of stderr (journald under load) must not stall the
+    /// thread that logs, which may be the supervisor's. At most 1 MiB
+    /// waits; beyond it lines are dropped, counted, and reported in one
+    /// line once the reader takes lines again.
+    private static let output = BoundedLogQueue<[UInt8]>(
+        label: "tether.log", limit: 1 << 20,
+        deliver: { LogOutput.write($0, to: 2) },
+        notice: { dropped, _ in
+            Array("\(timestamp()) WARNING \(dropped) log lines dropped: stderr's reader did not take them in time event=log-dropped\n".utf8)
+        }
+    )
 
     public init(label: String, level: Logger.Level = .info) {
         self.label = label
@@ -33,12 +41,12 @@ public struct StderrLogHandler: LogHandler {
         }
         line += "\n"
         let bytes = Array(line.utf8)
-        Self.output.async { LogOutput.write(bytes, to: 2) }
+        Self.output.submit(bytes, size: bytes.count)
     }
 
     /// Waits until every line logged so far is written (before exiting).
     public static func flush() {
-        output.sync {}
+        output.flush()
     }
 
     private static func timestamp() -> String {

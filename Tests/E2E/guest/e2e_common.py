@@ -2,6 +2,8 @@
 Bumble dongle's control socket (Tests/E2E/peripheral/dongle.py)."""
 
 import json
+import re
+import subprocess
 import socket
 import time
 
@@ -34,3 +36,22 @@ def dongle_command(path, text):
     if not answer.get("ok"):
         raise RuntimeError(f"dongle: {text}: {answer.get('error')}")
     return answer
+
+
+def controller_address(index):
+    """hciN's address as the kernel read it during the controller's
+    initialisation; None while it never finished (00:00:00:00:00:00)."""
+    try:
+        out = subprocess.run(["hciconfig", f"hci{index}"], capture_output=True, text=True, timeout=10).stdout
+    except subprocess.TimeoutExpired:
+        return None
+    match = re.search(r"BD Address: (\S+)", out)
+    return match.group(1) if match and match.group(1) != "00:00:00:00:00:00" else None
+
+
+def kernel_log(pattern):
+    try:
+        lines = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
+    except (OSError, subprocess.TimeoutExpired):
+        return []
+    return [line for line in lines if re.search(pattern, line)]

@@ -27,7 +27,7 @@ import threading
 import time
 from pathlib import Path
 
-from e2e_common import dongle_command, wait_until
+from e2e_common import dongle_command, wait_until, controller_address, kernel_log
 
 ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
@@ -210,25 +210,6 @@ class Dongle:
 class SetupFailure(RuntimeError):
     """The test stack itself did not come up (a controller, the dongle,
     bluetoothd): nothing Tether did or failed to do."""
-
-
-def controller_address(index):
-    """hciN's address as the kernel read it during the controller's
-    initialisation; None while it never finished (00:00:00:00:00:00)."""
-    try:
-        out = subprocess.run(["hciconfig", f"hci{index}"], capture_output=True, text=True, timeout=10).stdout
-    except subprocess.TimeoutExpired:
-        return None
-    match = re.search(r"BD Address: (\S+)", out)
-    return match.group(1) if match and match.group(1) != "00:00:00:00:00:00" else None
-
-
-def kernel_log(pattern):
-    try:
-        lines = subprocess.run(["dmesg"], capture_output=True, text=True, timeout=10).stdout.splitlines()
-    except (OSError, subprocess.TimeoutExpired):
-        return []
-    return [line for line in lines if re.search(pattern, line)]
 
 
 class Stack:

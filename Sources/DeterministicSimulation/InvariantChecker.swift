@@ -197,5 +197,22 @@ struct InvariantChecker {
 }
 
 extension Invariant {
-    var index: Int { Invariant.allCases.firstIndex(of: self) ?? 0 }
+    /// Its place in `allCases` (a table: this runs millions of times per seed).
+    var index: Int { Self.indices[self] }
+
+    private static let indices = IndexTable<Invariant>()
+}
+
+/// The position of each case of a small enum in `allCases`, looked up by
+/// hash once per case instead of a linear search per call.
+struct IndexTable<Case: CaseIterable & Hashable & Sendable>: Sendable {
+    private let table: [Case: Int]
+
+    init() {
+        var table: [Case: Int] = [:]
+        for (index, value) in Case.allCases.enumerated() { table[value] = index }
+        self.table = table
+    }
+
+    subscript(_ value: Case) -> Int { table[value] ?? 0 }
 }

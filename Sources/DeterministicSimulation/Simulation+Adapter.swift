@@ -79,7 +79,13 @@ extension Simulation {
         } else if !world.adapterUsable {
             error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
         } else if world.connected {
-            error = nil  // already connected: bluetoothd answers at once
+            // Already connected: bluetoothd answers from its own state, without
+            // the controller, so slow-replies (slow air, a busy controller)
+            // does not hold it up. (With it held up, seed 103 had the dongle
+            // fall asleep: a Tether restarted on a live link writes nothing
+            // until its Connect is answered and it has subscribed.)
+            error = nil
+            latency = .zero
         } else if let failure = world.connectError {
             error = failure
             latency = random.duration(.milliseconds(20) ... .seconds(3))
@@ -94,7 +100,7 @@ extension Simulation {
             error = nil
             latency = random.duration(.milliseconds(30) ... .milliseconds(1500))
         }
-        if world.slowReplies { latency += random.duration(.seconds(1) ... .seconds(40)) }
+        if world.slowReplies, latency > .zero { latency += random.duration(.seconds(1) ... .seconds(40)) }
         let token = token()
         let immediate = error.map { $0.name == BlueZ.ErrorName.inProgress || $0.name == BlueZ.ErrorName.notReady } ?? false
         if !immediate { world.pendingConnect = (id, incarnation, token) }

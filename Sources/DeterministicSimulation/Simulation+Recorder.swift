@@ -36,6 +36,9 @@ struct RecorderState {
             }
             simulation.audit.excuse(pending.id)
         }
+        // A write that died may still be in the log: a torn record that lost
+        // only its newline is whole, and recovery keeps it (LogTailRecovery).
+        if simulation.disk.diedInWrite { simulation.audit.gapUncertain += pendingGap }
         simulation.record(.disk("\(backlog.count) readings lost (\(reason))"))
         backlog.removeAll()
         pendingGap = 0
@@ -71,6 +74,7 @@ extension Simulation {
                 if recorder.pendingGap > 0 {
                     try log.appendGap(count: recorder.pendingGap, device: Self.dongleAddress, at: wallClock)
                     audit.gapWritten += recorder.pendingGap
+                    record(.disk("a gap record: \(recorder.pendingGap) readings dropped"))
                     recorder.pendingGap = 0
                 }
                 let count = min(recorder.backlog.count, Self.chunkSize)

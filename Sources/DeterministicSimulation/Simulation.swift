@@ -104,7 +104,10 @@ final class Simulation {
         if violation == nil { audit.finalCheck(self) }
         log?.close()
         log = nil
-        try? FileManager.default.removeItem(atPath: directory)
+        // DST_KEEP_LOGS=1 keeps the seed's readings log for a look (replaying one seed).
+        if ProcessInfo.processInfo.environment["DST_KEEP_LOGS"] == nil {
+            try? FileManager.default.removeItem(atPath: directory)
+        }
         return violation
     }
 
@@ -180,9 +183,11 @@ final class Simulation {
 }
 
 extension SupervisorTimer {
-    var index: Int { SupervisorTimer.allCases.firstIndex(of: self) ?? 0 }
+    var index: Int { Self.indices[self] }
+    private static let indices = IndexTable<SupervisorTimer>()
 }
 
 extension FaultKind {
-    var index: Int { FaultKind.allCases.firstIndex(of: self) ?? 0 }
+    var index: Int { Self.indices[self] }
+    private static let indices = IndexTable<FaultKind>()
 }

@@ -36,8 +36,8 @@ struct SimulationSettings {
         settings.silenceLimit = max(.seconds(20), interval * 2)
         settings.staleDeviceRemoval = random.pick([.unbonded, .unbonded, .never])
         supervisor = settings
-        burstPeriod = random.pick([.seconds(2), .seconds(5), .seconds(8)])
-        burstSize = 1...3
+        burstPeriod = random.pick([.seconds(6), .seconds(10), .seconds(15)])
+        burstSize = 1...2
         sleepAfter = max(.seconds(30), interval * 2)
         flushInterval = .seconds(1)
         maxBacklog = random.pick([40, 100_000])

@@ -44,7 +44,7 @@ if environment["DST_SEED"] != nil {
     summary.add(result)
     print("---")
     summary.lines.forEach { print($0) }
-    try? FileManager.default.removeItem(atPath: scratch)
+    if environment["DST_KEEP_LOGS"] == nil { try? FileManager.default.removeItem(atPath: scratch) }
     if result.violation != nil {
         printViolation(result)
         exit(1)

@@ -79,12 +79,7 @@ extension Simulation {
         } else if !world.adapterUsable {
             error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
         } else if world.connected {
-            // Already connected: bluetoothd answers from its own state, without
-            // the controller, so slow-replies (slow air, a busy controller)
-            // does not hold it up. (With it held up, seed 103 had the dongle
-            // fall asleep: a Tether restarted on a live link writes nothing
-            // until its Connect is answered and it has subscribed.)
-            error = nil
+            error = nil  // already connected: answered at once
             latency = .zero
         } else if let failure = world.connectError {
             error = failure
@@ -100,9 +95,13 @@ extension Simulation {
             error = nil
             latency = random.duration(.milliseconds(30) ... .milliseconds(1500))
         }
-        if world.slowReplies, latency > .zero { latency += random.duration(.seconds(1) ... .seconds(40)) }
-        let token = token()
+        // Answers bluetoothd gives from its own state (InProgress, NotReady,
+        // already connected) are not held up by slow-replies, which models a
+        // slow air or a busy controller. (Held up too, seeds 103 and 122 had
+        // the dongle fall asleep; see README, "Deterministic simulation".)
         let immediate = error.map { $0.name == BlueZ.ErrorName.inProgress || $0.name == BlueZ.ErrorName.notReady } ?? false
+        if world.slowReplies, !immediate, latency > .zero { latency += random.duration(.seconds(1) ... .seconds(40)) }
+        let token = token()
         if !immediate { world.pendingConnect = (id, incarnation, token) }
         let replies = latency <= dbusTimeout
         if !replies { schedule(.connectNoReply(id: id, incarnation: incarnation), after: dbusTimeout) }

@@ -15,7 +15,7 @@ extension Simulation {
             let disk = self.disk
             log.writeCall = { fd, bytes in disk.write(fd, bytes) }
             log.truncateCall = { fd, size in disk.truncate(fd, size) }
-            record(.tether("started (process \(incarnation)); log: \(log.recovery.description)"))
+            record(.tether("started (process \(incarnation)); log: \(relative(log.recovery.description))"))
             self.log = log
         } catch {
             // The daemon exits 73 when the readings directory cannot be used;
@@ -138,6 +138,11 @@ extension Simulation {
 
     func cancelTimer(_ timer: SupervisorTimer) {
         timerGenerations[timer.index] += 1
+    }
+
+    /// `text` without the run's directory (it holds the process id): traces are the same on every run.
+    func relative(_ text: String) -> String {
+        text.replacingOccurrences(of: directory + "/", with: "")
     }
 
     /// The wall clock now, as a reading's timestamp: it jumps with `wallOffset`.

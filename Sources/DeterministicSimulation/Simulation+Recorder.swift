@@ -90,7 +90,7 @@ extension Simulation {
                     schedule(.tetherStarts, after: random.duration(.seconds(1) ... .seconds(10)))
                     return
                 }
-                if !recorder.waitingForRetry { record(.disk("write failed: \(error); retrying every second")) }
+                if !recorder.waitingForRetry { record(.disk("write failed: \(relative("\(error)")); retrying every second")) }
                 recorder.waitingForRetry = true
                 recorder.retryGeneration += 1
                 schedule(.recorderRetry(generation: recorder.retryGeneration), after: settings.retryInterval)

@@ -19,16 +19,22 @@ import PackageDescription
 //   Forwarding          `tether forward`: the readings log to MQTT, at least once, from a durable cursor
 //   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests, the demo and the soak
 //   Systemd             sd_notify and journald's native protocol (a swift-log backend)
+//   BlueZLinkFailure    BlueZ errors as the supervisor's LinkFailures: the adapter layer's one mapping
+//   DeterministicSimulation  the supervisor, the error mapping and the readings log on a virtual clock
+//                       against a model of bluetoothd, the adapter, the dongle and the disk (`make dst`)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
 //   CommandLineArguments  argument types shared by the two executables (durations)
 //   tether              the command-line front end: the product binary a gateway runs
 //   tether-dev          development tools: `simulate`, `demo`, `soak` (not installed; no simulator in tether)
+//   tether-dst          the deterministic simulation's runner (not installed; small, so `make dst-selftest`
+//                       rebuilds only what it needs for each planted bug)
 let package = Package(
     name: "Tether",
     platforms: [.macOS(.v14)],
     products: [
         .executable(name: "tether", targets: ["tether"]),
         .executable(name: "tether-dev", targets: ["tether-dev"]),
+        .executable(name: "tether-dst", targets: ["tether-dst"]),
         // For the libFuzzer targets in Fuzz/, a separate package that depends on this one.
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "BlueZ", targets: ["BlueZ"]),
@@ -94,10 +100,15 @@ let package = Package(
             name: "Systemd",
             dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
         ),
+        .target(name: "BlueZLinkFailure", dependencies: ["BlueZ", "LinkSupervisor"]),
+        .target(
+            name: "DeterministicSimulation",
+            dependencies: ["LinkSupervisor", "BlueZ", "DBus", "BlueZLinkFailure", "Readings"]
+        ),
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "EventLoop", "BlueZ", "HCI", "LinkSupervisor", "Configuration", "Readings", "Systemd",
+                "DBus", "EventLoop", "BlueZ", "BlueZLinkFailure", "HCI", "LinkSupervisor", "Configuration", "Readings", "Systemd",
                 "MetricsTextfile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
@@ -124,6 +135,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
+        .executableTarget(name: "tether-dst", dependencies: ["DeterministicSimulation"]),
         .target(
             name: "TestSupport", dependencies: ["DBus", "CSystemd", "ChildProcess", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport"
@@ -133,6 +145,7 @@ let package = Package(
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
+        .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
         .testTarget(name: "HCITests", dependencies: ["HCI"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.

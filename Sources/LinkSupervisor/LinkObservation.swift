@@ -36,5 +36,9 @@ public struct LinkObservation: Sendable, Equatable {
     }
 
     var adapterUsable: Bool { bluezPresent && adapterPresent && adapterPowered }
+    #if DST_BUG_LINK_READY_IGNORES_GATT  // planted bug (make dst-selftest): subscribes before the characteristics exist
+    var linkReady: Bool { connected && servicesResolved }
+    #else
     var linkReady: Bool { connected && servicesResolved && characteristicsReady }
+    #endif
 }

@@ -59,7 +59,11 @@ public struct ReconnectPolicy: Sendable, Equatable {
     /// Whether a window that opened at `start` has room for another attempt
     /// at `time`, having made `attempts` so far.
     public func windowAllows(attempt attempts: Int, at time: Duration, windowStart start: Duration) -> Bool {
+        #if DST_BUG_WINDOW_WITHOUT_ATTEMPT_BOUND  // planted bug (make dst-selftest)
+        time - start < window
+        #else
         attempts < windowAttempts && time - start < window
+        #endif
     }
 }
 

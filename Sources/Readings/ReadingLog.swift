@@ -62,10 +62,14 @@ public final class ReadingLog {
     /// writers would hand out the same seqs.
     private let lockFD: Int32
 
-    /// The write(2) used for appends; tests replace it to simulate a failing disk.
-    var writeCall: LogFileSystem.WriteCall = LogFileSystem.systemWrite
-    /// The ftruncate(2) a rollback uses; tests replace it to make the rollback fail.
-    var truncateCall: LogFileSystem.TruncateCall = LogFileSystem.systemTruncate
+    /// The write(2) used for appends; tests and the deterministic simulation
+    /// replace it to simulate a full or failing disk and short writes.
+    @_spi(FaultInjection) public var writeCall: @Sendable (_ fd: Int32, _ bytes: UnsafeRawBufferPointer) -> Int =
+        LogFileSystem.systemWrite
+    /// The ftruncate(2) a rollback uses; tests replace it to make the rollback
+    /// fail, the simulation to leave a torn tail (a process killed mid-write).
+    @_spi(FaultInjection) public var truncateCall: @Sendable (_ fd: Int32, _ size: Int64) -> Int32 =
+        LogFileSystem.systemTruncate
 
     /// Opens (creating with mode 0750 if needed) and recovers the log in `directory`.
     public init(directory: String, rotateSize: Int64, retainSize: Int64) throws {
@@ -102,7 +106,12 @@ public final class ReadingLog {
                     files.remove(at: index)
                 }
             }
+            #if DST_BUG_SEQ_REUSED_AFTER_RESTART
+            // Planted bug (make dst-selftest): the newest record's seq is handed out again.
+            self.lastSeq = lastSeq > 0 ? lastSeq - 1 : 0
+            #else
             self.lastSeq = lastSeq
+            #endif
             self.recovery = Recovery(file: files.last?.path, truncatedBytes: Int(truncated), lastSeq: lastSeq)
 
             var finished: [(path: String, size: Int64)] = []
@@ -183,7 +192,9 @@ public final class ReadingLog {
                 }
             }
         } catch {
+            #if !DST_BUG_WRITE_NOT_ROLLED_BACK  // planted bug (make dst-selftest): a failed write's prefix stays
             rollBack(currentSize: rollbackSize, created: created)
+            #endif
             throw error
         }
 

@@ -1,7 +1,7 @@
 @testable import Configuration
 import Foundation
 @testable import LinkSupervisor
-@testable import Readings
+@_spi(FaultInjection) @testable import Readings
 import Testing
 
 #if canImport(Glibc)

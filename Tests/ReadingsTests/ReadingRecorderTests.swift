@@ -1,5 +1,5 @@
 import Foundation
-@testable import Readings
+@_spi(FaultInjection) @testable import Readings
 import Testing
 
 #if canImport(Glibc)

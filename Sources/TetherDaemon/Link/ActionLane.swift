@@ -1,4 +1,5 @@
 import BlueZ
+import BlueZLinkFailure
 import Configuration
 import DBus
 import EventLoop
@@ -330,13 +331,9 @@ final class ActionLane: @unchecked Sendable {
         return missing
     }
 
+    /// The shared mapping (`BlueZLinkFailure`), which the deterministic simulation runs too.
     static func failure(_ error: BlueZError) -> LinkFailure {
-        let kind: LinkFailure.Kind = switch error.disposition {
-        case .transient: .transient
-        case .needsCancel: .needsCancel
-        case .fatal: .fatal
-        }
-        return LinkFailure(kind, error.description, staleDevice: error.pointsAtStaleDevice)
+        LinkFailure(error)
     }
 }
 

@@ -1,0 +1,59 @@
+/// The invariants checked after every step of every seed. Raw values are the
+/// names printed with a violation (and listed in the README, "Deterministic
+/// simulation"); `statement` is what each promises, bounds included.
+public enum Invariant: String, CaseIterable, Sendable {
+    case readingsExactlyOnce = "readings-exactly-once"
+    case keepaliveGap = "keepalive-gap"
+    case dongleNeverSleeps = "dongle-never-sleeps"
+    case onlineOnlyWhileDataFlows = "online-only-while-data-flows"
+    case retryWindowBounded = "retry-window-bounded"
+    case callOrder = "call-order"
+    case boundedActions = "bounded-actions"
+    case recoversAfterFaults = "recovers-after-faults"
+    case stopDrains = "stop-drains"
+
+    public var statement: String {
+        switch self {
+        case .readingsExactlyOnce:
+            "every reading bluetoothd delivered to Tether is in the log exactly once, in order, every line readable, "
+                + "seqs strictly increasing; excused only: readings delivered within flush_interval before a kill, readings "
+                + "held in memory because the disk refused them when Tether was killed or stopped, and readings dropped "
+                + "from a full backlog (then gap records count exactly as many)"
+        case .keepaliveGap:
+            "while the link is up and subscribed (waiting-for-data or online), no keep-alive gap exceeds "
+                + "keepalive.interval + \(Self.keepaliveSlack.simulationStamp)"
+        case .dongleNeverSleeps:
+            "the dongle never reaches its idle-sleep deadline (keepalive.sleep_after without a write) while connected"
+        case .onlineOnlyWhileDataFlows:
+            "the state is online only if a notification came within silence_limit + \(Self.silenceSlack.simulationStamp)"
+        case .retryWindowBounded:
+            "no attempt of a retry window is numbered above window_attempts, and none starts window or more after the window's first"
+        case .callOrder:
+            "toward bluetoothd: no Connect while one of this process is pending; after a Connect answered with a "
+                + "needs-cancel error (InProgress), a Disconnect before the next Connect; no Connect while the supervisor "
+                + "saw bluetoothd away or the adapter unusable; StartNotify only on a link seen connected, resolved and "
+                + "with its characteristics; keep-alive writes only while subscribed"
+        case .boundedActions:
+            "at most \(Self.maximumCallsPerSecond) calls to bluetoothd in any whole simulated second (no busy loop)"
+        case .recoversAfterFaults:
+            "once every fault has cleared (and Tether runs), online within cooldown + window + connect_timeout + "
+                + "\(Self.recoverySlack.simulationStamp)"
+        case .stopDrains:
+            "a stop (SIGTERM) with a working disk leaves nothing unwritten: every reading delivered is in the log"
+        }
+    }
+
+    /// The first poll after subscribing goes out at once; later ones every interval exactly.
+    static let keepaliveSlack: Duration = .seconds(1)
+    static let silenceSlack: Duration = .seconds(1)
+    static let maximumCallsPerSecond = 25
+    /// Subscribing, the first notification (at most one burst period, 10 s), escalation steps (~11 s each).
+    static let recoverySlack: Duration = .seconds(60)
+}
+
+/// An invariant that did not hold, and when.
+public struct Violation: Sendable, Equatable {
+    public var invariant: Invariant
+    public var at: Duration
+    public var detail: String
+}

@@ -1,0 +1,172 @@
+import Foundation
+
+/// Reads the readings log back from disk and checks it against what the
+/// dongle delivered (`Invariant.readingsExactlyOnce`): each record readable,
+/// seqs strictly increasing, reading ids strictly increasing, every id
+/// missing excused, gap records counting exactly the readings dropped.
+///
+/// Incremental at each start of Tether (from where the last look stopped, so
+/// a seed's log is read about once), whole at the end of the run.
+struct LogAudit {
+    /// Ids lost with a reason the invariant accepts (see `RecorderState.loseBacklog`).
+    private(set) var excused = Set<UInt64>()
+    var dropped = 0
+    var gapWritten = 0
+    /// Dropped readings whose gap record was in a write Tether died in: in the log or not.
+    var gapUncertain = 0
+
+    private struct Cursor {
+        var file: String?
+        var offset = 0
+        var lastSeq: UInt64 = 0
+        var lastID: UInt64 = 0
+        var gapCounted = 0
+        var records = 0
+    }
+
+    private var cursor = Cursor()
+
+    mutating func excuse(_ id: UInt64) { excused.insert(id) }
+
+    /// The records written since the last look.
+    mutating func check(_ simulation: Simulation) {
+        var cursor = self.cursor
+        scan(simulation, &cursor)
+        self.cursor = cursor
+    }
+
+    /// The whole log, from its first file; then nothing may be missing.
+    mutating func finalCheck(_ simulation: Simulation) {
+        var cursor = Cursor()
+        scan(simulation, &cursor)
+        guard simulation.violation == nil else { return }
+        if cursor.lastID < simulation.delivered {
+            for id in (cursor.lastID + 1)...simulation.delivered where !excused.contains(id) {
+                return simulation.violated(.readingsExactlyOnce, "reading \(id) was delivered and is not in the log (the log ends at reading \(cursor.lastID))")
+            }
+        }
+        if cursor.gapCounted < gapWritten || cursor.gapCounted > gapWritten + gapUncertain {
+            simulation.violated(
+                .readingsExactlyOnce,
+                "gap records count \(cursor.gapCounted) dropped readings; \(gapWritten) were written as dropped (\(gapUncertain) more in writes Tether died in)"
+            )
+        }
+        simulation.checker.count(.readingsExactlyOnce)
+    }
+
+    private func scan(_ simulation: Simulation, _ cursor: inout Cursor) {
+        let names = ((try? FileManager.default.contentsOfDirectory(atPath: simulation.directory)) ?? [])
+            .filter { $0.hasPrefix("readings-") && $0.hasSuffix(".jsonl") }
+            .sorted()
+        for name in names {
+            var start = 0
+            if let current = cursor.file {
+                if name < current { continue }
+                if name == current { start = cursor.offset }
+            }
+            guard let data = FileManager.default.contents(atPath: simulation.directory + "/" + name) else { continue }
+            let bytes = [UInt8](data)
+            if name == cursor.file, bytes.count < start {
+                return simulation.violated(.readingsExactlyOnce, "\(name) shrank below what was checked (\(bytes.count) < \(start) bytes)")
+            }
+            var lineStart = start
+            while lineStart < bytes.count {
+                guard let newline = bytes[lineStart...].firstIndex(of: UInt8(ascii: "\n")) else {
+                    return simulation.violated(.readingsExactlyOnce, "\(name) ends in a torn record at byte \(lineStart) after recovery")
+                }
+                guard let record = LogLine(bytes[lineStart..<newline]) else {
+                    let text = String(decoding: bytes[lineStart..<min(newline, lineStart + 160)], as: UTF8.self)
+                    return simulation.violated(.readingsExactlyOnce, "\(name) byte \(lineStart): an unreadable line: \(text)")
+                }
+                guard record.seq > cursor.lastSeq else {
+                    return simulation.violated(.readingsExactlyOnce, "seq \(record.seq) after seq \(cursor.lastSeq) (\(name))")
+                }
+                cursor.lastSeq = record.seq
+                switch record.content {
+                case .gap(let count):
+                    cursor.gapCounted += count
+                case .reading(let id):
+                    guard id > cursor.lastID else {
+                        return simulation.violated(.readingsExactlyOnce, "reading \(id) (seq \(record.seq)) is in the log again or out of order, after reading \(cursor.lastID)")
+                    }
+                    if id > cursor.lastID + 1 {
+                        for missing in (cursor.lastID + 1)..<id where !excused.contains(missing) {
+                            return simulation.violated(.readingsExactlyOnce, "reading \(missing) is missing from the log (found \(cursor.lastID), then \(id))")
+                        }
+                    }
+                    cursor.lastID = id
+                }
+                cursor.records += 1
+                lineStart = newline + 1
+            }
+            cursor.file = name
+            cursor.offset = bytes.count
+        }
+        simulation.checker.count(.readingsExactlyOnce)
+    }
+}
+
+/// One record of the log, parsed just enough: its seq and either the
+/// reading's id (the payload, 8 bytes big-endian) or a gap's count.
+/// (JSONDecoder would cost more than the whole simulation.)
+struct LogLine {
+    enum Content { case reading(UInt64), gap(Int) }
+    var seq: UInt64
+    var content: Content
+
+    init?(_ line: ArraySlice<UInt8>) {
+        guard line.first == UInt8(ascii: "{"), line.last == UInt8(ascii: "}"),
+              let seq = Self.number(after: #""seq":"#, in: line)
+        else { return nil }
+        self.seq = seq
+        if Self.find(#""source":"gap""#, in: line) != nil {
+            guard let count = Self.number(after: #""count":"#, in: line) else { return nil }
+            content = .gap(Int(count))
+        } else {
+            guard let start = Self.find(#""hex":""#, in: line), line.endIndex - start >= 18 else { return nil }
+            var id: UInt64 = 0
+            for index in start..<(start + 16) {
+                guard let digit = Self.hexDigit(line[index]) else { return nil }
+                id = id << 4 | UInt64(digit)
+            }
+            guard line[start + 16] == UInt8(ascii: "\"") else { return nil }
+            content = .reading(id)
+        }
+    }
+
+    /// The index just past `pattern` in `line`.
+    private static func find(_ pattern: StaticString, in line: ArraySlice<UInt8>) -> Int? {
+        let needle = UnsafeBufferPointer(start: pattern.utf8Start, count: pattern.utf8CodeUnitCount)
+        guard line.count >= needle.count else { return nil }
+        var index = line.startIndex
+        let last = line.endIndex - needle.count
+        outer: while index <= last {
+            for offset in 0..<needle.count where line[index + offset] != needle[offset] {
+                index += 1
+                continue outer
+            }
+            return index + needle.count
+        }
+        return nil
+    }
+
+    private static func number(after pattern: StaticString, in line: ArraySlice<UInt8>) -> UInt64? {
+        guard var index = find(pattern, in: line) else { return nil }
+        var value: UInt64 = 0
+        var digits = 0
+        while index < line.endIndex, line[index] >= UInt8(ascii: "0"), line[index] <= UInt8(ascii: "9") {
+            value = value &* 10 &+ UInt64(line[index] - UInt8(ascii: "0"))
+            digits += 1
+            index += 1
+        }
+        return digits > 0 ? value : nil
+    }
+
+    private static func hexDigit(_ byte: UInt8) -> UInt8? {
+        switch byte {
+        case UInt8(ascii: "0")...UInt8(ascii: "9"): byte - UInt8(ascii: "0")
+        case UInt8(ascii: "a")...UInt8(ascii: "f"): byte - UInt8(ascii: "a") + 10
+        default: nil
+        }
+    }
+}

@@ -1,0 +1,277 @@
+import BlueZ
+import BlueZLinkFailure
+import DBus
+import LinkSupervisor
+
+/// The adapter layer, restated for the model: each supervisor action becomes
+/// the BlueZ call `ActionLane.perform` would make, the model answers it, and
+/// the answer comes back as a supervisor event through the real error
+/// mapping (`LinkFailure(BlueZError)`). The rules mirror `ActionLane`'s: a
+/// Connect's D-Bus timeout is the attempt's plus 1 s; StartNotify's
+/// `InProgress` is success (our own session); a subscribe with nothing to
+/// subscribe to succeeds at once; a poll without the characteristic fails at
+/// once; discovery's `InProgress` is ignored; an escalation's result is
+/// reported once the adapter shows powered again (or after 10 s).
+extension Simulation {
+    func mapped(_ error: BlueZError) -> LinkFailure { LinkFailure(error) }
+
+    func perform(_ action: SupervisorAction) {
+        switch action {
+        case .connect(let id, let timeout):
+            lastConnectID = id
+            guard world.observation.devicePresent else {
+                return deliver(.connectFinished(attempt: id, .failure(LinkFailure(.transient, "the dongle is not known"))))
+            }
+            connect(id, dbusTimeout: timeout + .seconds(1))
+        case .disconnect:
+            guard world.observation.devicePresent else { return }
+            disconnect()
+        case .subscribe(let id):
+            // No characteristic resolved: nothing to subscribe to (ActionLane.subscribe).
+            guard world.observation.characteristicsReady else {
+                return deliver(.subscribeFinished(attempt: id, .success(())))
+            }
+            startNotify(id)
+        case .poll(let id, let timeout):
+            guard world.observation.characteristicsReady else {
+                return deliver(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
+            }
+            writeValue(id, timeout: timeout)
+        case .startDiscovery:
+            guard world.observation.adapterPresent else {
+                return deliver(.discoveryFailed(LinkFailure(.transient, "no adapter")))
+            }
+            startDiscovery()
+        case .stopDiscovery:
+            guard world.observation.adapterPresent, world.discovering else { return }
+            world.discovering = false
+            advertisementGeneration += 1
+        case .powerOn:
+            guard world.observation.adapterPresent else { return }
+            if world.adapterPresent, world.bluezUp, !world.adapterPowered {
+                world.adapterPowered = true
+                record(.world("adapter powered on (Tether)"))
+                publishObservation()
+            }
+        case .escalate(let step):
+            escalate(step)
+        case .removeDevice:
+            guard world.observation.adapterPresent, world.observation.devicePresent else {
+                return deliver(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))
+            }
+            removeDevice()
+        case .startTimer(let timer, let delay):
+            startTimer(timer, after: delay)
+        case .cancelTimer(let timer):
+            cancelTimer(timer)
+        case .transition, .report, .answerReconnect:
+            break
+        }
+    }
+
+    // MARK: Device1.Connect and Disconnect
+
+    private func connect(_ id: Int, dbusTimeout: Duration) {
+        let error: BlueZError?
+        var latency = random.duration(.milliseconds(1) ... .milliseconds(10))
+        if world.stuckConnect || world.pendingConnect != nil {
+            error = BlueZError(name: BlueZ.ErrorName.inProgress, message: "In Progress")
+        } else if !world.adapterUsable {
+            error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
+        } else if world.connected {
+            error = nil  // already connected: answered at once
+            latency = .zero
+        } else if let failure = world.connectError {
+            error = failure
+            latency = random.duration(.milliseconds(20) ... .seconds(3))
+        } else if world.staleObject {
+            error = BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.abortByLocal)
+            latency = random.duration(.seconds(1) ... .seconds(4))
+        } else if !world.dongleReachable {
+            // The kernel's LE connection timeout ends it.
+            error = BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.abortByLocal)
+            latency = .seconds(20) + random.duration(.zero ... .milliseconds(200))
+        } else {
+            error = nil
+            latency = random.duration(.milliseconds(30) ... .milliseconds(1500))
+        }
+        // Answers bluetoothd gives from its own state (InProgress, NotReady,
+        // already connected) are not held up by slow-replies, which models a
+        // slow air or a busy controller. (Held up too, seeds 103 and 122 had
+        // the dongle fall asleep; see README, "Deterministic simulation".)
+        let immediate = error.map { $0.name == BlueZ.ErrorName.inProgress || $0.name == BlueZ.ErrorName.notReady } ?? false
+        if world.slowReplies, !immediate, latency > .zero { latency += random.duration(.seconds(1) ... .seconds(40)) }
+        let token = token()
+        if !immediate { world.pendingConnect = (id, incarnation, token) }
+        let replies = latency <= dbusTimeout
+        if !replies { schedule(.connectNoReply(id: id, incarnation: incarnation), after: dbusTimeout) }
+        pendingReplies[token] = (id, incarnation)
+        schedule(.connectOutcome(token: token, error.map { .failure($0) } ?? .success(()), replies: replies), after: latency)
+    }
+
+    func connectOutcome(token: UInt64, _ result: Result<Void, BlueZError>, replies: Bool) {
+        guard let (id, incarnation) = pendingReplies.removeValue(forKey: token) else { return }
+        var result = result
+        if let pending = world.pendingConnect, pending.token == token {
+            world.pendingConnect = nil
+            if case .success = result, !world.connected {
+                if world.adapterUsable, world.dongleReachable {
+                    linkUp()
+                } else {
+                    result = .failure(BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.abortByLocal))
+                }
+            }
+        } else if case .success = result, !world.connected {
+            // Cancelled (a Disconnect, the adapter gone) before it completed.
+            result = .failure(BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.abortByLocal))
+        }
+        guard replies else { return publishObservation() }
+        // The reply and Connected=true reach Tether by different paths, in either order.
+        if random.chance(0.5) {
+            publishObservation()
+            reply(connect: id, incarnation: incarnation, result)
+        } else {
+            reply(connect: id, incarnation: incarnation, result)
+            publishObservation()
+        }
+    }
+
+    func reply(connect id: Int, incarnation: Int, _ result: Result<Void, BlueZError>) {
+        guard tetherAlive, incarnation == self.incarnation else { return }
+        if case .failure(let error) = result {
+            checker.connectAnswered(id: id, error: error, self)
+        }
+        deliver(.connectFinished(attempt: id, result.mapError { mapped($0) }))
+    }
+
+    func linkUp() {
+        world.connected = true
+        world.servicesResolved = false
+        world.characteristicsReady = false
+        world.dongleLastHeard = now
+        linkToken += 1
+        record(.world("connected"))
+        var resolve = random.duration(.milliseconds(20) ... .milliseconds(600))
+        if world.slowReplies { resolve += random.duration(.zero ... .seconds(5)) }
+        schedule(.servicesResolved(linkToken: linkToken), after: resolve)
+    }
+
+    /// Device1.Disconnect: cancels a pending connect (ours or a stuck one), or drops the link.
+    private func disconnect() {
+        checker.disconnectSent()
+        if world.stuckConnect {
+            world.stuckConnect = false
+            record(.world("the stuck connect is cancelled"))
+        }
+        if world.pendingConnect != nil {
+            world.pendingConnect = nil
+            record(.world("the pending connect is cancelled"))
+        }
+        if world.connected {
+            world.dropLink()
+            record(.world("disconnected (Tether)"))
+            publishObservation()
+        }
+    }
+
+    // MARK: GATT: StartNotify and the keep-alive write
+
+    private func startNotify(_ id: Int) {
+        guard world.connected else {
+            let error = BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected)
+            return deliver(.subscribeFinished(attempt: id, .failure(mapped(error))))
+        }
+        // Our own session still registered (bluetoothd re-arms it on reconnect): InProgress, success for us.
+        if world.notifySession { return deliver(.subscribeFinished(attempt: id, .success(()))) }
+        var latency = random.duration(.milliseconds(5) ... .milliseconds(120))
+        if world.slowReplies { latency += random.duration(.zero ... .seconds(8)) }
+        schedule(.subscribeOutcome(id: id, incarnation: incarnation, linkToken: linkToken, gattGeneration: world.gattGeneration), after: latency)
+    }
+
+    func subscribeOutcome(id: Int, incarnation: Int, linkToken: UInt64, gattGeneration: Int) {
+        let ok = world.connected && linkToken == self.linkToken && gattGeneration == world.gattGeneration
+            && world.characteristicsReady
+        if ok, tetherAlive, incarnation == self.incarnation { world.notifySession = true }
+        guard tetherAlive, incarnation == self.incarnation else { return }
+        let result: Result<Void, LinkFailure> = ok
+            ? .success(())
+            : .failure(mapped(BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected)))
+        deliver(.subscribeFinished(attempt: id, result))
+    }
+
+    private func writeValue(_ id: Int, timeout: Duration) {
+        guard world.connected else {
+            let error = BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected)
+            return schedule(.pollOutcome(id: id, incarnation: incarnation, .failure(error)), after: .milliseconds(1))
+        }
+        if world.dongleReachable { world.dongleLastHeard = now }
+        var latency = random.duration(.milliseconds(3) ... .milliseconds(40))
+        if world.slowReplies { latency += random.duration(.zero ... .seconds(8)) }
+        if latency > timeout {
+            let error = BlueZError(name: "org.freedesktop.DBus.Error.NoReply", message: "Did not receive a reply")
+            schedule(.pollOutcome(id: id, incarnation: incarnation, .failure(error)), after: timeout)
+        } else {
+            schedule(.pollOutcome(id: id, incarnation: incarnation, .success(())), after: latency)
+        }
+    }
+
+    // MARK: Adapter1: discovery, escalation, RemoveDevice
+
+    private func startDiscovery() {
+        guard world.adapterUsable else {
+            let error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
+            return deliver(.discoveryFailed(mapped(error)))
+        }
+        guard !world.discovering else { return }  // InProgress: already discovering for us
+        world.discovering = true
+        advertisementGeneration += 1
+        schedule(.advertisement(generation: advertisementGeneration), after: random.duration(.milliseconds(200) ... .seconds(3)))
+    }
+
+    /// power-cycle: Powered=false, 500 ms, Powered=true; hci-reset: the
+    /// controller resets (the link goes) and comes back powered.
+    private func escalate(_ step: EscalationStep) {
+        guard world.observation.adapterPresent else {
+            return deliver(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
+        }
+        adapterOff("escalation: \(step.rawValue)")
+        let delay: Duration = step == .powerCycle ? .milliseconds(500) : random.duration(.milliseconds(300) ... .seconds(2))
+        schedule(.escalationPowerOn(step, incarnation: incarnation), after: delay)
+    }
+
+    func escalationPowerOn(_ step: EscalationStep, incarnation: Int) {
+        guard tetherAlive, incarnation == self.incarnation else { return }
+        if world.adapterPresent, world.bluezUp {
+            world.adapterPowered = true
+            record(.world("adapter powered on (\(step.rawValue))"))
+            publishObservation()
+            deliver(.escalationFinished(step, .success(())))
+        } else {
+            // Three tries a second apart, then the step's failure.
+            let error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
+            deliver(.escalationFinished(step, .failure(mapped(error))))
+        }
+    }
+
+    private func removeDevice() {
+        if world.connected { world.dropLink() }
+        world.pendingConnect = nil
+        world.deviceObject = false
+        world.staleObject = false
+        world.notifySession = false
+        record(.world("device object removed (Tether)"))
+        publishObservation()
+        deliver(.removeDeviceFinished(.success(())))
+    }
+
+    /// The adapter goes unpowered: the link, discovery and any pending connect with it.
+    func adapterOff(_ why: String) {
+        world.adapterPowered = false
+        world.dropLink()
+        world.pendingConnect = nil
+        world.discovering = false
+        advertisementGeneration += 1
+        record(.world("adapter powered off (\(why))"))
+        publishObservation()
+    }
+}

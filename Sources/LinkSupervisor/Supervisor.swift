@@ -481,6 +481,9 @@ public struct Supervisor: Sendable {
 
     private mutating func poll() {
         guard let session = current.session else { return }
+        #if DST_BUG_NO_KEEPALIVE_AFTER_RECONNECT  // planted bug (make dst-selftest): polls stop after the first reconnect
+        if reconnects > 0 { return }
+        #endif
         // Fixed rate: the next poll is due one interval after this one
         // started, whatever this one takes.
         startTimer(.keepalive, after: settings.keepaliveInterval)
@@ -557,6 +560,9 @@ public struct Supervisor: Sendable {
         let silent = now - reference
         guard silent >= limit else { return startTimer(.silence, after: limit - silent) }
         let window = current.window
+        #if DST_BUG_ONLINE_AFTER_SILENCE  // planted bug (make dst-selftest): a proven link stays online, silent
+        if window == nil { return startTimer(.silence, after: limit) }
+        #endif
         let proven = window == nil  // online; waiting-for-data keeps its attempt's window
         let what = proven
             ? "no notification for \(silent.roundedText) (silence limit \(limit.roundedText))"

@@ -26,13 +26,14 @@ struct ForwardCommand: AsyncParsableCommand {
             Bluetooth. With [metrics] forward_textfile = "…/tether-forward.prom" it writes Prometheus \
             metrics (broker connected, records published and acknowledged, backlog, gaps) for \
             node_exporter's textfile collector. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
-            password, cursor, CA, certificate or key file (each named).
+            password, cursor, CA, certificate or key file (each named); 73 when the state directory is missing and \
+            cannot be created, or is not a writable directory (named).
             """
     )
 
     @OptionGroup var options: ServiceOptions
 
-    @Option(help: "Where the cursor is kept (default: $STATE_DIRECTORY, else /var/lib/tether-forward).")
+    @Option(help: "Where the cursor is kept (default: $STATE_DIRECTORY, else /var/lib/tether-forward); created, mode 0700, if it is missing and its parent is writable.")
     var stateDirectory: String?
 
     func run() async throws {
@@ -43,6 +44,8 @@ struct ForwardCommand: AsyncParsableCommand {
         let path = options.configPath(for: instance)
         let settings: Forwarder.Settings
         let metricsSettings: MetricsSection
+        let state = stateDirectory ?? environment["STATE_DIRECTORY"]?.split(separator: ":").first.map(String.init)
+            ?? "/var/lib/tether-forward"
         do {
             let loaded: TetherConfig
             do {
@@ -54,8 +57,6 @@ struct ForwardCommand: AsyncParsableCommand {
             guard let mqtt = loaded.mqtt else {
                 throw Forwarder.StartFailure(description: "\(path): tether forward needs an [mqtt] table with at least url = \"mqtt://HOST\"")
             }
-            let state = stateDirectory ?? environment["STATE_DIRECTORY"]?.split(separator: ":").first.map(String.init)
-                ?? "/var/lib/tether-forward"
             settings = try Forwarder.Settings(
                 config: loaded, mqtt: mqtt, instance: instance, hostname: Forwarder.Settings.hostname, stateDirectory: state
             )
@@ -63,6 +64,14 @@ struct ForwardCommand: AsyncParsableCommand {
             logger.critical("\(error)")
             LoggingSetup.flush()
             throw ExitCode(DaemonRunner.Exit.config)
+        }
+
+        do throws(StateDirectory.Failure) {
+            try StateDirectory.prepare(state)
+        } catch {
+            logger.critical("\(error)")
+            LoggingSetup.flush()
+            throw ExitCode(DaemonRunner.Exit.cannotCreate)
         }
 
         let loop = EventLoop(name: "tether-forward")

@@ -77,6 +77,36 @@ import Testing
         #expect(try ReadingLog.readRecords(directory: setup.readings).count == 10, "the readings are untouched")
     }
 
+    /// Started by hand with a state directory that does not exist: created
+    /// (0700) when its parent is writable, and forwarding runs; otherwise an
+    /// exit at once with 73 (EX_CANTCREAT) naming the path and the option,
+    /// instead of publishing a window of records and then failing every
+    /// cursor store.
+    @Test func aStateDirectoryThatCannotBeMadeExits73AndOneThatCanIsMade() async throws {
+        let setup = try Setup(records: 10)
+        defer { setup.directory.remove() }
+        try setup.writeConfig(mqtt: [#"url = "mqtt://127.0.0.1:1""#])
+        let impossible = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath,
+            arguments: ["forward", "--config", setup.config, "--state-directory", "/nonexistent/x"],
+            stderrPath: setup.directory.path + "/impossible.log")
+        let status = impossible.wait(timeout: .seconds(10))
+        let log = setup.log("impossible.log")
+        #expect(ChildProcess.exitCode(status) == 73, "\(log)")
+        #expect(log.contains("/nonexistent/x") && log.contains("--state-directory"), "names the path and the option: \(log)")
+
+        let fresh = setup.directory.path + "/fresh-state"
+        let made = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath,
+            arguments: ["forward", "--config", setup.config, "--state-directory", fresh],
+            stderrPath: setup.directory.path + "/fresh.log")
+        let created = await eventually(timeout: .seconds(10)) { FileManager.default.fileExists(atPath: fresh + "/status.json") }
+        _ = made.terminate()
+        var info = stat()
+        #expect(created, "it runs, and stores its status there: \(setup.log("fresh.log"))")
+        #expect(stat(fresh, &info) == 0 && info.st_mode & 0o777 == 0o700)
+    }
+
     /// A broker that refuses the password, or a certificate the CA does not
     /// verify: the broker's side may be what changes, so the forwarder keeps
     /// retrying, and says as an error what to check; SIGTERM still ends it

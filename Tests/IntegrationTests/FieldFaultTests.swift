@@ -44,6 +44,8 @@ import Testing
         let status = try #require(harness.service?.status)
         #expect(status.silenceEvents == 1)
         #expect(status.lastError?.contains("no notification for") == true, "\(status.lastError ?? "-")")
+        // The state is published before the turn's reports are logged: wait for the line.
+        _ = await eventually(timeout: .seconds(2)) { harness.logLines.all.contains { $0.contains("event=silence") } }
         let line = harness.logLines.all.first { $0.contains("event=silence") }
         #expect(line?.contains("silence_limit=20.000") == true, "\(line ?? "no silence line")")
         #expect(status.summary().contains("online") == false || status.state != .online)

@@ -496,12 +496,12 @@ public struct Supervisor: Sendable {
 
     private mutating func pollFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
         guard let session = current.session, session.pollInFlight == id else { return }
-        _ = withSession { $0.pollInFlight = nil }
-        cancelTimer(.pollDeadline)
-        switch result {
-        case .success: _ = withSession { $0.failedPolls = 0 }
-        case .failure(let failure): pollFailed(failure.description)
+        _ = withSession { session in
+            session.pollInFlight = nil
+            if case .success = result { session.failedPolls = 0 }
         }
+        cancelTimer(.pollDeadline)
+        if case .failure(let failure) = result { pollFailed(failure.description) }
     }
 
     private mutating func pollFailed(_ error: String) {

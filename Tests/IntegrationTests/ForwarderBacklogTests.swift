@@ -111,23 +111,10 @@ import Testing
     /// the readings directory (two levels of it, here): it waits for it,
     /// watching the nearest ancestor, and forwards what is then written.
     @Test func aReadingsDirectoryThatDoesNotExistYetIsWaitedFor() async throws {
-        let directory = try TemporaryDirectory("forward-appear")
-        defer { directory.remove() }
-        let readings = directory.path + "/instance/readings"
-        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
-        defer { broker.stop() }
-        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
-        let forwarder = try await ForwarderTests.RunningForwarder(
-            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
-        #expect(await eventually { forwarder.forwarder.status.connected }, "it connects meanwhile")
-        try FileManager.default.createDirectory(atPath: directory.path + "/instance", withIntermediateDirectories: true)
-        try await Task.sleep(for: .milliseconds(100))
-        let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
-        try log.append((1...100).map { Self.reading(UInt32($0)) })
-        log.close()
-        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 100 }
-        await forwarder.stop()
-        #expect(done, "\(forwarder.forwarder.status)")
+        try await Self.expectForwardingOnceTheDirectoryAppears("forward-appear", records: 100) { instance in
+            try FileManager.default.createDirectory(atPath: instance, withIntermediateDirectories: true)
+            try await Task.sleep(for: .milliseconds(100))
+        }
     }
 
     /// systemd creates a `StateDirectory=` as root, 0750, and only then
@@ -137,7 +124,21 @@ import Testing
     /// it. Root is never refused a watch, so as root this runs the plain
     /// path (still a check of the move-then-look-again order).
     @Test func aReadingsDirectoryWhoseParentIsHandedOverLateIsStillSeen() async throws {
-        let directory = try TemporaryDirectory("forward-handover")
+        try await Self.expectForwardingOnceTheDirectoryAppears("forward-handover", records: 50) { instance in
+            #expect(mkdir(instance, 0) == 0)
+            try await Task.sleep(for: .milliseconds(200))
+            #expect(chmod(instance, 0o755) == 0)
+        }
+    }
+
+    /// A forwarder started (and connected to a broker) before
+    /// `instance/readings` exists; `appear` makes `instance` its own way,
+    /// then `records` are written to `instance/readings` at once: every one
+    /// must be acknowledged.
+    private static func expectForwardingOnceTheDirectoryAppears(
+        _ label: String, records: UInt32, appear: (String) async throws -> Void
+    ) async throws {
+        let directory = try TemporaryDirectory(label)
         defer { directory.remove() }
         let instance = directory.path + "/instance"
         let readings = instance + "/readings"
@@ -145,15 +146,13 @@ import Testing
         defer { broker.stop() }
         try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
         let forwarder = try await ForwarderTests.RunningForwarder(
-            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+            settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
         #expect(await eventually { forwarder.forwarder.status.connected }, "it connects meanwhile")
-        #expect(mkdir(instance, 0) == 0)
-        try await Task.sleep(for: .milliseconds(200))
-        #expect(chmod(instance, 0o755) == 0)
+        try await appear(instance)
         let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
-        try log.append((1...50).map { Self.reading(UInt32($0)) })
+        try log.append((1...records).map { reading($0) })
         log.close()
-        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 50 }
+        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == UInt64(records) }
         await forwarder.stop()
         #expect(done, "\(forwarder.forwarder.status)")
     }

@@ -18,6 +18,10 @@ import Glibc
 /// Invariants:
 /// - the cursor only moves to a seq whose record, and every record before
 ///   it, the broker has acknowledged;
+/// - the cursor is stored only once the log up to it is durable (the
+///   reader's file fsynced first): the forwarder reads what `tether run`
+///   wrote before its fsync, and after a power cut a cursor past the log's
+///   end would skip the readings `tether run` then writes under those seqs;
 /// - messages in flight plus messages acknowledged since the cursor was
 ///   last stored (fsynced) are at most `maxInflight`: a crash re-sends at
 ///   most that many. The cursor is stored at the end of the loop turn in
@@ -316,6 +320,9 @@ public final class Forwarder: @unchecked Sendable {
 
     /// Forgets what was read ahead and in flight; reads on from the cursor.
     private func restartReading() {
+        // Acknowledged records read by this reader: stored (and synced
+        // through it) before it goes.
+        if cursor != storedCursor, reader != nil { storeCursor() }
         inflight.removeAll()
         queue.removeAll()
         queueHead = 0
@@ -441,7 +448,12 @@ public final class Forwarder: @unchecked Sendable {
         if let cursorStoreTimer { loop.cancelTimer(cursorStoreTimer) }
         cursorStoreTimer = nil
         guard cursor != storedCursor || unstoredMessages > 0 else { return }
-        do {
+        do throws(ForwardCursor.Failure) {
+            do {
+                try reader?.syncRead()
+            } catch {
+                throw ForwardCursor.Failure(description: "cannot make the readings durable before storing the cursor: \(error)")
+            }
             try settings.cursor.store(cursor)
             storedCursor = cursor
             unstoredMessages = 0

@@ -434,6 +434,9 @@ def final_summary(stack, check):
         problems.append(f"{len(not_delivered)} records on disk never reached the subscriber: {not_delivered[:10]}")
     if wrong_content:
         problems.append(f"{len(wrong_content)} seqs reached the subscriber only with other content: {wrong_content[:10]}")
+    reused = sorted(seq for seq, contents in received.items() if len(contents) > 1)
+    if reused:
+        problems.append(f"{len(reused)} seqs reached the subscriber with two readings: {reused[:10]}")
     if len(cuts) < 10:
         problems.append(f"only {len(cuts)} cuts")
     figures = {
@@ -442,8 +445,9 @@ def final_summary(stack, check):
         "torn_bytes": sum(b.get("recovery", {}).get("torn_bytes", 0) for b in ran),
         "resent": resent,
         # Seqs the subscriber got with two readings: one published before a
-        # cut took it from the disk, the other written under the same seq after.
-        "seq_reused": sum(1 for contents in received.values() if len(contents) > 1),
+        # cut took it from the disk, the other written under the same seq
+        # after. Must be 0: the forwarder publishes only what is durable.
+        "seq_reused": len(reused),
         "cursor_ahead": sum(1 for b in ran if b.get("before", {}).get("figures", {}).get("cursor", 0)
                             > b.get("before", {}).get("figures", {}).get("last_seq", 0)),
         "required": sum(b.get("before", {}).get("figures", {}).get("required", 0) for b in ran),

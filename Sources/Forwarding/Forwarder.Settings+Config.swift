@@ -38,6 +38,7 @@ extension Forwarder.Settings {
             client: options, topic: fill(mqtt.topic), statusTopic: fill(mqtt.statusTopic), qos: Int32(mqtt.qos),
             batch: mqtt.batch, statusFile: ForwarderStatusFile(stateDirectory: stateDirectory, instance: instance)
         )
+        durableSyncInterval = config.readings.flushInterval
     }
 
     /// The first line of a secret's file.

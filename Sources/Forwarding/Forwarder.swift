@@ -3,7 +3,7 @@ import EventLoop
 import Foundation
 import Logging
 import MQTT
-import Readings
+@_spi(FaultInjection) import Readings
 import Synchronization
 #if canImport(Glibc)
 import Glibc
@@ -18,6 +18,15 @@ import Glibc
 /// Invariants:
 /// - the cursor only moves to a seq whose record, and every record before
 ///   it, the broker has acknowledged;
+/// - only records the log holds durably are published: the forwarder reads
+///   what `tether run` wrote before its own fsync (`flush_interval`), and a
+///   power cut can take those records away; `tether run` then hands their
+///   seqs out again to new readings, so a seq the broker had seen would name
+///   two readings (consumers drop the second as a duplicate) and a cursor
+///   past the log's end would skip the new ones. The forwarder fsyncs the
+///   file it reads before publishing what it read, at most once per
+///   `durableSyncInterval` (the writer's own rate): acknowledged ≤ published
+///   ≤ durable, so the cursor never passes the durable log either;
 /// - messages in flight plus messages acknowledged since the cursor was
 ///   last stored (fsynced) are at most `maxInflight`: a crash re-sends at
 ///   most that many. The cursor is stored at the end of the loop turn in
@@ -40,6 +49,13 @@ public final class Forwarder: @unchecked Sendable {
         public var batch: Int
         public var retryInitial: Duration = .seconds(1)
         public var retryMax: Duration = .seconds(60)
+        /// The least time between two fsyncs of the log the forwarder makes
+        /// before publishing (`readings.flush_interval`): records wait at
+        /// most this long for it, and the disk sees no more fsyncs from the
+        /// forwarder than from `tether run`.
+        public var durableSyncInterval: Duration = .seconds(1)
+        /// Replaces the fsync(2) of the log before publishing (tests).
+        @_spi(FaultInjection) public var syncLog: (@Sendable (_ fd: Int32, _ path: String) throws -> Void)?
         /// Where `tether status` learns the forwarder's state; nil: nowhere.
         public var statusFile: ForwarderStatusFile?
 
@@ -100,6 +116,10 @@ public final class Forwarder: @unchecked Sendable {
     /// The longest an acknowledged cursor waits to be stored, at low rates.
     static let cursorStoreDelay = Duration.milliseconds(200)
     private var expectedSeq: UInt64 = 1
+    /// Records up to this seq are durable in the log: they may be published.
+    private var durableSeq: UInt64 = 0
+    private var lastDurableSync: MonotonicInstant?
+    private var durableSyncTimer: EventLoop.TimerID?
     private var turnEndHook: Int?
     private var retryDelay: Duration
     private var retryTimer: EventLoop.TimerID?
@@ -226,6 +246,8 @@ public final class Forwarder: @unchecked Sendable {
         stopping = true
         if let retryTimer { loop.cancelTimer(retryTimer) }
         retryTimer = nil
+        if let durableSyncTimer { loop.cancelTimer(durableSyncTimer) }
+        durableSyncTimer = nil
         if let client, client.isConnected {
             _ = try? client.publish(.init(topic: settings.statusTopic, payload: Array("offline".utf8), qos: 1, retain: true))
         }
@@ -326,7 +348,9 @@ public final class Forwarder: @unchecked Sendable {
             return
         }
         do {
-            reader = try ReadingLogReader(directory: settings.readingsDirectory, afterSeq: cursor)
+            let reader = try ReadingLogReader(directory: settings.readingsDirectory, afterSeq: cursor)
+            if let syncLog = settings.syncLog { reader.syncCall = syncLog }
+            self.reader = reader
         } catch {
             reader = nil
             recordError("\(error)", logged: "cannot read the readings directory: \(error)")
@@ -384,11 +408,13 @@ public final class Forwarder: @unchecked Sendable {
         while inflight.count + unstoredMessages < settings.client.maxInflight {
             if queueHead == queue.count { readMore() }
             guard queueHead < queue.count else { return }
+            guard queue[queueHead].seq <= durableSeq || makeQueueDurable() else { return }
             let device = queue[queueHead].device
             var payload: [UInt8] = []
             var lastSeq: UInt64 = 0
             var count = 0
-            while queueHead < queue.count, count < settings.batch, queue[queueHead].device == device {
+            while queueHead < queue.count, count < settings.batch, queue[queueHead].device == device,
+                  queue[queueHead].seq <= durableSeq {
                 if count > 0 { payload.append(UInt8(ascii: "\n")) }
                 payload += queue[queueHead].line
                 lastSeq = queue[queueHead].seq
@@ -406,6 +432,40 @@ public final class Forwarder: @unchecked Sendable {
             } catch {
                 return lost(error)
             }
+        }
+    }
+
+    /// Fsyncs the file being read, so that every record queued so far may be
+    /// published; false when that must wait (the last sync was less than
+    /// `durableSyncInterval` ago, or it failed): a timer then pumps again.
+    private func makeQueueDurable() -> Bool {
+        guard durableSyncTimer == nil, let reader, let last = queue.last?.seq else { return false }
+        let now = MonotonicInstant.now
+        if let lastDurableSync {
+            let since = lastDurableSync.duration(to: now)
+            if since < settings.durableSyncInterval {
+                scheduleDurableSync(after: settings.durableSyncInterval - since)
+                return false
+            }
+        }
+        lastDurableSync = now
+        do {
+            // Records of files read before this one are covered too: once
+            // this file is durable, recovery goes on after its first seq.
+            try reader.syncRead()
+        } catch {
+            recordError("\(error)", logged: "cannot make the readings durable before publishing them: \(error)")
+            scheduleDurableSync(after: .seconds(1))
+            return false
+        }
+        durableSeq = last
+        return true
+    }
+
+    private func scheduleDurableSync(after delay: Duration) {
+        durableSyncTimer = loop.schedule(after: delay) { [unowned self] in
+            durableSyncTimer = nil
+            pump()
         }
     }
 
@@ -441,7 +501,7 @@ public final class Forwarder: @unchecked Sendable {
         if let cursorStoreTimer { loop.cancelTimer(cursorStoreTimer) }
         cursorStoreTimer = nil
         guard cursor != storedCursor || unstoredMessages > 0 else { return }
-        do {
+        do throws(ForwardCursor.Failure) {
             try settings.cursor.store(cursor)
             storedCursor = cursor
             unstoredMessages = 0

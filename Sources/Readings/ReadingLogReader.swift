@@ -52,6 +52,12 @@ public final class ReadingLogReader {
     }
 
     private var current: OpenFile?
+    /// The file `syncRead` last made durable (its directory entry too).
+    private var syncedFile: (device: UInt64, inode: UInt64)?
+    /// The fsync(2) `syncRead` uses; tests replace it to see what is synced.
+    @_spi(FaultInjection) public var syncCall: @Sendable (_ fd: Int32, _ path: String) throws -> Void = { fd, path in
+        try LogFileSystem.sync(fd, path: path)
+    }
     private var started = false
     /// The seq of the last record consumed (delivered or below the cutoff).
     private var lastSeq: UInt64 = 0
@@ -136,6 +142,27 @@ public final class ReadingLogReader {
             try drainCurrent(to: sink)
         }
         return remaining <= 0
+    }
+
+    /// Makes every record delivered so far durable, whatever the writer's
+    /// own flush interval: fsyncs the file being read and, when it is not the
+    /// one synced last, the directory (a file rotation creates may not be
+    /// durable yet). Records of older files are covered too: once the newer
+    /// file is on disk, recovery continues after its name's seq at least.
+    ///
+    /// A consumer that records progress durably (the forwarder's cursor)
+    /// calls this first: after a power cut its progress must not be past the
+    /// log's end, or the daemon hands those seqs out again to new readings
+    /// and the consumer skips them.
+    public func syncRead() throws {
+        guard let file = current else { return }
+        try syncCall(file.fd, file.path)
+        if syncedFile?.device != file.device || syncedFile?.inode != file.inode {
+            let fd = try LogFileSystem.openFile(directory, flags: O_RDONLY | O_DIRECTORY)
+            defer { LogFileSystem.closeFile(fd) }
+            try syncCall(fd, directory)
+            syncedFile = (file.device, file.inode)
+        }
     }
 
     /// Bytes of records this `readAvailable` call may still deliver.

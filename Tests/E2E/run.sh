@@ -15,8 +15,15 @@
 # dongle, mosquitto, node_exporter and tether-forward as units, and the
 # systemd-* checks; its logs go to $E2E_OUT/systemd.
 #
+# The power-cut boots (Tests/E2E/vm/powercut.py, guest/powercut.py) write the
+# readings and the forwarder's cursor to an ext4 virtio disk and are killed
+# (SIGKILL to QEMU) at seeded random moments, E2E_CUTS times (default 10),
+# then booted once more to check and sum up; logs in $E2E_OUT/power-cut.
+#
 # Environment: E2E_OUT (default .build/e2e/out), E2E_ONLY (comma-separated
-# scenario names), E2E_BOOTS (scenarios, systemd or both), E2E_TIMEOUT
+# scenario names), E2E_BOOTS (scenarios, systemd, power-cut, comma-separated,
+# both = scenarios,systemd, or all, the default), E2E_CUTS, E2E_SEED (the
+# power-cut delays' seed), E2E_TIMEOUT
 # (seconds for each boot, default 1200), SWIFT (default swift), E2E_TETHER (a
 # tether binary built elsewhere, e.g. another worktree's, instead of building
 # this tree's; the scenarios boot only).
@@ -28,8 +35,19 @@ out=${E2E_OUT:-$work/out}
 swift=${SWIFT:-swift}
 timeout=${E2E_TIMEOUT:-1200}
 # E2E_BOOTS: scenarios (the guest script as PID 1), systemd (systemd as PID 1
-# with the Debian package installed), or both (the default).
-boots=${E2E_BOOTS:-both}
+# with the Debian package installed), power-cut (the guest killed again and
+# again), a comma-separated list of those, both (scenarios and systemd) or all
+# (the default).
+boots=${E2E_BOOTS:-all}
+case "$boots" in
+    all) boots="scenarios systemd power-cut" ;;
+    both) boots="scenarios systemd" ;;
+    *) boots=${boots//,/ } ;;
+esac
+for b in $boots; do
+    case "$b" in scenarios|systemd|power-cut) ;; *) echo "e2e: E2E_BOOTS: no boot named $b" >&2; exit 2 ;; esac
+done
+wants() { case " $boots " in *" $1 "*) return 0 ;; esac; return 1; }
 bumble_version=0.0.236
 
 packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tools python3-venv cpio kmod"
@@ -37,6 +55,8 @@ packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tool
 # exporter, the subscriber, curl for the scrape and setfacl for the textfile
 # directory, as README tells operators.
 packages="$packages systemd dbus mosquitto mosquitto-clients prometheus-node-exporter curl acl"
+# The power-cut boot's disk: mkfs.ext4 on a file.
+packages="$packages e2fsprogs"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
@@ -78,7 +98,7 @@ version=${kernel#/boot/vmlinuz-}
 Tests/E2E/vm/build-initramfs.sh "$version" "$work/initramfs.gz"
 
 deb=""
-if [ "$boots" != scenarios ]; then
+if wants systemd; then
     # The systemd boot installs the Debian package as a gateway would, made
     # from this tree (after `make test` the release build is already there).
     echo "e2e: building the Debian package (make deb)"
@@ -147,17 +167,38 @@ PY
 }
 
 status=0
-if [ "$boots" != systemd ]; then
+worst() { [ "$status" -ge "$1" ] || status=$1; }
+if wants scenarios; then
     cmdline="e2e.script=Tests/E2E/guest/main.sh e2e.tether=$tether"
     cmdline="$cmdline e2e.python=.build/e2e/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
     boot "scenarios" "$out" "$cmdline"
-    report "$out" "e2e" || status=$?
+    report "$out" "e2e" || worst $?
 fi
-if [ "$boots" != scenarios ]; then
+if wants systemd; then
     # systemd 252 as PID 1, the package installed with dpkg -i (Tests/E2E/systemd/).
     boot "systemd checks" "$out/systemd" \
         "e2e.mode=systemd e2e.script=Tests/E2E/systemd/prepare.sh e2e.deb=$deb systemd.unit=e2e.target systemd.show_status=false"
-    report "$out/systemd" "e2e-systemd" || { s=$?; [ "$status" -ge "$s" ] || status=$s; }
+    report "$out/systemd" "e2e-systemd" || worst $?
+fi
+if wants power-cut; then
+    # One boot after another on one ext4 disk, each but the last killed.
+    dir=$out/power-cut
+    mkdir -p "$dir"
+    echo "e2e: power-cut: ${E2E_CUTS:-10} cuts of QEMU (TCG, 2 vCPUs, 1 GiB) with an ext4 virtio disk; consoles in $dir"
+    started=$(date +%s)
+    set +e
+    python3 Tests/E2E/vm/powercut.py --kernel "$kernel" --initrd "$work/initramfs.gz" --project "$root" --out "$dir" \
+        --cuts "${E2E_CUTS:-10}" ${E2E_SEED:+--seed "$E2E_SEED"} \
+        --append "e2e.tether=$tether e2e.python=.build/e2e/venv/bin/python"
+    qemu_status=$?
+    set -e
+    wall=$(( $(date +%s) - started ))
+    if [ "$qemu_status" = 3 ] || [ "$qemu_status" = 2 ]; then
+        report "$dir" "e2e-power-cut" || true
+        worst "$qemu_status"
+    else
+        report "$dir" "e2e-power-cut" || worst $?
+    fi
 fi
 if [ "$status" != 0 ]; then
     echo "e2e: logs (bluetoothd, btmon, tether, dongle, console; systemd/: journal, units) are in $out" >&2

@@ -1,9 +1,10 @@
 import EventLoop
-import Forwarding
+@_spi(FaultInjection) import Forwarding
 import Foundation
 import Logging
 import MQTT
 import Readings
+import Synchronization
 import Systemd
 import TestSupport
 import Testing
@@ -155,5 +156,57 @@ import Testing
         let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == UInt64(records) }
         await forwarder.stop()
         #expect(done, "\(forwarder.forwarder.status)")
+    }
+
+    struct PlantedEIO: Error, CustomStringConvertible {
+        var description: String { "fsync: Input/output error (planted)" }
+    }
+
+    /// What the forwarder publishes, the log holds durably: a power cut may
+    /// take records written but not yet fsynced, and their seqs are then
+    /// handed out again, so a published seq must never be one of those. An
+    /// fsync that fails publishes nothing (and says why); after it heals,
+    /// everything goes; later records wait for the next sync, at most one
+    /// per `durableSyncInterval`.
+    @Test func onlyRecordsTheLogHoldsDurablyArePublished() async throws {
+        let directory = try TemporaryDirectory("forward-durable")
+        defer { directory.remove() }
+        let readings = directory.path + "/readings"
+        let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append((1...100).map { Self.reading(UInt32($0)) })
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let failing = Mutex(true)
+        let syncs = Mutex(0)
+        var settings = Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10)
+        settings.durableSyncInterval = .seconds(2)
+        settings.syncLog = { _, path in
+            if failing.withLock({ $0 }) { throw PlantedEIO() }
+            if path != readings { syncs.withLock { $0 += 1 } }  // the file, not its directory
+        }
+        let forwarder = try await ForwarderTests.RunningForwarder(settings)
+        #expect(await eventually { forwarder.forwarder.status.connected })
+        #expect(await eventually { forwarder.forwarder.status.lastError?.contains("planted") == true },
+                "\(forwarder.forwarder.status)")
+        try await Task.sleep(for: .milliseconds(500))
+        #expect(forwarder.forwarder.status.published == 0, "nothing before the log is durable: \(forwarder.forwarder.status)")
+
+        failing.withLock { $0 = false }
+        #expect(await eventually(timeout: .seconds(5)) { forwarder.forwarder.status.acknowledgedSeq == 100 },
+                "\(forwarder.forwarder.status)")
+        let firstSync = ContinuousClock.now
+        #expect(syncs.withLock { $0 } == 1)
+
+        try log.append((101...110).map { Self.reading(UInt32($0)) })
+        try await Task.sleep(for: .milliseconds(800))
+        #expect(forwarder.forwarder.status.published == 100, "the new records wait for the next sync")
+        #expect(await eventually(timeout: .seconds(5)) { forwarder.forwarder.status.acknowledgedSeq == 110 },
+                "\(forwarder.forwarder.status)")
+        let waited = ContinuousClock.now - firstSync
+        #expect(syncs.withLock { $0 } == 2)
+        #expect(waited >= .milliseconds(1500), "one sync per interval: \(waited)")
+        log.close()
+        await forwarder.stop()
     }
 }

@@ -1,5 +1,5 @@
 import Foundation
-@testable import Readings
+@_spi(FaultInjection) @testable import Readings
 import Synchronization
 import Testing
 
@@ -121,6 +121,47 @@ struct ReadingLogReaderTests {
         let reader = try ReadingLogReader(directory: dir.path, afterSeq: 37)
         try reader.readAvailable { received.add($0) }
         #expect(received.seqs() == Array(38...50))
+    }
+
+    /// The forwarder syncs what it read before storing its cursor (found by
+    /// `make e2e`'s power-cut: a cursor stored for records the daemon had
+    /// not fsynced yet was past the log's end after the cut). The file being
+    /// read is fsynced every time, the directory once per file (a rotation's
+    /// new name); nothing before the first read.
+    @Test func syncReadFsyncsTheFileReadAndOncePerFileTheDirectory() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1024, retainSize: 1 << 30)
+        let reader = try ReadingLogReader(directory: dir.path)
+        let synced = Mutex<[String]>([])
+        reader.syncCall = { fd, path in
+            #expect(fsync(fd) == 0)
+            synced.withLock { $0.append(path) }
+        }
+        try reader.syncRead()
+        #expect(synced.withLock { $0 }.isEmpty)
+
+        try log.append([testReading(0)])
+        try reader.readAvailable { _ in }
+        try reader.syncRead()
+        try log.append([testReading(1)])
+        try reader.readAvailable { _ in }
+        try reader.syncRead()
+        let first = try dir.logFiles()
+        #expect(first.count == 1)
+        let file = dir.path + "/" + first[0]
+        #expect(synced.withLock { $0 } == [file, dir.path, file])
+
+        // Rotation: the reader moves to the new file, whose name is synced once.
+        synced.withLock { $0.removeAll() }
+        for batch in 0..<5 { try log.append((0..<5).map { testReading(10 + batch * 5 + $0) }) }
+        log.close()
+        try reader.readAvailable { _ in }
+        try reader.syncRead()
+        try reader.syncRead()
+        let newest = dir.path + "/" + (try dir.logFiles()).last!
+        #expect(newest != file)
+        #expect(synced.withLock { $0 } == [newest, dir.path, newest])
     }
 
     @Test func readsBigFilesInChunksOfWholeLines() throws {

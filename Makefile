@@ -33,7 +33,7 @@ BASHCOMPDIR   ?= $(DATADIR)/bash-completion/completions
 ZSHCOMPDIR    ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/zsh/vendor-completions,$(DATADIR)/zsh/site-functions)
 FISHCOMPDIR   ?= $(DATADIR)/fish/vendor_completions.d
 # The drop-in that gives the units the metrics textfile directory, and the alert
-# rules (README, "Metrics").
+# rules (docs/operations.md, "Metrics").
 EXAMPLESDIR   ?= $(DATADIR)/doc/tether/examples
 
 # The tether binary that `install`, `man` and `completions` use. Empty (the
@@ -99,7 +99,7 @@ DURATION ?= 10m
 soak: build
 	$$($(SWIFT) build --show-bin-path)/tether-dev soak --duration $(DURATION)
 
-# Deterministic simulation (README, "Deterministic simulation"): the supervisor,
+# Deterministic simulation (docs/development.md, "Deterministic simulation"): the supervisor,
 # the BlueZ error mapping and the readings log on a virtual clock against a
 # model of bluetoothd, the adapter, the dongle and the disk; faults chosen by
 # seed; invariants checked after every step. By default 183 seeds of 2

@@ -1,5 +1,5 @@
 /// The invariants checked after every step of every seed. Raw values are the
-/// names printed with a violation (and listed in the README, "Deterministic
+/// names printed with a violation (and listed in docs/development.md, "Deterministic
 /// simulation"); `statement` is what each promises, bounds included.
 public enum Invariant: String, CaseIterable, Sendable {
     case readingsExactlyOnce = "readings-exactly-once"

@@ -98,7 +98,7 @@ extension Simulation {
         // Answers bluetoothd gives from its own state (InProgress, NotReady,
         // already connected) are not held up by slow-replies, which models a
         // slow air or a busy controller. (Held up too, seeds 103 and 122 had
-        // the dongle fall asleep; see README, "Deterministic simulation".)
+        // the dongle fall asleep; see docs/development.md, "Deterministic simulation".)
         let immediate = error.map { $0.name == BlueZ.ErrorName.inProgress || $0.name == BlueZ.ErrorName.notReady } ?? false
         if world.slowReplies, !immediate, latency > .zero { latency += random.duration(.seconds(1) ... .seconds(40)) }
         let token = token()

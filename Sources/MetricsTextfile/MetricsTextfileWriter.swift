@@ -45,7 +45,7 @@ public final class MetricsTextfileWriter: Sendable {
         } catch {
             if !failing.withLock({ failing in defer { failing = true }; return failing }) {
                 logger.error(
-                    "metrics: cannot write \(path): \(error). Is its directory there, writable by this user, and in the unit's ReadWritePaths= (see README, \"Metrics\")? Retrying every interval; logged again once it works.",
+                    "metrics: cannot write \(path): \(error). Is its directory there, writable by this user, and in the unit's ReadWritePaths= (see /usr/share/doc/tether/examples/metrics-textfile.conf)? Retrying every interval; logged again once it works.",
                     metadata: ["event": "metrics-write-failed"]
                 )
             }

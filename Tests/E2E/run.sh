@@ -53,7 +53,7 @@ bumble_version=0.0.236
 packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tools python3-venv cpio kmod"
 # The systemd boot's units come from the host's root: the broker, the
 # exporter, the subscriber, curl for the scrape and setfacl for the textfile
-# directory, as README tells operators.
+# directory, as docs/operations.md tells operators.
 packages="$packages systemd dbus mosquitto mosquitto-clients prometheus-node-exporter curl acl"
 # The power-cut boot's disk: mkfs.ext4 on a file.
 packages="$packages e2fsprogs"

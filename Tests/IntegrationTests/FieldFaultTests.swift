@@ -10,7 +10,7 @@ import Testing
 /// The faults gateways meet beyond a dropped link (issue 19), against the
 /// simulator: a hung dongle application, a changed GATT database, a stale
 /// device object, a renumbered controller, and why links drop. Each prints
-/// its figures ("figure:" lines) for the README's "When things go wrong".
+/// its figures ("figure:" lines) for docs/operations.md, "When things go wrong".
 @Suite(.serialized) struct FieldFaultTests {
     /// Seconds from `from` to `to`, for figures.
     static func seconds(_ from: ContinuousClock.Instant, _ to: ContinuousClock.Instant) -> String {

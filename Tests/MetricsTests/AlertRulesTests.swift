@@ -2,7 +2,7 @@ import Foundation
 import TestSupport
 import Testing
 
-/// config/tether-alerts.yml, the alert rules README's "Metrics" section
+/// config/tether-alerts.yml, the alert rules docs/operations.md's "Metrics" section
 /// gives: valid for Prometheus, and each firing when it should and only then
 /// (promtool's rule unit tests, Resources/tether-alerts-test.yml).
 @Suite struct AlertRulesTests {

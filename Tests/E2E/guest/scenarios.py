@@ -1361,7 +1361,7 @@ SCENARIOS = [
 # Probes: run only when named in e2e.only (they leave the stack changed).
 # stale-device fails on Tether as it is (its stale-object heuristic ignores
 # its own connect timeouts, all that a stale object gives on this stack; see
-# README): opt-in until Tether handles it, so `make e2e` stays a gate.
+# docs/): opt-in until Tether handles it, so `make e2e` stays a gate.
 OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
 
 

@@ -2,7 +2,7 @@
 # Prepares the systemd guest's root (an overlay: the host's / below a tmpfs),
 # run by vm/init in a chroot before systemd starts: installs the Debian
 # package with dpkg -i as an operator would, writes the config, the metrics
-# drop-ins the README tells operators to install, and the e2e units
+# drop-ins docs/operations.md tells operators to install, and the e2e units
 # (units/), and points systemd at e2e.target (the kernel command line says
 # systemd.unit=e2e.target). Its output goes to OUT/prepare.log.
 set -eux
@@ -70,7 +70,7 @@ forward_textfile = "/var/lib/prometheus/node-exporter/tether-forward.prom"
 interval = "2s"
 TOML
 
-# Metrics, as README's "Metrics" section says.
+# Metrics, as docs/operations.md's "Metrics" section says.
 for unit in tether tether-forward; do
     install -D -m 0644 /usr/share/doc/tether/examples/metrics-textfile.conf \
         "/etc/systemd/system/$unit.service.d/metrics-textfile.conf"

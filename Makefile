@@ -178,8 +178,10 @@ completions: $(BIN_PREREQ)
 	"$(BIN)" --generate-completion-script fish > $(GEN_DIR)/completions/tether.fish
 
 # Installs the binary, the units (their ExecStart pointing at $(BINDIR)/tether),
-# the sysusers.d file, the D-Bus policy, the udev rules, the man pages, the
-# completions and, unless one is there already, the example config. It starts
+# the sysusers.d file, the D-Bus policy, the udev rules, the man pages (the
+# commands', generated, and tether.toml(5), the config file's, written by hand
+# in packaging/man), the completions and, unless one is there already, the
+# example config. It starts
 # nothing and creates no user: see the hint it prints. The binary is stripped
 # (install -s): symbols are a quarter of it, and a gateway does not need them.
 # A prebuilt binary (TETHER_BIN=…) installs without a Swift toolchain: the
@@ -210,6 +212,7 @@ install: $(if $(TETHER_BIN),,man) completions
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	install -D -m 0644 systemd/metrics-textfile.conf "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf"
 	install -D -m 0644 config/tether-alerts.yml "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
+	install -D -m 0644 packaging/man/tether.toml.5 "$(DESTDIR)$(MANDIR)/man5/tether.toml.5"
 	@set -e; for page in $(GEN_DIR)/man/*.1; do \
 	  [ -e "$$page" ] || continue; \
 	  echo "install -D -m 0644 $$page $(DESTDIR)$(MANDIR)/man1/$$(basename $$page)"; \
@@ -252,6 +255,7 @@ uninstall:
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	rm -f "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf" "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
 	rm -f "$(DESTDIR)$(MANDIR)/man1/tether.1" "$(DESTDIR)$(MANDIR)/man1/tether".*.1
+	rm -f "$(DESTDIR)$(MANDIR)/man5/tether.toml.5"
 	rm -f "$(DESTDIR)$(BASHCOMPDIR)/tether" "$(DESTDIR)$(ZSHCOMPDIR)/_tether" "$(DESTDIR)$(FISHCOMPDIR)/tether.fish"
 	@if [ -e "$(DESTDIR)$(SYSCONFDIR)/tether/tether.toml" ]; then \
 	  echo "kept $(DESTDIR)$(SYSCONFDIR)/tether/tether.toml"; \

@@ -31,7 +31,7 @@ extension TetherConfig {
         return config
     }
 
-    private static let tableNames: Set<String> = ["bluez", "dongle", "keepalive", "reconnect", "readings", "mqtt", "metrics"]
+    private static let tableNames = Set(ConfigKeys.tables.keys)
 
     private static func parseTOML(_ text: String, context: ConfigContext) throws(ConfigError) -> TOMLTable {
         // TOMLKit hands the text to C++ as a C string, which would silently end at a NUL.
@@ -64,7 +64,7 @@ extension TetherConfig {
     }
 
     private static func parseBlueZ(_ section: ConfigSection) throws(ConfigError) -> BlueZSection {
-        try section.rejectUnknownKeys(["adapter"])
+        try section.rejectUnknownKeys(ConfigKeys.bluez)
         var result = BlueZSection()
         if let adapter = try section.string("adapter") {
             if adapter.contains(":") {
@@ -84,7 +84,7 @@ extension TetherConfig {
     }
 
     private static func parseDongle(_ section: ConfigSection) throws(ConfigError) -> DongleSection {
-        try section.rejectUnknownKeys(["address", "name_prefix", "service_uuid", "notify", "notify_path", "silence_limit"])
+        try section.rejectUnknownKeys(ConfigKeys.dongle)
         var result = DongleSection()
         if let text = try section.string("address") {
             guard let address = BluetoothAddressText.normalize(text) else {
@@ -132,7 +132,7 @@ extension TetherConfig {
     }
 
     private static func parseKeepAlive(_ section: ConfigSection) throws(ConfigError) -> KeepAliveSection {
-        try section.rejectUnknownKeys(["enabled", "interval", "characteristic", "write", "write_type", "timeout", "sleep_after"])
+        try section.rejectUnknownKeys(ConfigKeys.keepalive)
         var result = KeepAliveSection()
         result.enabled = try section.bool("enabled") ?? result.enabled
         result.interval = try section.duration("interval") ?? result.interval
@@ -162,10 +162,7 @@ extension TetherConfig {
     }
 
     private static func parseReconnect(_ section: ConfigSection) throws(ConfigError) -> ReconnectSection {
-        try section.rejectUnknownKeys([
-            "first_delay", "initial_backoff", "max_backoff", "jitter", "connect_timeout",
-            "window", "window_attempts", "cooldown", "escalate", "remove_stale_device",
-        ])
+        try section.rejectUnknownKeys(ConfigKeys.reconnect)
         var result = ReconnectSection()
         result.firstDelay = try section.duration("first_delay") ?? result.firstDelay
         result.initialBackoff = try section.duration("initial_backoff") ?? result.initialBackoff
@@ -197,7 +194,7 @@ extension TetherConfig {
     }
 
     private static func parseReadings(_ section: ConfigSection, instance: InstanceName) throws(ConfigError) -> ReadingsSection {
-        try section.rejectUnknownKeys(["directory", "flush_interval", "rotate_size", "retain_size", "max_backlog"])
+        try section.rejectUnknownKeys(ConfigKeys.readings)
         var result = ReadingsSection(directory: instance.defaultReadingsDirectory)
         if let directory = try section.string("directory") {
             // The daemon runs with cwd "/", so a relative path would surprise.

@@ -100,10 +100,7 @@ public struct MQTTSection: Sendable, Equatable {
 extension TetherConfig {
     static func parseMQTT(_ section: ConfigSection) throws(ConfigError) -> MQTTSection? {
         guard section.table != nil else { return nil }
-        try section.rejectUnknownKeys([
-            "url", "topic", "status_topic", "client_id", "qos", "username", "password_file", "ca_file", "cert_file",
-            "key_file", "keepalive", "max_inflight", "batch",
-        ])
+        try section.rejectUnknownKeys(ConfigKeys.mqtt)
         guard let url = try section.string("url") else { throw section.context.error("mqtt", "url is required, e.g. url = \"mqtts://broker.example.net:8883\"") }
         let (scheme, host, port): (MQTTSection.Scheme, String, Int?)
         switch MQTTSection.parseURL(url) {

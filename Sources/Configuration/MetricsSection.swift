@@ -18,7 +18,7 @@ public struct MetricsSection: Sendable, Equatable {
 
 extension TetherConfig {
     static func parseMetrics(_ section: ConfigSection) throws(ConfigError) -> MetricsSection {
-        try section.rejectUnknownKeys(["textfile", "forward_textfile", "interval"])
+        try section.rejectUnknownKeys(ConfigKeys.metrics)
         var result = MetricsSection()
         for (key, keyPath) in [("textfile", \MetricsSection.textfile), ("forward_textfile", \.forwardTextfile)] {
             guard let path = try section.string(key), !path.isEmpty else { continue }

@@ -22,7 +22,7 @@ struct RunCommand: AsyncParsableCommand {
             or "auto": the socket where bluetoothd offers it); the log says when a socket is used. With \
             [metrics] textfile = "/var/lib/prometheus/node-exporter/tether.prom" it writes Prometheus \
             metrics there for node_exporter's textfile collector, every metrics.interval (15 s) and at \
-            stop. Every config key is described in README.md.
+            stop. Every config key is described in tether.toml(5).
             """
     )
 

@@ -73,6 +73,7 @@ import Testing
             "./lib/udev/rules.d/70-tether.rules",
             "./usr/share/man/man1/tether.1.gz", "./usr/share/man/man1/tether.run.1.gz",
             "./usr/share/man/man1/tether.forward.1.gz", "./usr/share/man/man1/tether.status.1.gz",
+            "./usr/share/man/man5/tether.toml.5.gz",
             "./usr/share/bash-completion/completions/tether", "./usr/share/zsh/vendor-completions/_tether",
             "./usr/share/fish/vendor_completions.d/tether.fish",
             "./usr/share/doc/tether/copyright", "./usr/share/doc/tether/changelog.gz",

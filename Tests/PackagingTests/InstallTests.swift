@@ -76,6 +76,9 @@ import Testing
         }
         let main = try Packaging.read("\(man1)/tether.1")
         #expect(main.contains(".Nm tether"))
+        // The config file's page, written by hand (packaging/man).
+        let configPage = try Packaging.read("\(root)/usr/share/man/man5/tether.toml.5")
+        #expect(configPage.contains(".TH TETHER.TOML 5"))
 
         // A second install keeps an edited config.
         let config = "\(root)/etc/tether/tether.toml"

@@ -46,7 +46,7 @@ make -C "$here" --no-print-directory install DESTDIR="$stage" PREFIX=/usr TETHER
     exit 1
 }
 [ -e "$stage/usr/share/man/man1/tether.1" ] || { echo "$0: no man pages (make man needs a Swift toolchain)" >&2; exit 1; }
-gzip -9n "$stage"/usr/share/man/man1/*.1
+gzip -9n "$stage"/usr/share/man/man1/*.1 "$stage"/usr/share/man/man5/*.5
 
 doc=$stage/usr/share/doc/tether
 install -D -m 0644 "$deb/copyright" "$doc/copyright"

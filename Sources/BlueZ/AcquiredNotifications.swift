@@ -1,6 +1,8 @@
 import DBus
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// The answer to `AcquireNotify`: one end of a `SOCK_SEQPACKET` socketpair on

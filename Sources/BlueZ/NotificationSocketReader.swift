@@ -2,6 +2,8 @@ import CEventLoop
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// Reads an acquired notification socket (see `AcquiredNotifications`) on
@@ -82,7 +84,7 @@ public final class NotificationSocketReader {
         onEnd = nil
         if let watch { loop.removeWatch(watch) }
         watch = nil
-        if socket >= 0 { Glibc.close(socket) }
+        if socket >= 0 { closeDescriptor(socket) }
         socket = -1
     }
 
@@ -140,3 +142,7 @@ public final class NotificationSocketReader {
         return entry.revents & (Int16(POLLHUP) | Self.pollReadHangup) != 0
     }
 }
+
+/// close(2), under a name of its own: inside a type with a `close()` method the
+/// bare name means the method, and the C library's module is Glibc or Musl.
+private func closeDescriptor(_ fd: Int32) { _ = close(fd) }

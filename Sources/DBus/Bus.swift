@@ -2,6 +2,8 @@ import CDBus
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// One connection to a message bus.

@@ -3,6 +3,8 @@ import CEventLoop
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// The libdbus side of one bus connection, confined to its event loop.

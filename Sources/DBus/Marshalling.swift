@@ -1,5 +1,9 @@
 import CDBus
+#if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Converts between `DBusValue` and libdbus's message iterators.
 ///

@@ -1,6 +1,8 @@
 import CDBus
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// An incoming signal before it is decoded, for a fast path that needs one

@@ -36,18 +36,18 @@ final class DiskModel: @unchecked Sendable {
             dieInNextWrite = false
             diedInWrite = true
             let torn = 1 + Int(random.next() % UInt64(bytes.count - 1))
-            _ = Glibc.write(fd, bytes.baseAddress, torn)
+            _ = systemWrite(fd, bytes.baseAddress, torn)
             return -Int(EIO)
         }
         if failing { return -Int(EIO) }
         if full {
             // Sometimes a little room is left: a prefix goes, then ENOSPC.
             guard random.chance(0.3), bytes.count > 1 else { return -Int(ENOSPC) }
-            return Glibc.write(fd, bytes.baseAddress, 1 + Int(random.next() % UInt64(bytes.count - 1)))
+            return systemWrite(fd, bytes.baseAddress, 1 + Int(random.next() % UInt64(bytes.count - 1)))
         }
         var count = bytes.count
         if shortWrites, count > 1, random.chance(0.5) { count = 1 + Int(random.next() % UInt64(count - 1)) }
-        let written = Glibc.write(fd, bytes.baseAddress, count)
+        let written = systemWrite(fd, bytes.baseAddress, count)
         return written >= 0 ? written : -Int(errno)
     }
 
@@ -56,3 +56,7 @@ final class DiskModel: @unchecked Sendable {
         return ftruncate(fd, off_t(size)) == 0 ? 0 : -errno
     }
 }
+
+/// write(2), under a name of its own: inside `DiskModel` the bare name means
+/// its `write` method, and the C library's module is Glibc or Musl.
+private func systemWrite(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int) -> Int { write(fd, buffer, count) }

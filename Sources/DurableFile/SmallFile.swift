@@ -1,5 +1,7 @@
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// A small file read and replaced whole: the forwarder's cursor, its status
@@ -39,7 +41,7 @@ public enum SmallFile {
         var count = 0
         while count < limit {
             let result = bytes.withUnsafeMutableBytes { buffer in
-                Glibc.read(fd, buffer.baseAddress.map { $0 + count }, limit - count)
+                systemRead(fd, buffer.baseAddress.map { $0 + count }, limit - count)
             }
             if result < 0, errno == EINTR { continue }
             guard result >= 0 else { throw Failure(operation: "read \(path)", code: errno) }
@@ -82,3 +84,7 @@ public enum SmallFile {
         }
     }
 }
+
+/// read(2), under a name of its own: inside `SmallFile.read` the bare name
+/// means the method, and the C library's module is Glibc or Musl.
+private func systemRead(_ fd: Int32, _ buffer: UnsafeMutableRawPointer?, _ count: Int) -> Int { read(fd, buffer, count) }

@@ -39,10 +39,10 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     public struct Readiness: OptionSet, Sendable {
         public let rawValue: UInt32
         public init(rawValue: UInt32) { self.rawValue = rawValue }
-        public static let readable = Readiness(rawValue: UInt32(EPOLLIN.rawValue))
-        public static let writable = Readiness(rawValue: UInt32(EPOLLOUT.rawValue))
+        public static let readable = Readiness(rawValue: ceventloop_epoll_in)
+        public static let writable = Readiness(rawValue: ceventloop_epoll_out)
         /// Hang-up or error: reported whatever the interest.
-        public static let hangup = Readiness(rawValue: UInt32(EPOLLHUP.rawValue) | UInt32(EPOLLERR.rawValue))
+        public static let hangup = Readiness(rawValue: ceventloop_epoll_hup | ceventloop_epoll_err)
     }
 
     public struct WatchID: Hashable, Sendable { let raw: UInt64 }
@@ -98,7 +98,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         wakeFD = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
         precondition(epollFD >= 0 && wakeFD >= 0, "epoll_create1/eventfd failed: errno \(errno)")
         var event = epoll_event()
-        event.events = EPOLLIN.rawValue
+        event.events = ceventloop_epoll_in
         event.data.u64 = 0
         precondition(epoll_ctl(epollFD, EPOLL_CTL_ADD, wakeFD, &event) == 0)
         startThread()
@@ -258,8 +258,19 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     private func startThread() {
         let box = Unmanaged.passRetained(self).toOpaque()
+        #if canImport(Musl)
+        var thread: pthread_t?  // musl's pthread_t is a pointer, glibc's an integer
+        #else
         var thread = pthread_t()
-        let result = pthread_create(&thread, nil, { raw in
+        #endif
+        // The loop runs all of a daemon's work, so it gets glibc's default stack
+        // (RLIMIT_STACK, 8 MiB) whatever the C library: musl's default is 128 KiB.
+        // Only the pages touched cost memory.
+        var attributes = pthread_attr_t()
+        pthread_attr_init(&attributes)
+        defer { pthread_attr_destroy(&attributes) }
+        pthread_attr_setstacksize(&attributes, 8 << 20)
+        let result = pthread_create(&thread, &attributes, { raw in
             guard let raw else { return nil }
             let loop = Unmanaged<EventLoop>.fromOpaque(raw).takeRetainedValue()
             loop.threadID.store(UInt(bitPattern: Int(bitPattern: pthread_self())), ordering: .releasing)

@@ -1,6 +1,8 @@
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// Waits, on an `EventLoop`, for a directory that does not exist yet: the
@@ -106,9 +108,13 @@ final class DirectoryAppearance {
         firstCheck = nil
         if let loopWatch { loop.removeWatch(loopWatch) }
         loopWatch = nil
-        if fd >= 0 { Glibc.close(fd) }
+        if fd >= 0 { closeDescriptor(fd) }
         fd = -1
     }
 
-    deinit { if fd >= 0 { Glibc.close(fd) } }
+    deinit { if fd >= 0 { closeDescriptor(fd) } }
 }
+
+/// close(2), under a name of its own: inside a type with a `close()` method the
+/// bare name means the method, and the C library's module is Glibc or Musl.
+private func closeDescriptor(_ fd: Int32) { _ = close(fd) }

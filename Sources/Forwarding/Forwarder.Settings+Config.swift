@@ -3,6 +3,8 @@ import DurableFile
 import MQTT
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 extension Forwarder.Settings {

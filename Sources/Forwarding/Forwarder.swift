@@ -7,6 +7,8 @@ import MQTT
 import Synchronization
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// Delivers the readings log to an MQTT broker, at least once, from a

@@ -3,6 +3,8 @@ import DurableFile
 import Foundation
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// What a running forwarder tells `tether status`: a small JSON file beside

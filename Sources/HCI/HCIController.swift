@@ -1,5 +1,9 @@
 import CBluetooth
+#if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Raw control of a local Bluetooth controller through libbluetooth.
 ///

@@ -1,5 +1,9 @@
 import CBluetooth
+#if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A read-only socket on the kernel's Bluetooth management interface.
 ///
@@ -65,7 +69,11 @@ public final class ManagementSocket {
     }
 
     public func close() {
-        if descriptor >= 0 { Glibc.close(descriptor) }
+        if descriptor >= 0 { closeDescriptor(descriptor) }
         descriptor = -1
     }
 }
+
+/// close(2), under a name of its own: inside a type with a `close()` method the
+/// bare name means the method, and the C library's module is Glibc or Musl.
+private func closeDescriptor(_ fd: Int32) { _ = close(fd) }

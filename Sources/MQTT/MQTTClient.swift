@@ -2,6 +2,8 @@ import CMosquitto
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// One MQTT connection through libmosquitto, driven by an `EventLoop`: its

@@ -1,5 +1,9 @@
+#if canImport(Glibc) || canImport(Musl)
 #if canImport(Glibc)
 import Glibc
+#else
+import Musl
+#endif
 import Foundation
 import Synchronization
 

@@ -1,5 +1,9 @@
+#if canImport(Glibc) || canImport(Musl)
 #if canImport(Glibc)
 import Glibc
+#else
+import Musl
+#endif
 
 /// inotify on a readings directory, non-blocking: what a reader of the log
 /// needs to know to read on, and when to list the directory again.

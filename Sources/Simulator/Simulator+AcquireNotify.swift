@@ -3,6 +3,8 @@ import DBus
 import EventLoop
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 /// GattCharacteristic1.AcquireNotify as bluetoothd 5.66 serves it
@@ -70,7 +72,12 @@ extension Simulator {
             throw BlueZFault.gattNotConnected
         }
         var pair: [Int32] = [-1, -1]
+        #if canImport(Glibc)
+        // glibc declares the socket types in an enum, musl as plain integers.
         let type = Int32(SOCK_SEQPACKET.rawValue) | Int32(SOCK_NONBLOCK.rawValue) | Int32(SOCK_CLOEXEC.rawValue)
+        #else
+        let type = SOCK_SEQPACKET | SOCK_NONBLOCK | SOCK_CLOEXEC
+        #endif
         guard socketpair(AF_UNIX, type, 0, &pair) == 0 else {
             notifyAcquisitions[path] = nil
             updateTelemetry()
@@ -202,7 +209,7 @@ extension Simulator {
                 continue
             }
             let result = notification.payload.withUnsafeBytes { bytes in
-                Glibc.send(socket, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
+                systemSend(socket, bytes.baseAddress, bytes.count, Int32(MSG_NOSIGNAL) | Int32(MSG_DONTWAIT))
             }
             if result == notification.payload.count {
                 sent.append(notification.sequence)
@@ -225,4 +232,10 @@ extension Simulator {
 /// A loop watch's id, set on the loop and read there.
 final class WatchBox: @unchecked Sendable {
     var id: EventLoop.WatchID?
+}
+
+/// send(2), under a name of its own: the simulator has `send` methods, and
+/// the C library's module is Glibc or Musl.
+private func systemSend(_ fd: Int32, _ buffer: UnsafeRawPointer?, _ count: Int, _ flags: Int32) -> Int {
+    send(fd, buffer, count, flags)
 }

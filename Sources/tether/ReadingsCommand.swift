@@ -7,6 +7,8 @@ import Readings
 
 #if canImport(Glibc)
 import Glibc
+#elseif canImport(Musl)
+import Musl
 #endif
 
 struct ReadingsCommand: ParsableCommand {

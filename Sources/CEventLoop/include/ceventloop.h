@@ -8,6 +8,14 @@
 #include <signal.h>
 #include <pthread.h>
 #include <sys/ioctl.h>
+#include <stdint.h>
+
+// epoll's event bits as plain integers: glibc declares them in an enum (which
+// Swift imports as a type with a rawValue), musl as macros (plain Int32).
+static const uint32_t ceventloop_epoll_in = EPOLLIN;
+static const uint32_t ceventloop_epoll_out = EPOLLOUT;
+static const uint32_t ceventloop_epoll_hup = EPOLLHUP;
+static const uint32_t ceventloop_epoll_err = EPOLLERR;
 
 // glibc declares it only under _GNU_SOURCE, which would change other
 // declarations (fd_set) against the ones Swift's Glibc module has.

@@ -36,13 +36,41 @@ FISHCOMPDIR   ?= $(DATADIR)/fish/vendor_completions.d
 # rules (docs/operations.md, "Metrics").
 EXAMPLESDIR   ?= $(DATADIR)/doc/tether/examples
 
+# The Debian architecture to build and package for: `make deb ARCH=arm64`.
+# The host's (dpkg --print-architecture, the default) is built natively: the
+# Swift runtime linked in statically, Debian's C libraries dynamically. Any
+# other is cross-compiled with a Swift SDK, SWIFT_SDK (for arm64 the Swift
+# Static Linux SDK's aarch64-swift-linux-musl: a fully static binary), and
+# stripped with that architecture's STRIP. packaging/check-arch.sh stops the
+# build at once, saying what to install, when either is missing
+# (docs/development.md, "Building for arm64").
+HOST_ARCH := $(shell dpkg --print-architecture 2>/dev/null || echo unknown)
+ARCH      ?= $(HOST_ARCH)
+SWIFT_SDK_FOR_arm64 = aarch64-swift-linux-musl
+SWIFT_SDK_FOR_amd64 = x86_64-swift-linux-musl
+SWIFT_SDK ?= $(if $(filter $(HOST_ARCH),$(ARCH)),,$(SWIFT_SDK_FOR_$(ARCH)))
+STRIP_FOR_arm64 = aarch64-linux-gnu-strip
+STRIP_FOR_amd64 = x86_64-linux-gnu-strip
+STRIP ?= $(if $(filter $(HOST_ARCH),$(ARCH)),strip,$(STRIP_FOR_$(ARCH)))
+# A cross build makes the product binary only: tether-dev and tether-dst are
+# development tools, run where they are built.
+# SWIFT_BUILD_FLAGS: more for that build, e.g. the static libraries a musl link
+# needs beyond what pkg-config names (-Xlinker -lssl -Xlinker -lcrypto).
+SWIFT_BUILD_FLAGS ?=
+RELEASE_FLAGS = -c release $(if $(SWIFT_SDK),--swift-sdk $(SWIFT_SDK) --product tether,--static-swift-stdlib) $(SWIFT_BUILD_FLAGS)
+
 # The tether binary that `install`, `man` and `completions` use. Empty (the
 # default): build one with `swift build -c release`. Given, e.g.
 #   make install DESTDIR=/tmp/root PREFIX=/usr TETHER_BIN=.build/debug/tether
 # it is installed as is and nothing is built (the tests do this).
 TETHER_BIN ?=
-BIN = $(or $(TETHER_BIN),$(shell $(SWIFT) build -c release --static-swift-stdlib --show-bin-path)/tether)
+BIN = $(or $(TETHER_BIN),$(shell $(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/tether)
 BIN_PREREQ = $(if $(TETHER_BIN),,release)
+# The binary whose ArgumentParser definitions give the man pages and the
+# completions: it must run here, so for another ARCH it is a debug build for
+# this machine, from the same sources (the same pages).
+DOC_BIN ?= $(if $(filter $(HOST_ARCH),$(ARCH)),$(BIN),$(shell $(SWIFT) build --show-bin-path)/tether)
+DOC_BIN_PREREQ = $(if $(filter $(HOST_ARCH),$(ARCH)),$(BIN_PREREQ),doc-bin)
 
 # Generated files (man pages, completions, rewritten units) and check-units'
 # scratch tree.
@@ -54,7 +82,7 @@ UNITS     = systemd/tether.service systemd/tether@.service systemd/tether-forwar
 SECURITY_THRESHOLD ?= 20
 
 .PHONY: deb all build release test demo soak e2e fuzz deps clean dst dst-selftest
-.PHONY: install uninstall man completions check-units
+.PHONY: install uninstall man completions check-units check-arch doc-bin check-tarball
 
 all: build
 
@@ -75,8 +103,17 @@ build: deps
 # The Swift runtime and Foundation are linked in statically, so the installed
 # binary runs on a gateway without the toolchain (only glibc, libdbus-1 and
 # libbluetooth from Debian are needed there, and libmosquitto1 for `tether forward`).
-release: deps
-	$(SWIFT) build -c release --static-swift-stdlib
+release: deps check-arch
+	$(SWIFT) build $(RELEASE_FLAGS)
+
+# For ARCH other than the host's: the SDK (when building) and the strip
+# program must be here, or the build stops at once saying what to install.
+check-arch:
+	@packaging/check-arch.sh "$(ARCH)" "$(HOST_ARCH)" "$(SWIFT_SDK)" "$(STRIP)" "$(SWIFT)" "$(if $(TETHER_BIN),prebuilt,build)"
+
+# DOC_BIN for a cross build: this machine's debug build of tether.
+doc-bin:
+	$(SWIFT) build --product tether
 
 # Serial: the integration tests measure timing (poll gaps, reconnect delays)
 # and each starts its own dbus-daemon and simulator; on two cores they must
@@ -166,16 +203,16 @@ clean:
 # Man pages from the ArgumentParser definitions: tether.1 and one page per
 # subcommand, by swift-argument-parser's GenerateManual plugin's tool
 # (packaging/generate-manual.sh says why it runs the tool itself).
-man: $(BIN_PREREQ)
-	SWIFT=$(SWIFT) packaging/generate-manual.sh "$(BIN)" $(GEN_DIR)/man
+man: $(DOC_BIN_PREREQ)
+	SWIFT=$(SWIFT) packaging/generate-manual.sh "$(DOC_BIN)" $(GEN_DIR)/man
 
 # Shell completions, from the binary's ArgumentParser definitions.
-completions: $(BIN_PREREQ)
+completions: $(DOC_BIN_PREREQ)
 	@mkdir -p $(GEN_DIR)/completions
 	@# bash-completion sources the file: the generator's #! line is noise (lintian says so).
-	"$(BIN)" --generate-completion-script bash | sed '1{/^#!/d}' > $(GEN_DIR)/completions/tether.bash
-	"$(BIN)" --generate-completion-script zsh  > $(GEN_DIR)/completions/_tether
-	"$(BIN)" --generate-completion-script fish > $(GEN_DIR)/completions/tether.fish
+	"$(DOC_BIN)" --generate-completion-script bash | sed '1{/^#!/d}' > $(GEN_DIR)/completions/tether.bash
+	"$(DOC_BIN)" --generate-completion-script zsh  > $(GEN_DIR)/completions/_tether
+	"$(DOC_BIN)" --generate-completion-script fish > $(GEN_DIR)/completions/tether.fish
 
 # Installs the binary, the units (their ExecStart pointing at $(BINDIR)/tether),
 # the sysusers.d file, the D-Bus policy, the udev rules, the man pages (the
@@ -188,10 +225,10 @@ completions: $(BIN_PREREQ)
 # completions come from the binary itself, and the man pages are generated
 # when $(SWIFT) is here, else taken from $(GEN_DIR)/man if they were copied
 # there (`make man` where a toolchain is), else left out with a warning.
-install: $(if $(TETHER_BIN),,man) completions
+install: $(BIN_PREREQ) $(if $(TETHER_BIN),,man) completions
 	@if [ -n "$(TETHER_BIN)" ]; then \
 	  if command -v "$(SWIFT)" >/dev/null 2>&1; then \
-	    $(MAKE) --no-print-directory man TETHER_BIN="$(TETHER_BIN)" GEN_DIR="$(GEN_DIR)" SWIFT="$(SWIFT)"; \
+	    $(MAKE) --no-print-directory man TETHER_BIN="$(TETHER_BIN)" GEN_DIR="$(GEN_DIR)" SWIFT="$(SWIFT)" ARCH="$(ARCH)"; \
 	  elif ls $(GEN_DIR)/man/*.1 >/dev/null 2>&1; then \
 	    echo "no $(SWIFT) here: installing the man pages already in $(GEN_DIR)/man"; \
 	  else \
@@ -199,7 +236,7 @@ install: $(if $(TETHER_BIN),,man) completions
 	      "run 'make man TETHER_BIN=…' where a toolchain is and copy $(GEN_DIR)/man here, or install the Debian package" >&2; \
 	  fi; \
 	fi
-	install -D -s -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
+	install -D -s --strip-program="$(STRIP)" -m 0755 "$(BIN)" "$(DESTDIR)$(BINDIR)/tether"
 	@set -e; for unit in $(UNITS); do \
 	  name=$$(basename $$unit); \
 	  sed 's|^ExecStart=[^ ]*/tether |ExecStart=$(BINDIR)/tether |' $$unit > $(GEN_DIR)/$$name; \
@@ -240,9 +277,20 @@ install: $(if $(TETHER_BIN),,man) completions
 # completions, units, sysusers.d, D-Bus policy, udev rules and the example
 # config as a conffile; Depends: from dpkg-shlibdeps. `lintian` checks it
 # (the tests run it; the warnings kept are in packaging/deb/lintian-overrides).
+# VERSION is packaging/version.sh's, which `tether --version` says too.
 DEB_DIR ?= .build/deb
-deb: $(BIN_PREREQ)
-	@packaging/deb/build-deb.sh "$(BIN)" $(DEB_DIR)
+deb: check-arch $(BIN_PREREQ) $(DOC_BIN_PREREQ)
+	@ARCH="$(ARCH)" DOC_BIN="$(DOC_BIN)" STRIP="$(STRIP)" packaging/deb/build-deb.sh "$(BIN)" $(DEB_DIR)
+
+# `make deb` and `make install` in a tree from `git archive HEAD` (no .git, as
+# in a release tarball), built from scratch in CHECK_TARBALL_DIR under the
+# build lock (so run it without holding that lock): the package's version, and
+# `tether --version` of the binary in it, must be the one this checkout gives,
+# and lintian must find no error and no warning. It packs HEAD: commit first.
+# A release build from nothing: minutes, so not in `make test`; CI runs it.
+CHECK_TARBALL_DIR ?= .build/check-tarball
+check-tarball: deps
+	packaging/check-tarball.sh "$(CHECK_TARBALL_DIR)"
 
 # Removes what `install` installed, except the config (and the readings in
 # /var/lib/tether, the user and the groups): those are the admin's.

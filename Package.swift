@@ -24,7 +24,8 @@ import PackageDescription
 //                       against a model of bluetoothd, the adapter, the dongle and the disk (`make dst`)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
 //   CommandLineArguments  argument types shared by the two executables (durations)
-//   tether              the command-line front end: the product binary a gateway runs
+//   tether              the command-line front end: the product binary a gateway runs (its version from the
+//                       TetherVersion plugin: packaging/version.sh, as the Debian package's)
 //   tether-dev          development tools: `simulate`, `demo`, `soak` (not installed; no simulator in tether)
 //   tether-dst          the deterministic simulation's runner (not installed; small, so `make dst-selftest`
 //                       rebuilds only what it needs for each planted bug)
@@ -125,8 +126,10 @@ let package = Package(
                 "Forwarding", "EventLoop", "Systemd", "MetricsTextfile",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ],
+            plugins: ["TetherVersion"]
         ),
+        .plugin(name: "TetherVersion", capability: .buildTool()),
         .executableTarget(
             name: "tether-dev",
             dependencies: [

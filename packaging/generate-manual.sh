@@ -15,7 +15,8 @@
 # `--experimental-dump-help` and turns that JSON into mdoc.
 #
 # DATE (yyyy-mm-dd) goes into the pages; default: SOURCE_DATE_EPOCH's date, else
-# the last commit's date, else today, so that rebuilding the pages from the same
+# the commit's (packaging/version.sh --epoch: from git, or from a `git archive`
+# tree's packaging/archive-info), so that rebuilding the pages from the same
 # sources gives the same files.
 set -eu
 
@@ -38,8 +39,7 @@ if [ $# -ge 3 ] && [ -n "$3" ]; then
 elif [ -n "${SOURCE_DATE_EPOCH:-}" ]; then
     date=$(date -u -d "@$SOURCE_DATE_EPOCH" +%F)
 else
-    date=$(git -C "$here" log -1 --format=%cs 2>/dev/null || true)
-    [ -n "$date" ] || date=$(date -u +%F)
+    date=$(date -u -d "@$("$here/packaging/version.sh" --epoch)" +%F)
 fi
 
 # Build the generator (about 10 s the first time, then a no-op) and find it:

@@ -20,7 +20,8 @@ struct Tether: AsyncParsableCommand {
             Deliver it:     tether forward (readings to an MQTT broker)
             Without hardware:  tether-dev demo (from a source build)
             """,
-        version: "0.1.0",
+        // packaging/version.sh, through the TetherVersion build plugin: the Debian package's version too.
+        version: tetherVersion,
         subcommands: [
             RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
             CheckConfigCommand.self, ForwardCommand.self,

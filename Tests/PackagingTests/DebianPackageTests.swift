@@ -94,6 +94,9 @@ import Testing
         #expect(libraries.output.contains("libmosquitto.so.1") && libraries.output.contains("libdbus-1.so.3"))
         let version = try Packaging.run(binary, ["--version"])
         #expect(version.status == 0, "the packaged binary runs: \(version)")
+        let info = try Packaging.run("dpkg-deb", ["-f", package, "Version"])
+        #expect(version.output.trimmingCharacters(in: .whitespacesAndNewlines) == info.output.trimmingCharacters(in: .whitespacesAndNewlines),
+                "tether --version is the package's version (both from packaging/version.sh)")
         let unit = try String(contentsOfFile: "\(directory.path)/lib/systemd/system/tether.service", encoding: .utf8)
         #expect(unit.contains("\nExecStart=/usr/bin/tether run"), "the units run the packaged binary")
         let bash = try String(contentsOfFile: "\(directory.path)/usr/share/bash-completion/completions/tether", encoding: .utf8)

@@ -2,17 +2,23 @@
 # Builds the Debian package tether_VERSION_ARCH.deb into OUTDIR from a tether
 # binary (the static release build: `make deb` passes it).
 #
-#   packaging/deb/build-deb.sh BIN OUTDIR
+#   [ARCH=arm64 DOC_BIN=… STRIP=…] packaging/deb/build-deb.sh BIN OUTDIR
 #
 # The tree is what `make install PREFIX=/usr` lays out (units and udev rules
 # under /lib, as bookworm's packages still place them), man pages gzipped,
 # the example config a conffile. Depends: is computed from the binary by
-# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, libmosquitto1, …);
-# Recommends: bluez. VERSION comes from `git describe`: a tag vX.Y.Z gives
-# X.Y.Z (X.Y.Z+N.gHASH past it); without tags, the binary's own version and
-# the commit: 0.1.0~gitDATE.HASH (sorting before a release 0.1.0). The package
-# is built with --root-owner-group (no fakeroot needed) and is
-# reproducible for a given commit (SOURCE_DATE_EPOCH = the commit's time).
+# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, libmosquitto1, …), or,
+# for a fully static binary (a musl cross build), is systemd alone;
+# Recommends: bluez. VERSION is packaging/version.sh's (the file VERSION and
+# the commit: 0.1.0~gitDATE.HASH before the tag v0.1.0, 0.1.0 at it,
+# 0.1.0+N.gHASH past it), which the binary was built with and says too
+# (`tether --version`); a binary that says otherwise was built from another
+# tree and is refused. It works in a tree from `git archive` as in a checkout.
+# ARCH (default: this machine's) is the package's architecture; DOC_BIN, a
+# binary that runs here, writes the man pages and completions when BIN is for
+# another architecture; STRIP strips BIN. The package is built with
+# --root-owner-group (no fakeroot needed) and is reproducible for a given
+# commit (SOURCE_DATE_EPOCH = the commit's time).
 set -eu
 
 if [ $# -ne 2 ]; then
@@ -26,21 +32,34 @@ deb=$here/packaging/deb
 
 [ -x "$bin" ] || { echo "$0: $bin is not an executable" >&2; exit 66; }
 
-hash=$(git -C "$here" rev-parse --short=10 HEAD)
-SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$(git -C "$here" log -1 --format=%ct)}
+version=$("$here/packaging/version.sh")
+commit=$("$here/packaging/version.sh" --commit)
+SOURCE_DATE_EPOCH=${SOURCE_DATE_EPOCH:-$("$here/packaging/version.sh" --epoch)}
 export SOURCE_DATE_EPOCH
-if described=$(git -C "$here" describe --tags --match 'v[0-9]*' 2>/dev/null); then
-    version=$(printf '%s\n' "$described" | sed -e 's/^v//' -e 's/-\([0-9]*\)-g\([0-9a-f]*\)$/+\1.g\2/')
-else
-    version="$("$bin" --version)~git$(date -u -d "@$SOURCE_DATE_EPOCH" +%Y%m%d%H%M%S).$hash"
+host_arch=$(dpkg --print-architecture)
+arch=${ARCH:-$host_arch}
+doc_bin=${DOC_BIN:-$bin}
+strip=${STRIP:-strip}
+
+# The binary was built with the version (the TetherVersion build plugin runs
+# the same script): if it says another, it is from another tree or commit.
+# A binary for another architecture cannot run here: DOC_BIN, built from the
+# same tree for this machine, answers for it.
+answering=$bin
+[ "$arch" = "$host_arch" ] || answering=$doc_bin
+said=$("$answering" --version 2>&1) || { echo "$0: $answering --version failed: $said" >&2; exit 1; }
+if [ "$said" != "$version" ]; then
+    echo "$0: $answering says version $said, but this tree is $version (packaging/version.sh):" \
+        "it was built from another commit; rebuild it (make release) or give one built from this tree" >&2
+    exit 1
 fi
-arch=$(dpkg --print-architecture)
 
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 stage=$work/root
 
 make -C "$here" --no-print-directory install DESTDIR="$stage" PREFIX=/usr TETHER_BIN="$bin" \
+    ARCH="$arch" DOC_BIN="$doc_bin" STRIP="$strip" \
     GEN_DIR="$work/gen" UNITDIR=/lib/systemd/system UDEVRULESDIR=/lib/udev/rules.d >"$work/install.log" 2>&1 || {
     cat "$work/install.log" >&2
     exit 1
@@ -52,7 +71,11 @@ doc=$stage/usr/share/doc/tether
 install -D -m 0644 "$deb/copyright" "$doc/copyright"
 {
     printf 'tether (%s) unstable; urgency=medium\n\n' "$version"
-    printf '  * Built from commit %s.\n\n' "$(git -C "$here" rev-parse HEAD)"
+    if [ -n "$commit" ]; then
+        printf '  * Built from commit %s.\n\n' "$commit"
+    else
+        printf '  * Built from a source tree whose commit is not known.\n\n'
+    fi
     printf ' -- Tether developers <tether@example.org>  %s\n' "$(date -u -R -d "@$SOURCE_DATE_EPOCH")"
 } | gzip -9n > "$doc/changelog.gz"
 chmod 0644 "$doc/changelog.gz"
@@ -63,14 +86,27 @@ mkdir -p "$stage/DEBIAN"
 install -m 0755 "$deb/postinst" "$deb/prerm" "$deb/postrm" "$stage/DEBIAN/"
 echo /etc/tether/tether.toml > "$stage/DEBIAN/conffiles"
 
-# dpkg-shlibdeps wants a debian/control beside it.
-mkdir -p "$work/debian"
-printf 'Source: tether\n\nPackage: tether\nArchitecture: any\n' > "$work/debian/control"
-depends=$(cd "$work" && dpkg-shlibdeps -O -eroot/usr/bin/tether 2>"$work/shlibdeps.log" | sed -n 's/^shlibs:Depends=//p') || {
-    cat "$work/shlibdeps.log" >&2
-    exit 1
-}
-[ -n "$depends" ] || { echo "$0: dpkg-shlibdeps found no dependencies" >&2; cat "$work/shlibdeps.log" >&2; exit 1; }
+# A dynamically linked binary (the native build) gets its Depends: from
+# dpkg-shlibdeps, which wants a debian/control beside it. A fully static one
+# (the musl cross build: no program interpreter) depends on no library.
+if LC_ALL=C readelf -l "$stage/usr/bin/tether" | grep -q 'Requesting program interpreter'; then
+    mkdir -p "$work/debian"
+    printf 'Source: tether\n\nPackage: tether\nArchitecture: any\n' > "$work/debian/control"
+    depends=$(cd "$work" && dpkg-shlibdeps -O -eroot/usr/bin/tether 2>"$work/shlibdeps.log" | sed -n 's/^shlibs:Depends=//p') || {
+        cat "$work/shlibdeps.log" >&2
+        exit 1
+    }
+    [ -n "$depends" ] || { echo "$0: dpkg-shlibdeps found no dependencies" >&2; cat "$work/shlibdeps.log" >&2; exit 1; }
+    depends="$depends, "
+else
+    depends=
+    {
+        echo "# A fully static binary, on purpose: the musl cross build (docs/development.md,"
+        echo "# \"Building for arm64\") links the C library, libdbus, libbluetooth, libmosquitto"
+        echo "# and OpenSSL in, as no Debian library of that architecture matches musl."
+        echo "tether: statically-linked-binary [usr/bin/tether]"
+    } >> "$stage/usr/share/lintian/overrides/tether"
+fi
 
 (cd "$stage" && find . -type f ! -path './DEBIAN/*' -printf '%P\0' | LC_ALL=C sort -z | xargs -0 md5sum) > "$stage/DEBIAN/md5sums"
 installed=$(du -sk --exclude=DEBIAN "$stage" | cut -f1)
@@ -80,7 +116,7 @@ Version: $version
 Architecture: $arch
 Maintainer: Tether developers <tether@example.org>
 Installed-Size: $installed
-Depends: $depends, systemd (>= 247)
+Depends: ${depends}systemd (>= 247)
 Recommends: bluez
 Suggests: mosquitto-clients
 Section: net

@@ -29,6 +29,12 @@ import PackageDescription
 //   tether-dev          development tools: `simulate`, `demo`, `soak` (not installed; no simulator in tether)
 //   tether-dst          the deterministic simulation's runner (not installed; small, so `make dst-selftest`
 //                       rebuilds only what it needs for each planted bug)
+/// The product's modules see only the members of modules they import
+/// themselves: an extension of `Foundation` that a dependency imports
+/// (TOMLKit imports `Foundation.Data`) would otherwise be picked over the
+/// standard library's and link Foundation and ICU (37 MB) into the binary.
+let productSettings: [SwiftSetting] = [.enableUpcomingFeature("MemberImportVisibility")]
+
 let package = Package(
     name: "Tether",
     platforms: [.macOS(.v14)],
@@ -67,18 +73,18 @@ let package = Package(
             providers: [.apt(["libmosquitto-dev"])]
         ),
         .target(name: "CSystemd"),
-        .target(name: "ChildProcess"),
+        .target(name: "ChildProcess", swiftSettings: productSettings),
         .target(name: "CEventLoop"),
-        .target(name: "EventLoop", dependencies: ["CEventLoop"]),
-        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"]),
-        .target(name: "HCI", dependencies: ["CBluetooth"]),
-        .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"]),
-        .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"]),
-        .target(name: "Hex"),
-        .target(name: "LinkSupervisor"),
-        .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")]),
-        .target(name: "Readings", dependencies: ["Hex"]),
-        .target(name: "DurableFile"),
+        .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
+        .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"], swiftSettings: productSettings),
+        .target(name: "HCI", dependencies: ["CBluetooth"], swiftSettings: productSettings),
+        .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
+        .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
+        .target(name: "Hex", swiftSettings: productSettings),
+        .target(name: "LinkSupervisor", swiftSettings: productSettings),
+        .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: productSettings),
+        .target(name: "Readings", dependencies: ["Hex"], swiftSettings: productSettings),
+        .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
             name: "MetricsTextfile",
             dependencies: [
@@ -86,7 +92,7 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Prometheus", package: "swift-prometheus"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ], swiftSettings: productSettings
         ),
         .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop"]),
         .target(
@@ -95,13 +101,13 @@ let package = Package(
                 "MQTT", "EventLoop", "Readings", "Configuration", "DurableFile", "MetricsTextfile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ], swiftSettings: productSettings
         ),
         .target(
             name: "Systemd",
-            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")]
+            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
         ),
-        .target(name: "BlueZLinkFailure", dependencies: ["BlueZ", "LinkSupervisor"]),
+        .target(name: "BlueZLinkFailure", dependencies: ["BlueZ", "LinkSupervisor"], swiftSettings: productSettings),
         .target(
             name: "DeterministicSimulation",
             dependencies: ["LinkSupervisor", "BlueZ", "DBus", "BlueZLinkFailure", "Readings"]
@@ -113,11 +119,11 @@ let package = Package(
                 "MetricsTextfile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
-            ]
+            ], swiftSettings: productSettings
         ),
         .target(
             name: "CommandLineArguments",
-            dependencies: ["Configuration", .product(name: "ArgumentParser", package: "swift-argument-parser")]
+            dependencies: ["Configuration", .product(name: "ArgumentParser", package: "swift-argument-parser")], swiftSettings: productSettings
         ),
         .executableTarget(
             name: "tether",
@@ -127,6 +133,7 @@ let package = Package(
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
+            swiftSettings: productSettings,
             plugins: ["TetherVersion"]
         ),
         .plugin(name: "TetherVersion", capability: .buildTool()),

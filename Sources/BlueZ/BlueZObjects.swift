@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import DBus
 
 /// org.bluez.Adapter1, as far as Tether needs it.
@@ -61,7 +66,7 @@ public struct Device: Sendable, Equatable {
     /// BlueZ's object path for a device address under an adapter:
     /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`.
     public static func path(adapter: ObjectPath, address: String) -> ObjectPath? {
-        adapter.appending("dev_" + address.uppercased().replacingOccurrences(of: ":", with: "_"))
+        adapter.appending("dev_" + address.uppercased().replacing(":", with: "_"))
     }
 }
 

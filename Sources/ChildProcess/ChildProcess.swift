@@ -1,9 +1,10 @@
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import Synchronization
 
 /// A child process started with posix_spawn, with its stdout optionally on a pipe.
 ///
@@ -13,10 +14,11 @@ import Musl
 /// on a missed SIGCHLD.
 public final class ChildProcess: @unchecked Sendable {
     public let pid: pid_t
-    /// The read end of the child's stdout when `captureOutput` was set.
-    public let output: FileHandle?
-    private let lock = NSLock()
-    private var exitStatus: Int32?
+    /// The read end of the child's stdout when `captureOutput` was set
+    /// (closed when this object goes).
+    public let outputDescriptor: Int32?
+    /// The child's wait status once reaped.
+    private let exitStatus = Mutex<Int32?>(nil)
 
     /// Starts `executable` with `arguments`. stdin is /dev/null; stderr is
     /// inherited unless `stderrPath` names a file to append to.
@@ -70,35 +72,41 @@ public final class ChildProcess: @unchecked Sendable {
             throw ChildProcessError.spawnFailed(executable, result)
         }
         pid = child
-        output = captureOutput ? FileHandle(fileDescriptor: pipeFDs[0], closeOnDealloc: true) : nil
+        outputDescriptor = captureOutput ? pipeFDs[0] : nil
+    }
+
+    deinit {
+        if let outputDescriptor { close(outputDescriptor) }
     }
 
     /// Reads the child's stdout up to the first newline (blocking; start-up only).
     public func readLine() -> String? {
-        guard let output else { return nil }
-        var line = Data()
+        guard let outputDescriptor else { return nil }
+        var line: [UInt8] = []
+        var byte: UInt8 = 0
         while true {
-            let byte = output.readData(ofLength: 1)
-            if byte.isEmpty || byte.first == 0x0A { break }
+            let count = read(outputDescriptor, &byte, 1)
+            if count < 0, errno == EINTR { continue }
+            if count <= 0 || byte == 0x0A { break }
             line.append(byte)
         }
-        return line.isEmpty ? nil : String(data: line, encoding: .utf8)
+        return line.isEmpty ? nil : String(decoding: line, as: UTF8.self)
     }
 
     public func signal(_ signal: Int32) {
-        lock.lock()
-        defer { lock.unlock() }
-        if exitStatus == nil { kill(pid, signal) }
+        exitStatus.withLock { status in
+            if status == nil { kill(pid, signal) }
+        }
     }
 
     /// Reaps the child if it has exited; returns its wait status, or nil if running.
     public func poll() -> Int32? {
-        lock.lock()
-        defer { lock.unlock() }
-        if let exitStatus { return exitStatus }
-        var status: Int32 = 0
-        if waitpid(pid, &status, WNOHANG) == pid { exitStatus = status }
-        return exitStatus
+        exitStatus.withLock { exitStatus in
+            if let exitStatus { return exitStatus }
+            var status: Int32 = 0
+            if waitpid(pid, &status, WNOHANG) == pid { exitStatus = status }
+            return exitStatus
+        }
     }
 
     public var isRunning: Bool { poll() == nil }
@@ -113,13 +121,13 @@ public final class ChildProcess: @unchecked Sendable {
             usleep(10_000)
         }
         signal(SIGKILL)
-        lock.lock()
-        defer { lock.unlock() }
-        if let exitStatus { return exitStatus }
-        var status: Int32 = 0
-        waitpid(pid, &status, 0)
-        exitStatus = status
-        return status
+        return exitStatus.withLock { exitStatus in
+            if let exitStatus { return exitStatus }
+            var status: Int32 = 0
+            waitpid(pid, &status, 0)
+            exitStatus = status
+            return status
+        }
     }
 
     /// SIGTERM, then SIGKILL after `grace`.

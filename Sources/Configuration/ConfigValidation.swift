@@ -1,3 +1,4 @@
+import LinkSupervisor
 extension TetherConfig {
     /// Cross-field and range checks that individual typed reads cannot make.
     /// When a rule involves two keys, the error names the one actually in the file,

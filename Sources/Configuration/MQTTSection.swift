@@ -53,7 +53,7 @@ public struct MQTTSection: Sendable, Equatable {
     /// `mqtt://host[:port]` or `mqtts://host[:port]` (an IPv6 address in
     /// brackets); nil with the reason otherwise.
     static func parseURL(_ text: String) -> Result<(Scheme, String, Int?), URLProblem> {
-        guard let separator = text.range(of: "://") else { return .failure(URLProblem("expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")) }
+        guard let separator = text.firstRange(of: "://") else { return .failure(URLProblem("expected mqtt://HOST[:PORT] or mqtts://HOST[:PORT]")) }
         guard let scheme = Scheme(rawValue: String(text[..<separator.lowerBound]).lowercased()) else {
             return .failure(URLProblem("the scheme must be mqtt or mqtts"))
         }

@@ -1,5 +1,10 @@
 import ChildProcess
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A private `dbus-daemon` in a directory of its own, for the simulator, the
 /// demo and the tests. It listens on `DIR/bus` and allows everything; the

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A D-Bus match rule for signals (see the D-Bus specification, "Match Rules").
 ///
@@ -34,7 +39,7 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
             guard let value else { return }
             // Inside quotes nothing is special but the quote itself, which is
             // written as '\'' (close, escaped quote, reopen).
-            parts.append("\(key)='\(value.replacingOccurrences(of: "'", with: "'\\''"))'")
+            parts.append("\(key)='\(value.replacing("'", with: "'\\''"))'")
         }
         add("sender", sender)
         add("interface", interface)

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// The objects a `Bus` exports, with the standard interfaces derived from
 /// them: Properties, Introspectable and, where enabled, ObjectManager.
@@ -146,8 +151,8 @@ struct ObjectRegistry {
     }
 
     private func xmlEscape(_ s: String) -> String {
-        s.replacingOccurrences(of: "&", with: "&amp;").replacingOccurrences(of: "<", with: "&lt;")
-            .replacingOccurrences(of: ">", with: "&gt;").replacingOccurrences(of: "\"", with: "&quot;")
+        s.replacing("&", with: "&amp;").replacing("<", with: "&lt;")
+            .replacing(">", with: "&gt;").replacing("\"", with: "&quot;")
     }
 }
 

@@ -1,6 +1,6 @@
 import Configuration
 import EventLoop
-import Foundation
+import FoundationEssentials
 import Logging
 import MQTT
 @_spi(FaultInjection) import Readings

@@ -1,6 +1,6 @@
 import Configuration
 import DurableFile
-import Foundation
+import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

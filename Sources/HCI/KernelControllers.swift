@@ -1,5 +1,10 @@
 import CBluetooth
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// The controllers the kernel has, whether or not bluetoothd uses them:
 /// `/sys/class/bluetooth/hciN` and each one's flags (HCIGETDEVINFO).

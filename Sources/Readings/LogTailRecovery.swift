@@ -5,7 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
+import FoundationEssentials
 
 /// Cuts a torn tail off a readings file after a crash or power loss.
 ///

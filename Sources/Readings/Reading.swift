@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// One value received from the dongle, as handed to the recorder.
 public struct Reading: Sendable, Equatable {

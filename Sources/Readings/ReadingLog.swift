@@ -5,7 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
+import FoundationEssentials
 
 /// The on-disk readings log: JSON Lines files in one directory, rotated by size,
 /// oldest deleted beyond a retention budget, recovered after a crash.

@@ -4,7 +4,7 @@ import Glibc
 #else
 import Musl
 #endif
-import Foundation
+import FoundationEssentials
 import Synchronization
 
 /// `tail -F` for a readings directory: delivers the records there now, then every

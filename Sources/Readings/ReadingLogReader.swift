@@ -5,7 +5,7 @@ import Musl
 #elseif canImport(Darwin)
 import Darwin
 #endif
-import Foundation
+import FoundationEssentials
 
 /// Reads a readings directory the way `tether readings` prints it: every record
 /// line, unchanged, oldest first, while the daemon may be writing.

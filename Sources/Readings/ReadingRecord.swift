@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Hex
 
 /// One line of a readings file, decoded. Reading records carry `char` and `hex`;

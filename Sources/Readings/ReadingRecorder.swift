@@ -1,5 +1,11 @@
 import Dispatch
-import Foundation
+import Synchronization
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Thread-safe front end to a `ReadingLog`.
 ///
@@ -11,7 +17,7 @@ import Foundation
 /// bounded by `maxBacklog` (the oldest are dropped and later accounted for by a gap
 /// record), and a one-shot timer retries until the disk works again.
 public final class ReadingRecorder: @unchecked Sendable {
-    // @unchecked: `state` is guarded by `lock`; `log`, the timers and
+    // @unchecked: `state` is a `Mutex`; `log`, the timers and
     // `lastReport` are only touched on `queue`.
 
     public struct Stats: Sendable, Equatable {
@@ -73,8 +79,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// Marks `queue`, so `flush`/`close` called from code already running on it
     /// (e.g. an `onError` handler) do not deadlock on `queue.sync`.
     private let queueKey = DispatchSpecificKey<Bool>()
-    private let lock = NSLock()
-    private var state: State
+    private let state: Mutex<State>
 
     private var syncTimer: DispatchSourceTimer?
     private var retryTimer: DispatchSourceTimer?
@@ -97,7 +102,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         self.retryInterval = retryInterval
         self.maxBacklog = max(maxBacklog, 1)
         self.onError = onError
-        self.state = State(lastSeq: log.lastSeq)
+        self.state = Mutex(State(lastSeq: log.lastSeq))
         queue.setSpecific(key: queueKey, value: true)
     }
 
@@ -107,7 +112,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     public var stats: Stats {
-        lock.withLock {
+        state.withLock { state in
             Stats(
                 written: state.written,
                 lastSeq: state.lastSeq,
@@ -149,10 +154,10 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// `maxBacklog`) and says whether the caller must start a drain: not if
     /// one is scheduled already or the retry timer will.
     private func enqueue(_ readings: some Sequence<Reading>) -> DrainNeed {
-        lock.withLock {
+        state.withLock { state in
             guard !state.closed else { return .notNeeded }
             for reading in readings { state.backlog.append(reading) }
-            trimBacklog()
+            trimBacklog(&state)
             guard !state.drainScheduled, !state.waitingForRetry else { return .notNeeded }
             state.drainScheduled = true
             return state.syncing ? .neededWhileSyncing : .needed
@@ -172,12 +177,12 @@ public final class ReadingRecorder: @unchecked Sendable {
     public func close() {
         onQueue {
             guard !logClosed else { return }
-            lock.withLock { state.closed = true }
+            state.withLock { state in state.closed = true }
             drain()
             syncNow()
             retryTimer?.cancel()
             retryTimer = nil
-            let unwritten = lock.withLock { state.backlog.count }
+            let unwritten = state.withLock { state in state.backlog.count }
             if unwritten > 0 {
                 onError("closing the readings log with \(unwritten) readings that could not be written")
             }
@@ -210,7 +215,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// Writes one chunk; returns whether more is waiting and writing works.
     private func drainChunk() -> Bool {
         guard !logClosed else { return false }
-        let (batch, gap) = lock.withLock { () -> ([Reading], Gap?) in
+        let (batch, gap) = state.withLock { (state: inout State) -> ([Reading], Gap?) in
             state.drainScheduled = false
             let batch = state.backlog.removeOldest(upTo: Self.chunkSize)
             state.inFlight = batch.count
@@ -226,7 +231,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         do {
             try log.write(entries)
             let lastSeq = log.lastSeq
-            let more = lock.withLock { () -> Bool in
+            let more = state.withLock { (state: inout State) -> Bool in
                 state.inFlight = 0
                 state.written += UInt64(batch.count)
                 if gap != nil { state.gapRecords += 1 }
@@ -247,10 +252,10 @@ public final class ReadingRecorder: @unchecked Sendable {
             return more
         } catch {
             let message = "cannot write readings to \(log.directory): \(error)"
-            let pending = lock.withLock { () -> Int in
+            let pending = state.withLock { (state: inout State) -> Int in
                 state.inFlight = 0
                 state.backlog.prepend(batch)
-                trimBacklog()
+                trimBacklog(&state)
                 state.lastError = message
                 state.waitingForRetry = true
                 return state.backlog.count
@@ -270,8 +275,8 @@ public final class ReadingRecorder: @unchecked Sendable {
         return milliseconds == 0 ? "\(seconds)s" : "\(seconds * 1000 + milliseconds)ms"
     }
 
-    /// Drops the oldest readings beyond `maxBacklog`, remembering them for the gap record. Call with `lock` held.
-    private func trimBacklog() {
+    /// Drops the oldest readings beyond `maxBacklog`, remembering them for the gap record. Called inside `state.withLock`.
+    private func trimBacklog(_ state: inout State) {
         while state.backlog.count > maxBacklog, let dropped = state.backlog.removeOldest() {
             state.dropped += 1
             // The gap record sits where the dropped readings would have been, so it
@@ -286,13 +291,13 @@ public final class ReadingRecorder: @unchecked Sendable {
         syncTimer?.cancel()
         syncTimer = nil
         guard !logClosed else { return }
-        lock.withLock { state.syncing = true }
-        defer { lock.withLock { state.syncing = false } }
+        state.withLock { state in state.syncing = true }
+        defer { state.withLock { state in state.syncing = false } }
         do {
             try log.sync()
         } catch {
             let message = "cannot sync readings in \(log.directory): \(error)"
-            lock.withLock { state.lastError = message }
+            state.withLock { state in state.lastError = message }
             report(message)
         }
     }
@@ -309,7 +314,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         guard retryTimer == nil else { return }
         retryTimer = oneShotTimer(after: retryInterval) { recorder in
             recorder.retryTimer = nil
-            recorder.lock.withLock { recorder.state.waitingForRetry = false }
+            recorder.state.withLock { $0.waitingForRetry = false }
             recorder.drain()
         }
     }

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Formats dates as "2026-11-21T13:45:12.345Z" without DateFormatter (slow, and
 /// locale/calendar state we do not want on the logging hot path).

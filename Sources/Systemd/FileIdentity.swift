@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A file's device and inode: what JOURNAL_STREAM records for the stream
 /// systemd connected to stdout/stderr, so a process can tell whether its

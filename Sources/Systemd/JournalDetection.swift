@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Decides between `JournalLogHandler` and plain stderr lines at start-up.
 /// The journal is chosen only when the daemon's output would end up there

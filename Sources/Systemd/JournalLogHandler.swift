@@ -1,5 +1,10 @@
 import Dispatch
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 
 /// A swift-log backend that writes structured entries to journald over its

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Gets an encoded entry into journald: as a datagram, or, when it is too
 /// big for one, as a sealed memfd passed over the socket, as libsystemd's

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 
 extension LogHandler {
@@ -21,11 +26,16 @@ public enum LogOutput {
             guard let base = buffer.baseAddress else { return }
             var offset = 0
             while offset < buffer.count {
-                let written = Foundation.write(descriptor, base + offset, buffer.count - offset)
+                let written = systemWrite(descriptor, base + offset, buffer.count - offset)
                 if written < 0, errno == EINTR { continue }
                 if written <= 0 { return }
                 offset += written
             }
         }
     }
+}
+
+/// write(2), named apart from `LogOutput.write`.
+private func systemWrite(_ descriptor: Int32, _ bytes: UnsafeRawPointer, _ count: Int) -> Int {
+    write(descriptor, bytes, count)
 }

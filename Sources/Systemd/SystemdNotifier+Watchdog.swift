@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 extension SystemdNotifier {
     /// The watchdog timeout systemd set for this process (`WatchdogSec=`),

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Tells the service manager about the daemon's state (sd_notify(3)):
 /// started, still alive, shutting down, and a one-line status for

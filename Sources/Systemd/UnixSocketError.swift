@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Why a datagram to systemd or journald did not go out, as the kernel said
 /// it. Kept as the raw errno so a caller can tell "nobody listens"

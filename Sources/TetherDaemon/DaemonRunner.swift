@@ -3,7 +3,12 @@ import Configuration
 import DBus
 import Dispatch
 import EventLoop
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 import MetricsTextfile
 import Readings
@@ -253,11 +258,9 @@ private final class Session: Sendable {
 /// instead of interrupting whatever thread runs.
 public enum TerminationSignal {
     /// The sources live as long as the process: the daemon exits after a signal.
-    private final class Kept: @unchecked Sendable {
-        let lock = NSLock()
-        var sources: [DispatchSourceSignal] = []
-    }
-    private static let kept = Kept()
+    /// Dispatch sources are thread-safe objects the SDK does not mark Sendable.
+    private struct KeptSource: @unchecked Sendable { let source: DispatchSourceSignal }
+    private static let kept = Mutex<[KeptSource]>([])
 
     /// The signal's name; nil if the task was cancelled first.
     public static func wait() async -> String? {
@@ -284,7 +287,8 @@ public enum TerminationSignal {
                     let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
                     source.setEventHandler { finish(name) }
                     source.resume()
-                    kept.lock.withLock { kept.sources.append(source) }
+                    let kept = KeptSource(source: source)
+                    Self.kept.withLock { $0.append(kept) }
                 }
             }
         } onCancel: {

@@ -1,6 +1,11 @@
 import Configuration
 import DBus
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import LinkSupervisor
 
 /// A daemon's status: what `LinkService` reports, what the control

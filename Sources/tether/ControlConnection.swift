@@ -1,7 +1,12 @@
 import ArgumentParser
 import Configuration
 import DBus
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import TetherDaemon
 
 /// Connects the CLI to a daemon's control object on the system bus (or
@@ -27,7 +32,11 @@ enum ControlConnection {
     }
 
     static func fail(_ message: String, code: Int32) -> Never {
-        FileHandle.standardError.write(Data("tether: \(message)\n".utf8))
-        Foundation.exit(code)
+        StandardError.emit("tether: \(message)\n")
+        #if canImport(Glibc)
+        Glibc.exit(code)
+        #elseif canImport(Musl)
+        Musl.exit(code)
+        #endif
     }
 }

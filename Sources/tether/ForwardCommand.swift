@@ -2,7 +2,12 @@ import ArgumentParser
 import Configuration
 import EventLoop
 import Forwarding
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 import MetricsTextfile
 import Systemd

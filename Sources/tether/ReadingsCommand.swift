@@ -2,7 +2,7 @@ import ArgumentParser
 import CommandLineArguments
 import Configuration
 import Dispatch
-import Foundation
+import FoundationEssentials
 import Readings
 
 #if canImport(Glibc)
@@ -140,7 +140,7 @@ struct ReadingsCommand: ParsableCommand {
     }
 
     private static func complain(_ message: String) {
-        FileHandle.standardError.write(Data("tether: \(message)\n".utf8))
+        StandardError.emit("tether: \(message)\n")
     }
 
     private static func seconds(_ duration: Duration) -> TimeInterval {

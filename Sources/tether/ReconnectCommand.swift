@@ -1,7 +1,12 @@
 import ArgumentParser
 import CommandLineArguments
 import Configuration
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import LinkSupervisor
 import TetherDaemon
 

@@ -1,6 +1,11 @@
 import ArgumentParser
 import Configuration
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 import Systemd
 import TetherDaemon
@@ -79,11 +84,11 @@ struct CheckConfigCommand: ParsableCommand {
             let dongle = config.dongle.address ?? [config.dongle.namePrefix.map { "name \($0)*" }, config.dongle.serviceUUID.map { "service \($0)" }].compactMap { $0 }.joined(separator: ", ")
             let silence = config.silenceLimit.map { "silence limit \(DurationText.format($0))" } ?? "silence limit off"
             for warning in config.warnings {
-                FileHandle.standardError.write(Data("warning: \(warning)\n".utf8))
+                StandardError.emit("warning: \(warning)\n")
             }
             print("\(path): OK (dongle \(dongle), keep-alive every \(DurationText.format(config.keepalive.interval)), \(silence), readings in \(config.readings.directory))")
         } catch {
-            FileHandle.standardError.write(Data("\(error)\n".utf8))
+            StandardError.emit("\(error)\n")
             throw ExitCode(DaemonRunner.Exit.config)
         }
     }

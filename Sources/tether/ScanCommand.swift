@@ -2,7 +2,12 @@ import ArgumentParser
 import CommandLineArguments
 import Configuration
 import DBus
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import TetherDaemon
 
 struct ScanCommand: AsyncParsableCommand {
@@ -49,7 +54,7 @@ struct ScanCommand: AsyncParsableCommand {
         let start = ContinuousClock.now
         let interactive = isatty(STDERR_FILENO) == 1
         let say: @Sendable (String) -> Void = { line in
-            FileHandle.standardError.write(Data(((interactive ? "\r\u{1B}[K" : "") + line + "\n").utf8))
+            StandardError.emit(((interactive ? "\r\u{1B}[K" : "") + line + "\n"))
         }
         say("scanning with \(adapter ?? loaded?.bluez.adapter ?? "the first adapter") for \(DurationText.format(timeout.duration))…")
         // On a terminal, a countdown line; in a pipe or the journal, only the finds.
@@ -57,7 +62,7 @@ struct ScanCommand: AsyncParsableCommand {
             let end = start + timeout.duration
             while !Task.isCancelled, ContinuousClock.now < end {
                 let left = Int((ContinuousClock.now.duration(to: end).components.seconds)) + 1
-                FileHandle.standardError.write(Data("\r\u{1B}[K  \(left)s left…".utf8))
+                StandardError.emit("\r\u{1B}[K  \(left)s left…")
                 try? await Task.sleep(for: .seconds(1))
             }
         } : nil
@@ -72,7 +77,7 @@ struct ScanCommand: AsyncParsableCommand {
             ControlConnection.fail("scan failed: \(error)", code: ClientExit.failure)
         }
         countdown?.cancel()
-        if interactive { FileHandle.standardError.write(Data("\r\u{1B}[K".utf8)) }
+        if interactive { StandardError.emit("\r\u{1B}[K") }
         guard !found.isEmpty else {
             print("no dongle found (is it awake and advertising? a sleeping dongle must be woken first)")
             return
@@ -85,9 +90,9 @@ struct ScanCommand: AsyncParsableCommand {
         for r in results {
             let rssi = r.rssi.map { String($0) } ?? "?"
             lines.append(
-                r.address.padding(toLength: 19, withPad: " ", startingAt: 0)
-                    + rssi.padding(toLength: 6, withPad: " ", startingAt: 0)
-                    + (r.name ?? "-").padding(toLength: 22, withPad: " ", startingAt: 0)
+                r.address.padded(to: 19)
+                    + rssi.padded(to: 6)
+                    + (r.name ?? "-").padded(to: 22)
                     + r.matches.map(\.rawValue).joined(separator: ", ")
             )
         }

@@ -1,7 +1,13 @@
 import ArgumentParser
 import Configuration
 import Forwarding
-import Foundation
+import FoundationEssentials
+import LinkSupervisor
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Readings
 import TetherDaemon
 
@@ -109,7 +115,7 @@ struct StatusReport {
     func text() -> String {
         var lines: [String] = []
         func row(_ label: String, _ value: String) {
-            lines.append("  " + label.padding(toLength: 14, withPad: " ", startingAt: 0) + value)
+            lines.append("  " + label.padded(to: 14) + value)
         }
         guard let s = status else {
             lines.append("tether (\(instance)): not running")
@@ -232,7 +238,7 @@ struct StatusReport {
     }
 
     private func seconds(_ value: Double) -> String {
-        String(format: "%.3f", max(0, value))
+        FixedPoint.text(max(0, value), digits: 3)
     }
 
     /// A JSON string literal, escaped by Foundation's encoder.

@@ -1,5 +1,11 @@
+import Configuration
 import DBus
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// The CLI's side of `io.tether.Tether1`: finds a daemon instance on the bus,
 /// reads its status, asks it to reconnect and follows its changes.

@@ -1,5 +1,11 @@
 import DBus
-import Foundation
+import LinkSupervisor
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// Serves `io.tether.Tether1` for one link on the daemon's bus connection.
 ///

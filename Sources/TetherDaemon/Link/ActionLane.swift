@@ -3,7 +3,12 @@ import BlueZLinkFailure
 import Configuration
 import DBus
 import EventLoop
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import HCI
 import LinkSupervisor
 import Logging

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import LinkSupervisor
 import Logging
 
@@ -12,7 +17,7 @@ struct LinkReportLog: Sendable {
     static func seconds(_ duration: Duration) -> String {
         let (whole, atto) = duration.components
         let millis = whole * 1000 + atto / 1_000_000_000_000_000
-        return "\(millis / 1000).\(String(format: "%03d", millis % 1000))"
+        return FixedPoint.text(Double(millis) / 1000, digits: 3)
     }
 
     func transition(from: SupervisorState, to: SupervisorState, cause: String, device: String?) {

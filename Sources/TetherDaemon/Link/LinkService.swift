@@ -2,7 +2,12 @@ import BlueZ
 import Configuration
 import DBus
 import EventLoop
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import HCI
 import LinkSupervisor
 import Logging

@@ -1,4 +1,9 @@
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import Logging
 import Dispatch
 import Systemd
@@ -35,7 +40,7 @@ public struct StderrLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         let merged = mergedMetadata(for: event)
-        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padding(toLength: 8, withPad: " ", startingAt: 0))\(event.message)"
+        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padded(to: 8))\(event.message)"
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             line += " \(key)=\(value)"
         }

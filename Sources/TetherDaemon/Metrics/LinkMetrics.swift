@@ -1,5 +1,10 @@
 import CoreMetrics
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 import LinkSupervisor
 import MetricsTextfile
 import Readings

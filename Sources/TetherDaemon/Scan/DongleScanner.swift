@@ -1,7 +1,12 @@
 import BlueZ
 import Configuration
 import DBus
-import Foundation
+import FoundationEssentials
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// A dongle found by `tether scan`.
 public struct ScanResult: Sendable, Equatable {

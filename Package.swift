@@ -67,11 +67,8 @@ let package = Package(
             pkgConfig: "bluez",
             providers: [.apt(["libbluetooth-dev"])]
         ),
-        .systemLibrary(
-            name: "CMosquitto",
-            pkgConfig: "libmosquitto",
-            providers: [.apt(["libmosquitto-dev"])]
-        ),
+        // libmosquitto's header (libmosquitto-dev), the library itself loaded with dlopen.
+        .target(name: "CMosquitto"),
         .target(name: "CSystemd"),
         .target(name: "ChildProcess", swiftSettings: productSettings),
         .target(name: "CEventLoop"),

@@ -91,56 +91,54 @@ public final class MQTTClient {
     public let loop: EventLoop
     public let options: Options
     public var onEvent: ((Event) -> Void)?
+    /// libmosquitto's functions, loaded by the first client.
+    private let api: UnsafePointer<cmosquitto_api>
     private var handle: OpaquePointer?
     private var watch: EventLoop.WatchID?
     private var watchedSocket: Int32 = -1
     private var miscTimer: EventLoop.TimerID?
     private var connected = false
 
-    private static let initialized: Bool = {
-        mosquitto_lib_init()
-        return true
-    }()
-
     /// Prepares the connection (nothing is sent until `connect()`).
     public init(options: Options, loop: EventLoop) throws(MQTTError) {
         loop.checkIsolated()
-        _ = Self.initialized
+        let api = try Mosquitto.load()
+        self.api = api
         self.loop = loop
         self.options = options
-        guard let handle = mosquitto_new(options.clientID, options.cleanSession, nil) else {
+        guard let handle = api.pointee.new_client(options.clientID, options.cleanSession, nil) else {
             throw MQTTError(code: MOSQ_ERR_NOMEM.rawValue, "mosquitto_new failed (out of memory, or an empty client id with a kept session)")
         }
         self.handle = handle
-        mosquitto_user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
-        mosquitto_connect_callback_set(handle, Self.connectCallback)
-        mosquitto_disconnect_callback_set(handle, Self.disconnectCallback)
-        mosquitto_publish_callback_set(handle, Self.publishCallback)
-        mosquitto_log_callback_set(handle, Self.logCallback)
+        api.pointee.user_data_set(handle, Unmanaged.passUnretained(self).toOpaque())
+        api.pointee.connect_callback_set(handle, Self.connectCallback)
+        api.pointee.disconnect_callback_set(handle, Self.disconnectCallback)
+        api.pointee.publish_callback_set(handle, Self.publishCallback)
+        api.pointee.log_callback_set(handle, Self.logCallback)
         do throws(MQTTError) {
-            try check(mosquitto_int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311), "protocol version")
-            try check(mosquitto_max_inflight_messages_set(handle, UInt32(max(1, options.maxInflight))), "max_inflight")
+            try check(api.pointee.int_option(handle, MOSQ_OPT_PROTOCOL_VERSION, MQTT_PROTOCOL_V311), "protocol version")
+            try check(api.pointee.max_inflight_messages_set(handle, UInt32(max(1, options.maxInflight))), "max_inflight")
             if let username = options.username {
-                try check(mosquitto_username_pw_set(handle, username, options.password), "username")
+                try check(api.pointee.username_pw_set(handle, username, options.password), "username")
             }
             if let tls = options.tls {
-                try check(mosquitto_tls_set(handle, tls.caFile, nil, tls.certFile, tls.keyFile, nil), "TLS files")
+                try check(api.pointee.tls_set(handle, tls.caFile, nil, tls.certFile, tls.keyFile, nil), "TLS files")
             }
             if let will = options.will {
                 let rc = will.payload.withUnsafeBytes { bytes in
-                    mosquitto_will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
+                    api.pointee.will_set(handle, will.topic, Int32(bytes.count), bytes.baseAddress, will.qos, will.retain)
                 }
                 try check(rc, "last will")
             }
         } catch {
-            mosquitto_destroy(handle)
+            api.pointee.destroy(handle)
             self.handle = nil
             throw error
         }
     }
 
     deinit {
-        if let handle { mosquitto_destroy(handle) }
+        if let handle { api.pointee.destroy(handle) }
     }
 
     public var isConnected: Bool { connected }
@@ -156,8 +154,8 @@ public final class MQTTClient {
         lastLoggedError = nil
         let seconds = Int32(clamping: max(5, options.keepalive.components.seconds))
         let rc = connectedBefore
-            ? mosquitto_reconnect_async(handle)
-            : mosquitto_connect_async(handle, options.host, Int32(options.port), seconds)
+            ? api.pointee.reconnect_async(handle)
+            : api.pointee.connect_async(handle, options.host, Int32(options.port), seconds)
         connectedBefore = true
         guard rc == MOSQ_ERR_SUCCESS.rawValue else {
             throw MQTTError.library(rc, "connect to \(options.host):\(options.port)", detail: lastLoggedError)
@@ -181,7 +179,7 @@ public final class MQTTClient {
         guard let handle else { throw MQTTError(code: MOSQ_ERR_INVAL.rawValue, "the client is closed") }
         var messageID: Int32 = 0
         let rc = message.payload.withUnsafeBytes { bytes in
-            mosquitto_publish(handle, &messageID, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
+            api.pointee.publish(handle, &messageID, message.topic, Int32(bytes.count), bytes.baseAddress, message.qos, message.retain)
         }
         guard rc == MOSQ_ERR_SUCCESS.rawValue else { throw MQTTError.library(rc, "publish to \(message.topic)") }
         updateInterest()
@@ -195,8 +193,8 @@ public final class MQTTClient {
         guard let handle else { return }
         let handler = onEvent
         onEvent = nil
-        mosquitto_disconnect(handle)
-        if watchedSocket >= 0 { _ = mosquitto_loop_write(handle, 1) }
+        _ = api.pointee.disconnect(handle)
+        if watchedSocket >= 0 { _ = api.pointee.loop_write(handle, 1) }
         stopWatching()
         connected = false
         onEvent = handler
@@ -207,7 +205,7 @@ public final class MQTTClient {
         loop.checkIsolated()
         disconnect()
         onEvent = nil
-        if let handle { mosquitto_destroy(handle) }
+        if let handle { api.pointee.destroy(handle) }
         handle = nil
     }
 
@@ -215,7 +213,7 @@ public final class MQTTClient {
 
     private func startWatching() {
         guard let handle else { return }
-        let socket = mosquitto_socket(handle)
+        let socket = api.pointee.socket(handle)
         guard socket >= 0 else { return }
         watchedSocket = socket
         watch = loop.watch(socket, interest: interest()) { [unowned self] ready in service(ready) }
@@ -232,7 +230,7 @@ public final class MQTTClient {
 
     private func interest() -> EventLoop.Readiness {
         guard let handle else { return [] }
-        return mosquitto_want_write(handle) ? [.readable, .writable] : [.readable]
+        return api.pointee.want_write(handle) ? [.readable, .writable] : [.readable]
     }
 
     private func updateInterest() {
@@ -244,10 +242,10 @@ public final class MQTTClient {
         guard let handle, watch != nil else { return }
         var rc = MOSQ_ERR_SUCCESS.rawValue
         if !ready.intersection([.readable]).isEmpty || !ready.intersection(.hangup).isEmpty {
-            rc = mosquitto_loop_read(handle, 64)
+            rc = api.pointee.loop_read(handle, 64)
         }
-        if rc == MOSQ_ERR_SUCCESS.rawValue, watch != nil, ready.contains(.writable) || mosquitto_want_write(handle) {
-            rc = mosquitto_loop_write(handle, 64)
+        if rc == MOSQ_ERR_SUCCESS.rawValue, watch != nil, ready.contains(.writable) || api.pointee.want_write(handle) {
+            rc = api.pointee.loop_write(handle, 64)
         }
         if rc != MOSQ_ERR_SUCCESS.rawValue {
             return lost(MQTTError.library(rc, "connection to \(options.host):\(options.port)"))
@@ -262,7 +260,7 @@ public final class MQTTClient {
         miscTimer = loop.schedule(after: period) { [unowned self] in
             miscTimer = nil
             guard let handle, watch != nil else { return }
-            let rc = mosquitto_loop_misc(handle)
+            let rc = api.pointee.loop_misc(handle)
             if rc != MOSQ_ERR_SUCCESS.rawValue {
                 return lost(MQTTError.library(rc, "keep-alive with \(options.host):\(options.port)"))
             }

@@ -37,7 +37,7 @@ public struct MQTTError: Error, Sendable, Equatable, CustomStringConvertible {
              MOSQ_ERR_KEEPALIVE.rawValue, MOSQ_ERR_PROTOCOL.rawValue, MOSQ_ERR_CONN_REFUSED.rawValue: .connection
         default: .library
         }
-        var text = "\(operation): \(String(cString: mosquitto_strerror(code)))"
+        var text = "\(operation): \(Mosquitto.describe(code))"
         if let detail, !detail.isEmpty { text += " (\(detail))" }
         return MQTTError(kind: kind, code: code, text)
     }
@@ -45,7 +45,7 @@ public struct MQTTError: Error, Sendable, Equatable, CustomStringConvertible {
     /// A CONNACK that refused the connection (a wrong password, a client
     /// id the broker does not accept).
     static func refused(_ code: Int32) -> MQTTError {
-        MQTTError(kind: .refused(code), code: code, "the broker refused the connection: \(String(cString: mosquitto_connack_string(code)))")
+        MQTTError(kind: .refused(code), code: code, "the broker refused the connection: \(Mosquitto.describeRefusal(code))")
     }
 
     /// A refusal of our credentials (CONNACK 4 or 5): the operator's to fix.

@@ -7,7 +7,8 @@
 # The tree is what `make install PREFIX=/usr` lays out (units and udev rules
 # under /lib, as bookworm's packages still place them), man pages gzipped,
 # the example config a conffile. Depends: is computed from the binary by
-# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, libmosquitto1, …), or,
+# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, …) with libmosquitto1,
+# which `tether forward` loads with dlopen (dpkg-shlibdeps cannot see it), or,
 # for a fully static binary (a musl cross build), is systemd alone;
 # Recommends: bluez. VERSION is packaging/version.sh's (the file VERSION and
 # the commit: 0.1.0~gitDATE.HASH before the tag v0.1.0, 0.1.0 at it,
@@ -97,7 +98,8 @@ if LC_ALL=C readelf -l "$stage/usr/bin/tether" | grep -q 'Requesting program int
         exit 1
     }
     [ -n "$depends" ] || { echo "$0: dpkg-shlibdeps found no dependencies" >&2; cat "$work/shlibdeps.log" >&2; exit 1; }
-    depends="$depends, "
+    # libmosquitto1: loaded with dlopen by `tether forward`, so not in the ELF.
+    depends="$depends, libmosquitto1, "
 else
     depends=
     {

@@ -358,13 +358,13 @@ BENCH_FORWARD_DURATION   ?= 20s
 BENCH_METRICS_DURATION   ?= 30s
 .PHONY: bench
 bench: deps
-	flock /tmp/tether-build.lock $(SWIFT) build -c release --static-swift-stdlib
+	flock /tmp/tether-build.lock $(MAKE) --no-print-directory deb
 	@command -v python3 >/dev/null || { echo "bench needs python3" >&2; exit 1; }
 	@[ -x $(BENCH_VENV)/bin/pip ] || python3 -m venv $(BENCH_VENV) || { \
 	  echo "python3 -m venv failed: install python3-venv (apt-get install python3-venv)" >&2; exit 1; }
 	@$(BENCH_VENV)/bin/python -c 'import bleak, bleak_retry_connector, paho.mqtt' 2>/dev/null || \
 	  $(BENCH_VENV)/bin/pip install -q bleak bleak-retry-connector paho-mqtt
-	flock /tmp/tether-build.lock env TETHER_BIN="$(BIN)" PEER_PYTHON="$(abspath $(BENCH_VENV))/bin/python" \
+	flock /tmp/tether-build.lock env TETHER_BIN="$(BIN)" TETHER_DEB_DIR="$(abspath $(DEB_DIR))" PEER_PYTHON="$(abspath $(BENCH_VENV))/bin/python" \
 	  BENCH_FOOTPRINT_DURATION=$(BENCH_FOOTPRINT_DURATION) BENCH_INGEST_DURATION=$(BENCH_INGEST_DURATION) \
 	  BENCH_INGEST_RATES=$(BENCH_INGEST_RATES) BENCH_NOTIFY_PATHS=$(BENCH_NOTIFY_PATHS) BENCH_KEEPALIVE_DURATION=$(BENCH_KEEPALIVE_DURATION) \
 	  BENCH_KEEPALIVE_RATE=$(BENCH_KEEPALIVE_RATE) BENCH_FORWARD_DURATION=$(BENCH_FORWARD_DURATION) \

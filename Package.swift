@@ -75,6 +75,8 @@ let package = Package(
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"], swiftSettings: productSettings),
         .target(name: "HCI", dependencies: ["CBluetooth"], swiftSettings: productSettings),
+        .target(name: "Rfkill", swiftSettings: productSettings),
+        .target(name: "USBDevice", swiftSettings: productSettings),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
         .target(name: "Hex", swiftSettings: productSettings),
@@ -112,8 +114,8 @@ let package = Package(
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "EventLoop", "BlueZ", "BlueZLinkFailure", "HCI", "LinkSupervisor", "Configuration", "Readings", "Systemd",
-                "MetricsTextfile",
+                "DBus", "EventLoop", "BlueZ", "BlueZLinkFailure", "HCI", "Rfkill", "USBDevice", "LinkSupervisor", "Configuration",
+                "Readings", "Systemd", "MetricsTextfile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
@@ -154,6 +156,8 @@ let package = Package(
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
         .testTarget(name: "HCITests", dependencies: ["HCI"]),
+        .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
+        .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
@@ -172,7 +176,7 @@ let package = Package(
             name: "IntegrationTests",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
-                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile", "HCI",
+                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile", "HCI", "Rfkill",
             ]
         ),
     ],

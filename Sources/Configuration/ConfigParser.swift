@@ -183,7 +183,8 @@ extension TetherConfig {
             var steps: [EscalationStep] = []
             for name in names {
                 guard let step = EscalationStep(rawValue: name) else {
-                    throw section.error("escalate", "expected \"power-cycle\" or \"hci-reset\", got \(ConfigContext.quoted(name))")
+                    let choices = EscalationStep.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")
+                    throw section.error("escalate", "expected one of \(choices), got \(ConfigContext.quoted(name))")
                 }
                 guard !steps.contains(step) else { throw section.error("escalate", "\"\(name)\" is listed twice") }
                 steps.append(step)

@@ -20,6 +20,14 @@ public struct LinkObservation: Sendable, Equatable {
     /// The dongle's device object holds a bond (Paired or Bonded): removing
     /// it would throw the keys away.
     public var deviceBonded = false
+    /// rfkill holds the adapter's controller off (the kernel powers a
+    /// blocked controller down; bluetoothd shows `Powered=false` soon after,
+    /// and powers it on again itself once the block lifts).
+    public var radioBlock: RadioBlock = .none
+    /// No adapter, but the kernel has the configured controller and it failed
+    /// its initialisation (bluetoothd never hears of such a controller; only
+    /// a re-probe, a USB reset or rebind, brings it back).
+    public var controllerFailed = false
 
     public init(
         bluezPresent: Bool = false, adapterPresent: Bool = false, adapterPowered: Bool = false,
@@ -35,10 +43,19 @@ public struct LinkObservation: Sendable, Equatable {
         self.characteristicsReady = characteristicsReady
     }
 
-    var adapterUsable: Bool { bluezPresent && adapterPresent && adapterPowered }
+    var adapterUsable: Bool { bluezPresent && adapterPresent && adapterPowered && radioBlock == .none }
     #if DST_BUG_LINK_READY_IGNORES_GATT  // planted bug (make dst-selftest): subscribes before the characteristics exist
     var linkReady: Bool { connected && servicesResolved }
     #else
     var linkReady: Bool { connected && servicesResolved && characteristicsReady }
     #endif
+}
+
+/// An rfkill block on the adapter's controller.
+public enum RadioBlock: String, Sendable, Equatable {
+    case none
+    /// Set in software (`rfkill block`, a desktop's airplane mode): software can clear it.
+    case soft
+    /// A hardware switch or the firmware: only that can clear it.
+    case hard
 }

@@ -35,7 +35,8 @@ extension Supervisor {
         /// The link is being taken down (or was seen to go): waiting for
         /// bluetoothd to report it down before the next attempt.
         case awaitingDisconnect(DisconnectWait)
-        /// An escalation step is running.
+        /// An escalation step is running: after an exhausted window, or to
+        /// recover an adapter that rfkill or a failed initialisation holds off.
         case escalating(Escalation)
         /// The window is exhausted: discovering, connecting when the dongle
         /// advertises after a silence, one blind attempt at `blindAttemptAt`.
@@ -146,6 +147,15 @@ extension Supervisor {
     }
 
     struct Escalation: Sendable {
+        enum Purpose: Sendable {
+            /// A retry window was exhausted: the link is what failed.
+            case exhaustedWindow
+            /// No usable adapter (an rfkill soft block, a controller that
+            /// failed its initialisation): a recovery round.
+            case adapterRecovery
+        }
+
+        var purpose: Purpose
         var step: EscalationStep
         var remaining: [EscalationStep]
         /// Someone asked for a reconnect while the step ran: the remaining
@@ -175,6 +185,9 @@ extension Supervisor {
         var removedStaleDevice = false
         /// The last operation id handed out (connect, subscribe, poll).
         var operations = 0
+        /// Adapter recovery rounds that did not bring the adapter back since
+        /// it was last usable: they pace the next round.
+        var adapterRecoveries = 0
     }
 
     /// Effects asked for and not yet answered, whatever the state: the

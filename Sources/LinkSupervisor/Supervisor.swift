@@ -20,6 +20,9 @@
 /// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
 ///   and an exhausted window always leads to cooling down or an escalation,
 ///   never to silence;
+/// - while the adapter is unusable, recovery steps run in rounds at least
+///   `adapterRecoveryDelay` apart (doubling to its cap) after the first,
+///   never while rfkill's hard block lasts;
 /// - every state change comes with a `.transition` action naming its cause;
 /// - with a silence limit, `online` means data flows: it is entered with the
 ///   first notification of a session and left once none came for the limit;
@@ -49,6 +52,13 @@ public struct Supervisor: Sendable {
         public var discoveryRetry: Duration = .seconds(5)
         /// How often to power the adapter on again after an escalation left it off.
         public var powerOnRetry: Duration = .seconds(10)
+        /// The pause after an adapter recovery round (rfkill unblock, USB
+        /// reset or rebind of a controller that failed its initialisation)
+        /// that left the adapter unusable; it doubles each round up to the
+        /// cap, so a controller that never comes back costs one journal line
+        /// per round, not a flood.
+        public var adapterRecoveryDelay: Duration = .seconds(30)
+        public var adapterRecoveryDelayCap: Duration = .seconds(600)
         /// How long to wait, after the notification socket closed, for
         /// bluetoothd to report the link down before taking the link as up
         /// (someone else's StopNotify closed it) and connecting again.
@@ -179,6 +189,9 @@ public struct Supervisor: Sendable {
     private mutating func observe(_ new: LinkObservation) {
         let old = observation
         observation = new
+        if new.radioBlock != old.radioBlock {
+            actions.append(.report(new.radioBlock == .none ? .radioUnblocked : .radioBlocked(new.radioBlock)))
+        }
 
         if !new.bluezPresent {
             if case .waitingForBluez = current { return }
@@ -189,14 +202,15 @@ public struct Supervisor: Sendable {
         // An escalation switches the adapter off and on itself; it is
         // re-evaluated when the step finishes.
         if case .escalating = current { return }
-        if !new.adapterPresent || !new.adapterPowered {
+        if !new.adapterUsable {
             switch current {
-            case .waitingForAdapter: return
+            case .waitingForAdapter: return considerAdapterRecovery()
             case .waitingForBluez: break
             default: actions.append(.report(.adapterUnavailable))
             }
             linkGoneQuietly()
-            return enter(.waitingForAdapter(offByEscalation: false), new.adapterPresent ? "the adapter is powered off" : "no adapter")
+            enter(.waitingForAdapter(offByEscalation: false), adapterProblem)
+            return considerAdapterRecovery()
         }
 
         switch current {
@@ -205,6 +219,8 @@ public struct Supervisor: Sendable {
             attemptOrSearch(window: Window(start: now), cause: "bluetoothd is on the bus")
         case .waitingForAdapter:
             cancelTimer(.powerOn)
+            cancelTimer(.adapterRecovery)
+            history.adapterRecoveries = 0
             attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on")
         case .searching:
             if new.devicePresent {
@@ -602,7 +618,8 @@ public struct Supervisor: Sendable {
             if reconnectRequested { return attempt(window: Window(start: now), cause: "reconnect requested") }
             return attempt(window: Window(start: now, blind: true), cause: "escalation done")
         }
-        enter(.escalating(Escalation(step: step, remaining: Array(steps.dropFirst()))), "retry window exhausted; \(step.rawValue)")
+        let escalation = Escalation(purpose: .exhaustedWindow, step: step, remaining: Array(steps.dropFirst()))
+        enter(.escalating(escalation), "retry window exhausted; \(step.rawValue)")
         actions.append(.escalate(step))
     }
 
@@ -616,17 +633,106 @@ public struct Supervisor: Sendable {
             linkGoneQuietly()
             return enter(.waitingForBluez, "bluetoothd is not on the bus")
         }
+        if case .adapterRecovery = escalation.purpose { return recoveryStepFinished(escalation) }
+        if !observation.adapterUsable, !escalation.remaining.isEmpty, !escalation.reconnectRequested {
+            // A wedged controller can be off or gone after a step that could
+            // not reach it (a power cycle through bluetoothd); the next step,
+            // a USB reset, may be the one that brings it back.
+            return escalate(escalation.remaining, reconnectRequested: false)
+        }
         if !observation.adapterUsable {
             linkGoneQuietly()
-            let cause = "the adapter is not powered after \(step.rawValue)"
-            guard observation.adapterPresent else { return enter(.waitingForAdapter(offByEscalation: false), cause) }
-            // We switched it off; nobody else will switch it on.
-            actions.append(.report(.adapterLeftOff))
-            actions.append(.powerOn)
-            startTimer(.powerOn, after: settings.powerOnRetry)
-            return enter(.waitingForAdapter(offByEscalation: true), cause)
+            return adapterUnusableAfter(step)
         }
         escalate(escalation.reconnectRequested ? [] : escalation.remaining, reconnectRequested: escalation.reconnectRequested)
+    }
+
+    /// After the last step, the adapter is still unusable: power it on if the
+    /// step left it off, else wait for it (recovering it if steps apply).
+    private mutating func adapterUnusableAfter(_ step: EscalationStep) {
+        let cause = "\(adapterProblem) after \(step.rawValue)"
+        guard observation.adapterPresent, observation.radioBlock == .none else {
+            enter(.waitingForAdapter(offByEscalation: false), cause)
+            return considerAdapterRecovery()
+        }
+        // We switched it off (or reset it and it came back off); nobody else
+        // will switch it on.
+        actions.append(.report(.adapterLeftOff))
+        actions.append(.powerOn)
+        startTimer(.powerOn, after: settings.powerOnRetry)
+        enter(.waitingForAdapter(offByEscalation: true), cause)
+    }
+
+    // MARK: Adapter recovery
+
+    /// Why the adapter is unusable, for transitions, status and the log.
+    private var adapterProblem: String {
+        switch observation.radioBlock {
+        case .hard: return "blocked by a hardware switch (rfkill hard block)"
+        case .soft: return "blocked by rfkill (soft block)"
+        case .none: break
+        }
+        if observation.adapterPresent { return "the adapter is powered off" }
+        return observation.controllerFailed ? "no Bluetooth adapter: the controller failed its initialisation" : "no Bluetooth adapter"
+    }
+
+    /// The configured steps that can help the adapter as observed now: an
+    /// rfkill unblock for a soft block; a USB reset or rebind for a
+    /// controller that failed its initialisation. None for a hard block,
+    /// which is waited out.
+    private var recoverySteps: [EscalationStep] {
+        switch observation.radioBlock {
+        case .hard: return []
+        case .soft: return settings.escalation.contains(.rfkillUnblock) ? [.rfkillUnblock] : []
+        case .none: break
+        }
+        guard !observation.adapterPresent, observation.controllerFailed else { return [] }
+        return settings.escalation.filter(\.reprobesController)
+    }
+
+    /// Waiting for the adapter: runs the steps that apply, at once the first
+    /// time, then no sooner than the pace of `adapterRecovery` allows.
+    private mutating func considerAdapterRecovery() {
+        guard case .waitingForAdapter = current, !outstanding.timers.contains(.adapterRecovery) else { return }
+        let steps = recoverySteps
+        guard !steps.isEmpty else { return }
+        if history.adapterRecoveries == 0 { return runRecovery(steps) }
+        startTimer(.adapterRecovery, after: recoveryDelay)
+    }
+
+    private mutating func runRecovery(_ steps: [EscalationStep]) {
+        guard let step = steps.first else { return }
+        let escalation = Escalation(purpose: .adapterRecovery, step: step, remaining: Array(steps.dropFirst()))
+        enter(.escalating(escalation), "\(adapterProblem); \(step.rawValue)")
+        actions.append(.escalate(step))
+    }
+
+    /// The pause before the next round, after `history.adapterRecoveries` failed ones.
+    private var recoveryDelay: Duration {
+        var delay = settings.adapterRecoveryDelay
+        for _ in 1..<max(history.adapterRecoveries, 1) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
+        return min(delay, settings.adapterRecoveryDelayCap)
+    }
+
+    private mutating func recoveryStepFinished(_ escalation: Escalation) {
+        if observation.adapterUsable {
+            history.adapterRecoveries = 0
+            return attemptOrSearch(window: Window(start: now), cause: "\(escalation.step.rawValue) brought the adapter back")
+        }
+        let applicable = recoverySteps
+        let next = escalation.remaining.filter(applicable.contains)
+        if !next.isEmpty, !escalation.reconnectRequested { return runRecovery(next) }
+        if applicable.isEmpty, observation.adapterPresent, !observation.adapterPowered, observation.radioBlock == .none {
+            // Back, but off (a controller re-probed by a USB step comes back
+            // unpowered unless bluetoothd's AutoEnable is on).
+            return adapterUnusableAfter(escalation.step)
+        }
+        history.adapterRecoveries += 1
+        enter(.waitingForAdapter(offByEscalation: false), "\(adapterProblem) after \(escalation.step.rawValue)")
+        guard !applicable.isEmpty else { return }
+        let delay = recoveryDelay
+        actions.append(.report(.adapterNotRecovered(rounds: history.adapterRecoveries, problem: adapterProblem, retryIn: delay)))
+        startTimer(.adapterRecovery, after: delay)
     }
 
     /// Most of the window's failures pointed at a stale device object, it was
@@ -712,6 +818,9 @@ public struct Supervisor: Sendable {
             pollFailed("no reply within \(settings.keepaliveTimeout.roundedText)")
         case .discoveryRetry:
             startDiscoveryIfStopped()
+        case .adapterRecovery:
+            guard case .waitingForAdapter = current else { return }
+            runRecovery(recoverySteps)
         case .powerOn:
             guard case .waitingForAdapter(offByEscalation: true) = current, observation.adapterPresent else { return }
             actions.append(.powerOn)
@@ -742,8 +851,13 @@ public struct Supervisor: Sendable {
         case .waitingForBluez:
             actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
         case .waitingForAdapter:
-            let why = observation.adapterPresent ? "the adapter is powered off" : "no Bluetooth adapter"
-            actions.append(.answerReconnect(.notReady(why)))
+            let steps = recoverySteps
+            actions.append(.answerReconnect(.notReady(steps.isEmpty ? adapterProblem : "\(adapterProblem); recovering it now")))
+            // A person asked: the next recovery round need not wait its pace.
+            if !steps.isEmpty {
+                cancelTimer(.adapterRecovery)
+                runRecovery(steps)
+            }
         case .online, .waitingForData, .subscribing, .resolving:
             history.shortSessions = 0
             // A person's request starts a fresh window.

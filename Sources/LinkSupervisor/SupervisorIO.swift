@@ -43,6 +43,9 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case discoveryRetry
     /// Powers the adapter on again after an escalation left it off.
     case powerOn
+    /// The next adapter recovery round (rfkill unblock, USB reset or rebind)
+    /// while the adapter stays unusable; its delay grows each round.
+    case adapterRecovery
     /// The silence limit: no notification for this long while subscribed
     /// means the dongle's application no longer works. Started when the
     /// link is subscribed and re-armed lazily: readings do not restart it,
@@ -85,9 +88,22 @@ public enum SupervisorEvent: Sendable {
 
 /// Escalation steps after an exhausted window (`reconnect.escalate` in the
 /// config); raw values are the config's spellings.
-public enum EscalationStep: String, Sendable, Equatable {
+public enum EscalationStep: String, Sendable, Equatable, CaseIterable {
+    /// Adapter1.Powered off and on again through bluetoothd.
     case powerCycle = "power-cycle"
+    /// HCIDEVDOWN and HCIDEVUP on the controller (CAP_NET_ADMIN).
     case hciReset = "hci-reset"
+    /// USBDEVFS_RESET on the controller's USB device: the kernel re-probes it.
+    case usbReset = "usb-reset"
+    /// btusb unbound from the controller's USB interface and bound again.
+    case usbRebind = "usb-rebind"
+    /// Clears an rfkill soft block on the controller. Listed, it also runs
+    /// at once whenever a soft block holds the adapter off.
+    case rfkillUnblock = "rfkill-unblock"
+
+    /// Steps that need no adapter in bluetoothd, only the kernel's
+    /// controller: they can recover one that failed its initialisation.
+    public var reprobesController: Bool { self == .usbReset || self == .usbRebind }
 }
 
 /// Something notable for the logs and metrics (journald's TETHER_EVENT).
@@ -113,6 +129,13 @@ public enum SupervisorReport: Sendable, Equatable {
     /// object: it is removed and the dongle discovered again.
     case staleDeviceRemoved(failures: Int, lastError: String)
     case staleDeviceRemovalFailed(error: String)
+    /// rfkill blocked the adapter's controller, or the block changed kind.
+    case radioBlocked(RadioBlock)
+    /// The rfkill block on the adapter's controller lifted.
+    case radioUnblocked
+    /// A round of adapter recovery steps left the adapter unusable; the
+    /// next round is in `retryIn`.
+    case adapterNotRecovered(rounds: Int, problem: String, retryIn: Duration)
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -132,6 +155,9 @@ public enum SupervisorReport: Sendable, Equatable {
         case .silence: "silence"
         case .staleDeviceRemoved: "device-removed"
         case .staleDeviceRemovalFailed: "device-removal-failed"
+        case .radioBlocked: "rfkill-blocked"
+        case .radioUnblocked: "rfkill-unblocked"
+        case .adapterNotRecovered: "adapter-not-recovered"
         }
     }
 }

@@ -17,10 +17,13 @@ struct LinkResolver: Sendable {
 
     let config: TetherConfig
 
-    func resolve(_ tree: ObjectTree, bluezPresent: Bool) -> Resolution {
+    /// - Parameter lastAddress: the address of the controller used last:
+    ///   with no adapter configured, it is found again by it, whatever its
+    ///   index now (a USB reset or replug renumbers it).
+    func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil) -> Resolution {
         var result = Resolution()
         result.observation.bluezPresent = bluezPresent
-        guard bluezPresent, let adapter = pickAdapter(tree) else { return result }
+        guard bluezPresent, let adapter = pickAdapter(tree, lastAddress: lastAddress) else { return result }
         result.adapter = adapter
         result.observation.adapterPresent = true
         result.observation.adapterPowered = adapter.powered
@@ -67,12 +70,15 @@ struct LinkResolver: Sendable {
         return "not found on the dongle: \(missing.joined(separator: ", ")); \(has)"
     }
 
-    private func pickAdapter(_ tree: ObjectTree) -> Adapter? {
+    private func pickAdapter(_ tree: ObjectTree, lastAddress: String?) -> Adapter? {
         if let address = config.bluez.adapterAddress {
             return tree.adapters.first { $0.address.uppercased() == address }
         }
         if let name = config.bluez.adapter {
             return tree.adapters.first { $0.interfaceName == name }
+        }
+        if let lastAddress, let same = tree.adapters.first(where: { $0.address.uppercased() == lastAddress }) {
+            return same
         }
         return tree.adapters.first { $0.powered } ?? tree.adapters.first
     }

@@ -6,6 +6,7 @@ import Foundation
 import LinkSupervisor
 import Logging
 import Readings
+import Rfkill
 import Simulator
 import TestSupport
 import TetherDaemon
@@ -27,6 +28,9 @@ final class DaemonHarness: @unchecked Sendable {
     private(set) var logLines = LogCapture()
     /// Log handlers added next to the capture (a journald handler, in the journald test).
     var extraLogHandlers: [@Sendable (String) -> any LogHandler] = []
+    /// Where the daemon reads rfkill (nil: it does not; the machine's own
+    /// switches are not the simulator's controller's).
+    var rfkill: RfkillSource?
 
     static let address = "AA:BB:CC:DD:EE:FF"
 
@@ -77,7 +81,9 @@ final class DaemonHarness: @unchecked Sendable {
         // The simulated dongle is not the kernel's: its drops' reasons come
         // from the simulator (Device1.Disconnected) or nowhere, never from the
         // machine's own management socket.
-        let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, seed: 7)
+        let service = LinkService(
+            config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, rfkill: rfkill, seed: 7
+        )
         self.recorder = recorder
         self.service = service
         daemonBus = bus

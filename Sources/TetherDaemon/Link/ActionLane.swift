@@ -46,6 +46,10 @@ final class ActionLane: @unchecked Sendable {
         var step: EscalationStep
         var result: Result<Void, LinkFailure>?
         var deadline: EventLoop.TimerID?
+        /// The adapter was seen unpowered or gone since the step began. A
+        /// USB step's adapter must go and come back (the kernel re-probes the
+        /// controller): the old one, still listed for a moment, proves nothing.
+        var adapterWentAway: Bool
     }
 
     init(
@@ -270,20 +274,21 @@ final class ActionLane: @unchecked Sendable {
     // MARK: Escalation
 
     private func escalate(_ step: EscalationStep) {
-        guard let adapter = resolution.adapter else {
-            return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
-        }
-        escalation = EscalationInFlight(step: step)
+        escalation = EscalationInFlight(step: step, adapterWentAway: !resolution.observation.adapterPowered)
         switch step {
         case .powerCycle:
+            guard let adapter = resolution.adapter else {
+                escalation = nil
+                return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
+            }
             logger.warning("escalating: power-cycle on \(adapter.interfaceName)", metadata: ["event": "escalation"])
             send(.setPowered(adapter.path, false)) { [self] off in
                 loop.schedule(after: .milliseconds(500)) { [self] in
                     powerOn(adapter.path, attempt: 1, offResult: off.map { _ in () }.mapError(Self.failure))
                 }
             }
-        case .hciReset:
-            break  // run off the loop by the service, which calls `escalationStepDone`
+        case .hciReset, .usbReset, .usbRebind, .rfkillUnblock:
+            break  // run by the service (off the loop when it blocks), which calls `escalationStepDone`
         }
     }
 
@@ -308,13 +313,32 @@ final class ActionLane: @unchecked Sendable {
     func escalationStepDone(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
         guard escalation?.step == step else { return }
         escalation?.result = result
-        if resolution.observation.adapterPowered { return reportEscalation() }
-        escalation?.deadline = loop.schedule(after: .seconds(10)) { [self] in reportEscalation() }
+        // A USB step or an unblock that failed changed nothing to wait for.
+        if case .failure = result, step.reprobesController || step == .rfkillUnblock { return reportEscalation() }
+        if adapterBack { return reportEscalation() }
+        escalation?.deadline = loop.schedule(after: step.reprobesController ? Self.reprobeWait : .seconds(10)) { [self] in
+            reportEscalation()
+        }
+    }
+
+    /// How long a USB step waits for the controller to come back: the
+    /// kernel's re-probe, bluetoothd's Index Added and its power-on take
+    /// 1 to 4 s in `make e2e`.
+    static let reprobeWait: Duration = .seconds(15)
+
+    /// The step in flight has its adapter powered again, and a USB step's
+    /// adapter went away first.
+    private var adapterBack: Bool {
+        guard let escalation, resolution.observation.adapterPowered, resolution.observation.radioBlock == .none else {
+            return false
+        }
+        return !escalation.step.reprobesController || escalation.adapterWentAway
     }
 
     /// Called on every change of the observation.
     func observationChanged(_ observation: LinkObservation) {
-        if observation.adapterPowered { reportEscalation() }
+        if !observation.adapterPowered { escalation?.adapterWentAway = true }
+        if adapterBack { reportEscalation() }
     }
 
     /// Reports the step in flight, once its calls are done.

@@ -86,6 +86,17 @@ struct LinkReportLog: Sendable {
             )
         case .staleDeviceRemovalFailed(let error):
             logger.warning("removing the stale device object failed: \(error)", metadata: with(["error": "\(error)"]))
+        case .radioBlocked(.hard):
+            logger.error("the adapter is blocked by a hardware switch (rfkill hard block): waiting for it to lift, no attempts meanwhile", metadata: with(["rfkill": "hard"]))
+        case .radioBlocked:
+            logger.error("the adapter is blocked by rfkill (soft block): \"rfkill unblock bluetooth\" clears it, or \"rfkill-unblock\" in reconnect.escalate lets Tether do it", metadata: with(["rfkill": "soft"]))
+        case .radioUnblocked:
+            logger.notice("the rfkill block on the adapter lifted", metadata: with(["rfkill": "none"]))
+        case .adapterNotRecovered(let rounds, let problem, let retryIn):
+            logger.error(
+                "adapter recovery round \(rounds) did not bring the adapter back (\(problem)); next round in \(retryIn.roundedText)",
+                metadata: with(["rounds": "\(rounds)", "retry_in": "\(Self.seconds(retryIn))"])
+            )
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

@@ -12,7 +12,9 @@ import HCI
 import LinkSupervisor
 import Logging
 import Readings
+import Rfkill
 import Synchronization
+import USBDevice
 
 /// Runs the supervisor against bluetoothd on one event loop: the adapter
 /// layer between the pure `Supervisor` and the world.
@@ -22,8 +24,8 @@ import Synchronization
 /// supervisor, the BlueZ calls it decides (`ActionLane`), their replies, the
 /// timers, and the hand-off of each turn's readings to the recorder. Only
 /// `status`, `reconnect`, `ping`, `changes` and `run` may be used from other
-/// threads; they hop onto the loop. The one blocking job, an HCI reset,
-/// runs on a child task off the loop.
+/// threads; they hop onto the loop. The blocking jobs, an HCI reset and the
+/// USB reset and rebind, run on a child task off the loop.
 ///
 /// Invariants:
 /// - effects reach bluetoothd in the order the supervisor decided them: each
@@ -127,6 +129,14 @@ public final class LinkService: @unchecked Sendable {
     private var initCheck: ControllerInitCheck
     private var initCheckTimer: EventLoop.TimerID?
     private var adapterProblem: String?
+    /// `/dev/rfkill` (nil: not watched), its switches, and why it is not
+    /// watched when it is not.
+    private let rfkillSource: RfkillSource?
+    private var rfkill: RfkillDevice?
+    private var rfkillWatch: EventLoop.WatchID?
+    private var switches = RfkillSwitches()
+    /// The address of the adapter used last (see `LinkResolver.resolve`).
+    private var lastAdapterAddress: String?
     private var turnEndHook: Int?
     private var queuedEvents: [SupervisorEvent] = []
     private var handlingEvent = false
@@ -137,9 +147,11 @@ public final class LinkService: @unchecked Sendable {
 
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
-        kernelReasons: Bool = true, seed: UInt64 = UInt64.random(in: .min ... .max)
+        kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
+        seed: UInt64 = UInt64.random(in: .min ... .max)
     ) {
         self.kernelReasons = kernelReasons
+        rfkillSource = rfkill
         initCheck = ControllerInitCheck(name: config.bluez.adapter, address: config.bluez.adapterAddress)
         loop = bus.loop
         self.metrics = metrics
@@ -176,6 +188,7 @@ public final class LinkService: @unchecked Sendable {
             }
             turnEndHook = loop.addTurnEndHook { [unowned self] in writeTurnReadings() }
             if kernelReasons { openManagementSocket() }
+            openRfkill()
         }
         do {
             try await monitor.start { [unowned self] message in monitor.handle(message) }
@@ -210,6 +223,7 @@ public final class LinkService: @unchecked Sendable {
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
         closeManagementSocket()
+        closeRfkill()
         if let initCheckTimer { loop.cancelTimer(initCheckTimer) }
         initCheckTimer = nil
         client.bus.assumeIsolated { $0.setSignalInterceptor(nil) }
@@ -352,7 +366,10 @@ public final class LinkService: @unchecked Sendable {
             return
         }
         let previous = resolution
-        resolution = resolver.resolve(tree, bluezPresent: bluezPresent)
+        resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress))
+        if let address = resolution.adapter?.address, !address.isEmpty, address != "00:00:00:00:00:00" {
+            lastAdapterAddress = address.uppercased()
+        }
         if resolution != previous { resolutionChangedSincePublish = true }
         if bluezPresent, resolution.adapter != previous.adapter || previous.adapter == nil {
             for note in adapterWatch.update(resolved: resolution.adapter, adapters: tree.adapters) {
@@ -363,16 +380,11 @@ public final class LinkService: @unchecked Sendable {
         if let address = resolution.device?.address { deviceAddress = address }
         let gattMoved = !previous.notify.isEmpty && previous.notify.map(\.path) != resolution.notify.map(\.path)
             && previous.device?.path == resolution.device?.path && resolution.observation.connected
-        lane.resolution = resolution
         shared.withLock { s in
             s.adapter = resolution.adapter?.interfaceName
             s.device = resolution.device?.address ?? config.dongle.address
         }
-        if resolution.observation != lastObservation {
-            lastObservation = resolution.observation
-            deliver(.observed(resolution.observation))
-            lane.observationChanged(resolution.observation)
-        }
+        deliverObservationIfChanged()
         if gattMoved {
             report.logger.notice(
                 "the dongle's GATT database changed: \(resolution.notify.isEmpty ? "its notify characteristics are gone for now" : "notify characteristics now at \(resolution.notify.map(\.path.rawValue).joined(separator: ", "))")",
@@ -384,6 +396,7 @@ public final class LinkService: @unchecked Sendable {
             deliver(.advertising)
         }
         updateControllerCheck()
+        updateAdapterProblem()
     }
 
     /// Reads an acquired socket until bluetoothd closes it: each datagram is
@@ -492,6 +505,97 @@ public final class LinkService: @unchecked Sendable {
         }
     }
 
+    /// Adds to bluetoothd's view what only the kernel shows: rfkill's block
+    /// on the controller and a controller that failed its initialisation.
+    private func annotated(_ resolution: LinkResolver.Resolution) -> LinkResolver.Resolution {
+        var result = resolution
+        result.observation.radioBlock = radioBlock(adapter: resolution.adapter?.interfaceName)
+        result.observation.controllerFailed = resolution.adapter == nil && initCheck.failed != nil
+        return result
+    }
+
+    /// Hands the supervisor the observation if it changed.
+    private func deliverObservationIfChanged() {
+        lane.resolution = resolution
+        guard resolution.observation != lastObservation else { return }
+        lastObservation = resolution.observation
+        deliver(.observed(resolution.observation))
+        lane.observationChanged(resolution.observation)
+    }
+
+    /// Something only the kernel shows changed: the observation is annotated again.
+    private func kernelViewChanged() {
+        resolution = annotated(resolution)
+        deliverObservationIfChanged()
+        updateAdapterProblem()
+    }
+
+    // MARK: rfkill
+
+    /// The controller that rfkill and the USB steps act on: bluetoothd's
+    /// adapter, else the kernel's controller that failed its set-up, else
+    /// the configured name.
+    private func controllerName(adapter: String?) -> String? {
+        adapter ?? initCheck.failed?.name ?? config.bluez.adapter
+    }
+
+    private func radioBlock(adapter: String?) -> RadioBlock {
+        guard let name = controllerName(adapter: adapter), let entry = switches.bluetoothSwitch(named: name) else {
+            return .none
+        }
+        return entry.hardBlocked ? .hard : entry.softBlocked ? .soft : .none
+    }
+
+    /// Opens `/dev/rfkill` for its events (at open it lists every switch).
+    /// Without it (a container, no read access) blocks still show as the
+    /// adapter powered off; says once, at debug level, why.
+    private func openRfkill() {
+        guard let rfkillSource else { return }
+        switch RfkillDevice.openEvents(path: rfkillSource.device) {
+        case .success(let device):
+            rfkill = device
+            rfkillWatch = loop.watch(device.descriptor, interest: .readable) { [unowned self] _ in readRfkill() }
+            readRfkill()
+        case .failure(let failure):
+            report.logger.debug("rfkill blocks not followed: \(failure)")
+        }
+    }
+
+    private func closeRfkill() {
+        if let rfkillWatch { loop.removeWatch(rfkillWatch) }
+        rfkillWatch = nil
+        rfkill?.close()
+        rfkill = nil
+    }
+
+    private func readRfkill() {
+        guard let device = rfkill else { return }
+        var changed = false
+        for event in device.readEvents() {
+            changed = switches.apply(event) { RfkillDevice.name(ofSwitch: $0, sysfs: rfkillSource?.sysfs ?? "") } || changed
+        }
+        if let failure = device.failure {
+            report.logger.warning("rfkill blocks no longer followed: \(failure)")
+            closeRfkill()
+        }
+        guard changed else { return }
+        let block = radioBlock(adapter: resolution.adapter?.interfaceName)
+        metrics?.radioBlock(block)
+        kernelViewChanged()
+    }
+
+    /// The `rfkill-unblock` step: clears the soft block of `controller`'s switch.
+    private func unblockRadio(_ controller: String) -> Result<Void, LinkFailure> {
+        guard let rfkillSource, rfkill != nil else { return .failure(LinkFailure(.fatal, "rfkill is not followed")) }
+        guard let entry = switches.bluetoothSwitch(named: controller) else {
+            return .failure(LinkFailure(.transient, "\(controller) has no rfkill switch"))
+        }
+        if entry.hardBlocked { return .failure(LinkFailure(.fatal, "\(controller) is blocked by a hardware switch")) }
+        guard entry.softBlocked else { return .success(()) }
+        return RfkillDevice.setSoftBlock(index: entry.index, blocked: false, path: rfkillSource.device)
+            .mapError { LinkFailure(.fatal, $0.description) }
+    }
+
     // MARK: A controller that never came up
 
     /// While bluetoothd is there but no adapter is found, looks at the
@@ -518,20 +622,35 @@ public final class LinkService: @unchecked Sendable {
     private func controllerCheckChanged(_ change: ControllerInitCheck.Change) {
         switch change {
         case .failed(let controller):
-            adapterProblem = ControllerInitCheck.problem(controller)
             report.logger.error(
-                "\(adapterProblem ?? "")", metadata: ["event": "controller-init-failed", "controller": "\(controller.name)"]
+                "\(ControllerInitCheck.problem(controller))",
+                metadata: ["event": "controller-init-failed", "controller": "\(controller.name)"]
             )
         case .cleared(let controller):
-            adapterProblem = nil
             report.logger.notice(
                 "\(controller.name) no longer looks like a controller that failed its initialisation",
                 metadata: ["event": "controller-init-cleared", "controller": "\(controller.name)"]
             )
         }
-        let problem = adapterProblem
+        metrics?.controllerInitFailed(initCheck.failed != nil)
+        kernelViewChanged()
+    }
+
+    /// What status shows of an adapter problem only the kernel sees.
+    private func updateAdapterProblem() {
+        let problem: String?
+        switch resolution.observation.radioBlock {
+        case .hard:
+            problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by a hardware switch (rfkill); waiting for it to lift"
+        case .soft:
+            problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by rfkill (soft block)"
+                + (config.reconnect.escalate.contains(.rfkillUnblock) ? "; Tether unblocks it (rfkill-unblock)" : "; \"rfkill unblock bluetooth\" clears it")
+        case .none:
+            problem = initCheck.failed.map(ControllerInitCheck.problem)
+        }
+        guard problem != adapterProblem else { return }
+        adapterProblem = problem
         shared.withLock { $0.adapterProblem = problem }
-        metrics?.controllerInitFailed(problem != nil)
         publishIfChanged([])
     }
 
@@ -662,6 +781,20 @@ public final class LinkService: @unchecked Sendable {
                 // end yet would make AcquireNotify say "Notify acquired".
                 closeNotifyReaders()
                 lane.perform(action)
+            case .escalate(let step) where step == .rfkillUnblock || step.reprobesController:
+                guard let controller = controllerName(adapter: resolution.adapter?.interfaceName) else {
+                    deliver(.escalationFinished(step, .failure(LinkFailure(.transient, "no controller"))))
+                    continue
+                }
+                report.logger.warning(
+                    "escalating: \(step.rawValue) on \(controller)", metadata: ["event": "escalation", "step": "\(step.rawValue)"]
+                )
+                lane.perform(action)  // marks the step in flight
+                if step == .rfkillUnblock {
+                    lane.escalationStepDone(step, unblockRadio(controller))
+                } else {
+                    blockingInput.yield(.usb(step, controller: controller))
+                }
             case .escalate(.hciReset):
                 guard let adapter = resolution.adapter else {
                     deliver(.escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))))
@@ -708,16 +841,21 @@ public final class LinkService: @unchecked Sendable {
 
     private enum BlockingJob: Sendable {
         case hciReset(String)
+        /// `usb-reset` or `usb-rebind` on the controller named.
+        case usb(EscalationStep, controller: String)
     }
 
-    /// A child task on the global executor: an HCI reset is an ioctl that can
-    /// block for seconds, which the loop must never do.
+    /// A child task on the global executor: an HCI reset and a USB reset or
+    /// rebind are calls that can block for seconds, which the loop must never do.
     private func runBlockingJobs() async {
         for await job in blockingJobs {
             switch job {
             case .hciReset(let name):
                 let result = HCIReset.run(name)
                 loop.execute { [self] in lane.escalationStepDone(.hciReset, result) }
+            case .usb(let step, let controller):
+                let result = USBRecovery.run(step, controller: controller)
+                loop.execute { [self] in lane.escalationStepDone(step, result) }
             }
         }
     }

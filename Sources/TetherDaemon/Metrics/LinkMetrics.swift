@@ -50,6 +50,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let staleDeviceRemovals: CoreMetrics.Counter
     private let disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter]
     private let controllerInitFailures: Meter
+    private let radioBlocks: [RadioBlock: Meter]
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -126,10 +127,10 @@ public final class LinkMetrics: @unchecked Sendable {
             "tether_window_exhaustions_total", help: "Retry windows that ended without the dongle coming online."
         )
         var escalations: [EscalationKey: CoreMetrics.Counter] = [:]
-        for step in ["power-cycle", "hci-reset"] {
+        for step in EscalationStep.allCases.map(\.rawValue) {
             for result in ["ok", "failed"] {
                 escalations[EscalationKey(step: step, result: result)] = registry.counter(
-                    "tether_escalations_total", help: "Escalation steps run after an exhausted window, by step and result.",
+                    "tether_escalations_total", help: "Escalation steps run, after an exhausted window or to recover an unusable adapter, by step and result.",
                     labels: [("step", step), ("result", result)]
                 )
             }
@@ -189,6 +190,17 @@ public final class LinkMetrics: @unchecked Sendable {
             help: "1 while the configured controller is in the kernel but failed its initialisation, so bluetoothd has no adapter for it; else 0."
         )
         controllerInitFailures.set(0)
+        var radioBlocks: [RadioBlock: Meter] = [:]
+        for block in [RadioBlock.soft, .hard] {
+            let gauge = registry.gauge(
+                "tether_adapter_rfkill_blocked",
+                help: "1 while rfkill blocks the adapter's controller, by kind (soft: software can clear it; hard: a switch); else 0.",
+                labels: [("kind", block.rawValue)]
+            )
+            gauge.set(0)
+            radioBlocks[block] = gauge
+        }
+        self.radioBlocks = radioBlocks
         connected.set(0)
         connectedSince.set(0)
         lastReading.set(0)
@@ -281,6 +293,11 @@ public final class LinkMetrics: @unchecked Sendable {
     /// The configured controller failed its initialisation (true), or no longer looks so.
     func controllerInitFailed(_ failed: Bool) {
         controllerInitFailures.set(failed ? 1 : 0)
+    }
+
+    /// The rfkill block on the adapter's controller now.
+    func radioBlock(_ block: RadioBlock) {
+        for (kind, gauge) in radioBlocks { gauge.set(kind == block ? 1 : 0) }
     }
 
     /// A loop turn's readings were handed to the recorder; the last arrived at `at`.

@@ -1,0 +1,168 @@
+import Testing
+
+@testable import LinkSupervisor
+
+/// An adapter held off by rfkill or a controller that failed its
+/// initialisation: recovery steps in bounded, paced rounds; a hard block
+/// waited out; a wedged controller's escalation going on to the USB steps.
+@Suite struct AdapterRecoveryTests {
+    static let settings = SupervisorTests.settings
+
+    static var blockedSoft: LinkObservation {
+        var observation = VirtualLink.down
+        observation.adapterPowered = false
+        observation.radioBlock = .soft
+        return observation
+    }
+
+    static var blockedHard: LinkObservation {
+        var observation = blockedSoft
+        observation.radioBlock = .hard
+        return observation
+    }
+
+    /// bluetoothd there, no adapter, and the kernel's controller failed its set-up.
+    static var failedController: LinkObservation {
+        var observation = LinkObservation(bluezPresent: true)
+        observation.controllerFailed = true
+        return observation
+    }
+
+    func link(escalation: [EscalationStep]) -> VirtualLink {
+        var settings = Self.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: settings.policy.firstDelay)
+        #expect(link.state == .online)
+        link.clearLog()
+        return link
+    }
+
+    func steps(_ link: VirtualLink) -> [EscalationStep] {
+        link.log.compactMap { if case .escalate(let step) = $0.action { step } else { nil } }
+    }
+
+    func stepTimes(_ link: VirtualLink) -> [Duration] {
+        link.log.compactMap { if case .escalate = $0.action { $0.time } else { nil } }
+    }
+
+    @Test func aSoftBlockIsClearedAtOnceWhenTheStepIsConfiguredAndTheLinkComesBack() {
+        var link = link(escalation: [.powerCycle, .rfkillUnblock])
+        link.observe(Self.blockedSoft)
+        #expect(link.log.contains { $0.action == .report(.radioBlocked(.soft)) })
+        #expect(steps(link) == [.rfkillUnblock])
+        #expect(link.state == .escalating)
+        // The kernel lifts the block; bluetoothd powers the adapter on again.
+        link.observe(VirtualLink.down)
+        #expect(link.log.contains { $0.action == .report(.radioUnblocked) })
+        link.send(.escalationFinished(.rfkillUnblock, .success(())))
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+
+    @Test func aSoftBlockWithoutTheStepIsWaitedOutAndTheLinkResumesWhenSomeoneLiftsIt() {
+        var link = link(escalation: [.powerCycle])
+        link.observe(Self.blockedSoft)
+        #expect(link.state == .waitingForAdapter)
+        link.advance(by: .seconds(3600))
+        #expect(steps(link).isEmpty)
+        #expect(link.connectTimes.isEmpty)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+
+    @Test func aHardBlockIsWaitedOutWithNoStepsAndNoAttempts() {
+        var link = link(escalation: [.rfkillUnblock, .usbReset, .usbRebind])
+        link.observe(Self.blockedHard)
+        #expect(link.log.contains { $0.action == .report(.radioBlocked(.hard)) })
+        #expect(link.state == .waitingForAdapter)
+        link.advance(by: .seconds(7200))
+        #expect(steps(link).isEmpty)
+        #expect(link.connectTimes.isEmpty)
+        link.send(.reconnectRequested)
+        #expect(link.answers == [.notReady("blocked by a hardware switch (rfkill hard block)")])
+        #expect(steps(link).isEmpty)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+
+    @Test func aFailedControllerGetsTheUSBStepsInRoundsWhosePaceGrowsToTheCap() {
+        var link = link(escalation: [.powerCycle, .hciReset, .usbReset, .usbRebind])
+        link.observe(Self.failedController)
+        // Only the steps that work without an adapter, in the configured order.
+        #expect(steps(link) == [.usbReset])
+        var rounds = 0
+        for _ in 0..<40 {
+            guard case .escalate(let step)? = link.log.last(where: { if case .escalate = $0.action { true } else { false } })?.action
+            else { break }
+            link.send(.escalationFinished(step, .success(())))
+            if step == .usbRebind { rounds += 1 }
+            if link.now > .seconds(3 * 3600) { break }
+            link.advance(by: .seconds(1))
+            if link.state == .waitingForAdapter { link.advance(by: link.timers[.adapterRecovery].map { $0 - link.now } ?? .zero) }
+        }
+        let reports = link.log.compactMap { entry -> Duration? in
+            if case .report(.adapterNotRecovered(_, _, let retryIn)) = entry.action { retryIn } else { nil }
+        }
+        #expect(reports.prefix(6) == [.seconds(30), .seconds(60), .seconds(120), .seconds(240), .seconds(480), .seconds(600)])
+        #expect(reports.allSatisfy { $0 <= .seconds(600) })
+        // Each round is usb-reset then usb-rebind; rounds start at least the reported pause apart.
+        let times = stepTimes(link)
+        #expect(steps(link).enumerated().allSatisfy { $0.element == ($0.offset % 2 == 0 ? .usbReset : .usbRebind) })
+        let roundStarts = stride(from: 0, to: times.count, by: 2).map { times[$0] }
+        for (index, pair) in zip(roundStarts, roundStarts.dropFirst()).enumerated() {
+            #expect(pair.1 - pair.0 >= reports[index], "round \(index + 1)")
+        }
+        #expect(link.connectTimes.isEmpty)
+    }
+
+    @Test func aUSBStepThatBringsTheAdapterBackStartsAFreshWindow() {
+        var link = link(escalation: [.usbReset, .usbRebind])
+        link.observe(Self.failedController)
+        #expect(steps(link) == [.usbReset])
+        link.observe(VirtualLink.down)  // re-probed: bluetoothd lists it, powered
+        link.send(.escalationFinished(.usbReset, .success(())))
+        #expect(steps(link) == [.usbReset])
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+
+    @Test func aPersonsReconnectRunsTheNextRoundWithoutWaitingForItsPace() {
+        var link = link(escalation: [.usbReset])
+        link.observe(Self.failedController)
+        link.send(.escalationFinished(.usbReset, .failure(LinkFailure(.fatal, "USBDEVFS_RESET failed"))))
+        #expect(link.state == .waitingForAdapter)
+        #expect(link.timers[.adapterRecovery] == link.now + .seconds(30))
+        link.send(.reconnectRequested)
+        #expect(steps(link) == [.usbReset, .usbReset])
+        #expect(link.timers[.adapterRecovery] == nil)
+        #expect(link.answers.count == 1)
+    }
+
+    @Test func aWedgedControllersEscalationGoesOnToTheUSBStepsWhenTheAdapterIsGone() {
+        var settings = Self.settings
+        settings.escalation = [.powerCycle, .hciReset, .usbReset]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(SupervisorTests.abort)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(steps(link) == [.powerCycle])
+        // The power cycle could not reach the controller and the hci-reset
+        // took it down for good: bluetoothd no longer lists it.
+        link.observe(LinkObservation(bluezPresent: true))
+        link.send(.escalationFinished(.powerCycle, .failure(LinkFailure(.fatal, "Timeout"))))
+        #expect(steps(link) == [.powerCycle, .hciReset])
+        link.send(.escalationFinished(.hciReset, .success(())))
+        #expect(steps(link) == [.powerCycle, .hciReset, .usbReset])
+        // The USB reset brings it back (under another index, same address).
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.send(.escalationFinished(.usbReset, .success(())))
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+}

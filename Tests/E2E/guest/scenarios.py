@@ -336,10 +336,10 @@ class Stack:
         except subprocess.TimeoutExpired:
             return ""
 
-    def start_tether(self, identity=None, adapter=None, connect_timeout=10):
+    def start_tether(self, identity=None, adapter=None, connect_timeout=10, escalate='["hci-reset"]'):
         """`tether run`; the dongle named by its address unless `identity`
         (a TOML line for [dongle]) says otherwise, on `adapter` (by default
-        the gateway's controller)."""
+        the gateway's controller), with the `escalate` steps (a TOML array)."""
         identity = identity or f'address = "{self.address}"'
         config = WORK / "tether.toml"
         config.write_text(f"""\
@@ -364,7 +364,7 @@ connect_timeout = "{connect_timeout}s"
 window = "20s"
 window_attempts = 4
 cooldown = "15s"
-escalate = ["hci-reset"]
+escalate = {escalate}
 
 [readings]
 directory = "{self.readings}"
@@ -599,6 +599,92 @@ def adapter_power(stack):
         time.sleep(3)
         run(["bluetoothctl", "power", "on"])
     return recovery(stack, fault, "adapter power off/on", in_flight=IN_FLIGHT)
+
+
+def rfkill_switch(controller):
+    """/sys/class/rfkill/rfkillN of `controller`'s Bluetooth switch, or None."""
+    for entry in sorted(Path("/sys/class/rfkill").glob("rfkill*")):
+        try:
+            if (entry / "name").read_text().strip() == controller and (entry / "type").read_text().strip() == "bluetooth":
+                return entry
+        except OSError:
+            pass
+    return None
+
+
+def rfkill_soft_block(stack):
+    """rfkill soft-blocks the gateway's controller while Tether is online
+    (written to its sysfs switch, as `rfkill block` does through
+    /dev/rfkill). Without the rfkill-unblock step Tether must say so in
+    status, log and metrics, take no step, and be online again when an
+    operator unblocks it; with the step, it must unblock it itself and read
+    again."""
+    switch = rfkill_switch(stack.adapter)
+    if switch is None:
+        return False, {}, f"{stack.adapter} has no rfkill switch in /sys/class/rfkill"
+    figures, problems = {"switch": switch.name}, []
+    soft = switch / "soft"
+
+    # 1. Waited out: an operator lifts it.
+    blocked = time.monotonic()
+    soft.write_text("1")
+    seen = stack.tether_log.wait_for(r"event=rfkill-blocked\b", 30, blocked)
+    if seen is None:
+        soft.write_text("0")
+        return False, figures, "no rfkill-blocked line within 30 s"
+    figures["noticed_ms"] = round((seen[0] - blocked) * 1000)
+    figures["bluetoothd_powered_after_block"] = "yes" if "Powered: yes" in run(["bluetoothctl", "show", stack.adapter]) else "no"
+    if not wait_until(lambda: "rfkill" in (stack.tether_status().get("adapter_problem") or ""), 10, step=0.5):
+        problems.append(f"status adapter_problem: {stack.tether_status().get('adapter_problem')!r}")
+    if not wait_until(lambda: metric_value('tether_adapter_rfkill_blocked{kind="soft"}') == 1, 5):
+        problems.append("tether_adapter_rfkill_blocked{kind=\"soft\"} not 1")
+    time.sleep(5)
+    figures["state_while_blocked"] = stack.tether_status().get("state")
+    if figures["state_while_blocked"] != "waiting-for-adapter":
+        problems.append(f"state while blocked: {figures['state_while_blocked']}")
+    if stack.tether_log.matching(r"escalating|event=attempt", blocked):
+        problems.append("steps or attempts while blocked without rfkill-unblock")
+    lifted = time.monotonic()
+    soft.write_text("0")
+    online = stack.state_line("online", 60, lifted)
+    if online is None:
+        return False, figures, "; ".join(problems + ["not online within 60 s of the operator's unblock"])
+    figures["online_after_operator_unblock_s"] = round(online[0] - lifted, 2)
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("no reading after the operator's unblock")
+    stack.loss_windows.append((blocked - IN_FLIGHT, online[0], "rfkill soft block, waited out"))
+
+    # 2. Cleared by Tether: rfkill-unblock configured.
+    began = time.monotonic()
+    stack.guest.stop("tether")
+    restarted = stack.start_tether(escalate='["rfkill-unblock", "hci-reset"]')
+    if stack.state_line("online", 60, restarted) is None:
+        return False, figures, "; ".join(problems + ["Tether with rfkill-unblock not online within 60 s"])
+    blocked = time.monotonic()
+    soft.write_text("1")
+    step = stack.tether_log.wait_for(r"escalating: rfkill-unblock", 30, blocked)
+    online = stack.state_line("online", 60, blocked)
+    if step is None or online is None:
+        soft.write_text("0")
+        problems.append("no rfkill-unblock step" if step is None else "not online within 60 s of the block")
+    else:
+        figures["unblocked_by_tether_ms"] = round((step[0] - blocked) * 1000)
+        figures["online_after_block_s"] = round(online[0] - blocked, 2)
+        reading = stack.wait_reading_after(online[0], 30)
+        if reading is None:
+            problems.append("no reading after Tether's unblock")
+        else:
+            figures["reading_after_block_s"] = round(reading - blocked, 2)
+        if soft.read_text().strip() != "0":
+            problems.append("the switch is still soft-blocked")
+    stack.guest.stop("tether")
+    restarted = stack.start_tether()
+    online = stack.state_line("online", 60, restarted)
+    stack.loss_windows.append((began, online[0] if online else time.monotonic(), "rfkill soft block, Tether restarted"))
+    if online is None:
+        problems.append("Tether not online again with its usual config")
+    return not problems, figures, "; ".join(problems)
 
 
 def escalation_hci_reset(stack):
@@ -1338,6 +1424,7 @@ SCENARIOS = [
     ("fast-link-drop", fast_link_drop),
     ("bluetoothd-kill", bluetoothd_kill),
     ("adapter-power", adapter_power),
+    ("rfkill-soft-block", rfkill_soft_block),
     ("escalation-hci-reset", escalation_hci_reset),
     ("reconnect-command", reconnect_command),
     ("dongle-hung", dongle_hung),

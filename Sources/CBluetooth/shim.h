@@ -38,6 +38,21 @@ static inline int tether_hci_reset(int dev_id) {
     return result;
 }
 
+/// Asks controller `dev_id` for its version (HCI Read Local Version
+/// Information, an informational command any process may send on a raw HCI
+/// socket) and waits up to `timeout_ms` for the answer: 0 when it came, a
+/// negated errno otherwise (-ETIMEDOUT: the controller does not answer;
+/// -ENETDOWN: it is down, so nothing was asked).
+static inline int tether_hci_read_version(int dev_id, int timeout_ms) {
+    int dd = hci_open_dev(dev_id);
+    if (dd < 0) return -errno;
+    struct hci_version version;
+    errno = 0;
+    int result = hci_read_local_version(dd, &version, timeout_ms) < 0 ? -(errno ? errno : ETIMEDOUT) : 0;
+    hci_close_dev(dd);
+    return result;
+}
+
 /// Opens the kernel's Bluetooth management interface (mgmt-api.txt): a raw
 /// HCI socket bound to HCI_CHANNEL_CONTROL on no device, non-blocking. Any
 /// process may bind it; the kernel sends the events that matter here (Device

@@ -55,6 +55,10 @@ extension Simulation {
             }
         case .escalate(let step):
             escalate(step)
+        case .checkController:
+            // The model's controller always answers while it is there; one
+            // that is gone cannot be asked.
+            deliver(.controllerChecked(world.observation.adapterPresent ? .responsive : .unknown("no controller")))
         case .removeDevice:
             guard world.observation.adapterPresent, world.observation.devicePresent else {
                 return deliver(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))

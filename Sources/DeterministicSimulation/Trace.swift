@@ -64,6 +64,7 @@ enum TraceItem {
         case .dataReceived: "dataReceived"
         case .characteristicsChanged: "characteristicsChanged"
         case .removeDeviceFinished(let result): "removeDeviceFinished \(describe(result))"
+        case .controllerChecked(let check): "controllerChecked \(check)"
         }
     }
 
@@ -85,6 +86,7 @@ enum TraceItem {
         case .escalate(let step): "escalate \(step.rawValue)"
         case .powerOn: "powerOn"
         case .removeDevice: "removeDevice"
+        case .checkController: "checkController"
         case .startTimer(let timer, let delay): "startTimer \(timer.rawValue) \(delay.roundedText)"
         case .cancelTimer(let timer): "cancelTimer \(timer.rawValue)"
         case .transition(let from, let to, let cause): "\(from.rawValue) → \(to.rawValue): \(cause)"

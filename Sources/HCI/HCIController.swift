@@ -37,6 +37,30 @@ public enum HCIController {
         return .success(())
     }
 
+    /// What a controller said when asked for its version.
+    public enum Answer: Sendable, Equatable {
+        case answered
+        /// No answer within the timeout: the controller is wedged.
+        case silent
+        /// It could not be asked (down, gone, no Bluetooth here): says why.
+        case notAsked(String)
+    }
+
+    /// Asks the controller named like `hci0` for its version and waits up to
+    /// `timeout` (blocks that long at most: call it off latency-sensitive paths).
+    public static func askVersion(_ name: String, timeout: Duration) -> Answer {
+        let id = name.withCString { tether_hci_devid($0) }
+        if id < 0 { return .notAsked(failure(-id, name: name).description) }
+        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let result = tether_hci_read_version(id, milliseconds)
+        switch -result {
+        case 0: return .answered
+        case ETIMEDOUT: return .silent
+        case ENETDOWN: return .notAsked("\(name) is down")
+        default: return .notAsked(failure(-result, name: name).description)
+        }
+    }
+
     private static func failure(_ code: Int32, name: String) -> Failure {
         let text = String(cString: strerror(code))
         switch code {

@@ -95,6 +95,8 @@ extension Supervisor {
         /// A single-shot window (after an escalation, or a cooldown's blind
         /// attempt): its first failure cools down.
         var blind = false
+        /// The controller was asked whether it answers, in this window.
+        var controllerChecked = false
         /// Failed attempts whose error pointed at a stale device object.
         var staleFailures = 0
         var lastStaleError: String?
@@ -197,5 +199,7 @@ extension Supervisor {
         var timers: Set<SupervisorTimer> = []
         var removal = false
         var reconnectAnswer = false
+        /// A `.checkController` not answered yet.
+        var controllerCheck = false
     }
 }

@@ -59,6 +59,12 @@ public struct Supervisor: Sendable {
         /// per round, not a flood.
         public var adapterRecoveryDelay: Duration = .seconds(30)
         public var adapterRecoveryDelayCap: Duration = .seconds(600)
+        /// After this many failed attempts of a window, the controller is
+        /// asked (once per window) whether it still answers: a wedged one
+        /// makes every attempt fail while bluetoothd says it is powered, and
+        /// waiting out a whole window (minutes) would outlast the ~180 s a
+        /// dropped dongle keeps advertising. Nil: never asked.
+        public var controllerCheckAfterFailures: Int? = 2
         /// How long to wait, after the notification socket closed, for
         /// bluetoothd to report the link down before taking the link as up
         /// (someone else's StopNotify closed it) and connecting again.
@@ -161,6 +167,7 @@ public struct Supervisor: Sendable {
         case .dataReceived: dataReceived()
         case .characteristicsChanged: characteristicsChanged()
         case .removeDeviceFinished(let result): removeDeviceFinished(result)
+        case .controllerChecked(let check): controllerChecked(check)
         }
         answerReconnectIfDecided()
         return actions
@@ -345,6 +352,13 @@ public struct Supervisor: Sendable {
         }
         actions.append(.report(.attemptFailed(attempt: window.attempts, error: failure.description)))
         if cancel { actions.append(.disconnect) }
+        if let after = settings.controllerCheckAfterFailures, window.attempts >= after, !window.controllerChecked,
+           !outstanding.controllerCheck
+        {
+            window.controllerChecked = true
+            outstanding.controllerCheck = true
+            actions.append(.checkController)
+        }
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
         }
@@ -613,14 +627,33 @@ public struct Supervisor: Sendable {
 
     /// Runs the first of `steps`; with none left, one attempt to see whether
     /// the escalation helped (or the reconnect someone asked for meanwhile).
-    private mutating func escalate(_ steps: [EscalationStep], reconnectRequested: Bool) {
+    private mutating func escalate(
+        _ steps: [EscalationStep], reconnectRequested: Bool, cause: String = "retry window exhausted"
+    ) {
         guard let step = steps.first else {
             if reconnectRequested { return attempt(window: Window(start: now), cause: "reconnect requested") }
             return attempt(window: Window(start: now, blind: true), cause: "escalation done")
         }
         let escalation = Escalation(purpose: .exhaustedWindow, step: step, remaining: Array(steps.dropFirst()))
-        enter(.escalating(escalation), "retry window exhausted; \(step.rawValue)")
+        enter(.escalating(escalation), "\(cause); \(step.rawValue)")
         actions.append(.escalate(step))
+    }
+
+    /// The controller's own answer. A wedged one ends the window between two
+    /// attempts: the steps run at once, without the power cycle, which goes
+    /// through the very controller that does not answer (Home Assistant's
+    /// recovery skips the power-off for a frozen one too).
+    private mutating func controllerChecked(_ check: ControllerCheck) {
+        guard outstanding.controllerCheck else { return }
+        outstanding.controllerCheck = false
+        guard case .unresponsive(let detail) = check else { return }
+        actions.append(.report(.controllerUnresponsive(detail)))
+        guard case .backingOff(let window, _) = current else { return }
+        cancelTimer(.retry)
+        actions.append(.report(.windowExhausted(attempts: window.attempts)))
+        let steps = settings.escalation.filter { $0 != .powerCycle }
+        if steps.isEmpty { return enterCooldown(cause: "the controller does not answer") }
+        escalate(steps, reconnectRequested: false, cause: "the controller does not answer")
     }
 
     private mutating func escalationFinished(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {

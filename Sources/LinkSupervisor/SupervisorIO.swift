@@ -84,6 +84,18 @@ public enum SupervisorEvent: Sendable {
     case characteristicsChanged
     /// Adapter1.RemoveDevice of a stale device object returned.
     case removeDeviceFinished(Result<Void, LinkFailure>)
+    /// The answer to `.checkController`.
+    case controllerChecked(ControllerCheck)
+}
+
+/// Whether the controller itself answers a command (`.checkController`).
+public enum ControllerCheck: Sendable, Equatable {
+    case responsive
+    /// It did not answer in time: a wedged controller.
+    case unresponsive(String)
+    /// The check could not be made here (no Bluetooth in this kernel, no
+    /// such controller): it proves nothing either way.
+    case unknown(String)
 }
 
 /// Escalation steps after an exhausted window (`reconnect.escalate` in the
@@ -136,6 +148,9 @@ public enum SupervisorReport: Sendable, Equatable {
     /// A round of adapter recovery steps left the adapter unusable; the
     /// next round is in `retryIn`.
     case adapterNotRecovered(rounds: Int, problem: String, retryIn: Duration)
+    /// The controller did not answer a command of its own while connects
+    /// failed: wedged, whatever bluetoothd's `Powered` says.
+    case controllerUnresponsive(String)
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -158,6 +173,7 @@ public enum SupervisorReport: Sendable, Equatable {
         case .radioBlocked: "rfkill-blocked"
         case .radioUnblocked: "rfkill-unblocked"
         case .adapterNotRecovered: "adapter-not-recovered"
+        case .controllerUnresponsive: "controller-unresponsive"
         }
     }
 }
@@ -176,6 +192,9 @@ public enum SupervisorAction: Sendable, Equatable {
     case powerOn
     /// Adapter1.RemoveDevice of the dongle's (stale) device object.
     case removeDevice
+    /// Asks the controller itself, below bluetoothd, whether it answers (a
+    /// bounded informational HCI command); answered by `.controllerChecked`.
+    case checkController
     case startTimer(SupervisorTimer, after: Duration)
     case cancelTimer(SupervisorTimer)
     case transition(from: SupervisorState, to: SupervisorState, cause: String)

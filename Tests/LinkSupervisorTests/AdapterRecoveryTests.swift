@@ -166,3 +166,54 @@ import Testing
         #expect(link.state == .online)
     }
 }
+
+/// A wedged controller found by asking it: the window ends between two
+/// attempts and the steps run at once, without the power cycle.
+@Suite struct ControllerCheckTests {
+    func refusing(escalation: [EscalationStep]) -> VirtualLink {
+        var settings = SupervisorTests.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: Connection timed out"))
+        link.observe(VirtualLink.down)
+        return link
+    }
+
+    func checks(_ link: VirtualLink) -> Int { link.count { $0 == .checkController } }
+
+    @Test func theControllerIsAskedOncePerWindowAfterTheSecondFailure() {
+        var link = refusing(escalation: [.hciReset])
+        link.advance(by: .milliseconds(10))
+        #expect(checks(link) == 0)  // one failure: not yet
+        link.advance(by: .seconds(5))
+        #expect(checks(link) == 1)
+        link.send(.controllerChecked(.responsive))
+        link.advance(by: .seconds(60))
+        #expect(checks(link) == 1)
+        #expect(!link.log.contains { $0.action == .report(.controllerUnresponsive("")) })
+    }
+
+    @Test func anUnresponsiveControllerEndsTheWindowAndSkipsThePowerCycle() {
+        var link = refusing(escalation: [.powerCycle, .hciReset, .usbReset])
+        link.advance(by: .seconds(5))
+        #expect(checks(link) == 1)
+        #expect(link.state == .backingOff)
+        let attempts = link.connectTimes.count
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci0 did not answer")) })
+        #expect(link.state == .escalating)
+        #expect(link.log.last { if case .escalate = $0.action { true } else { false } }?.action == .escalate(.hciReset))
+        #expect(link.connectTimes.count == attempts)
+        #expect(link.timers[.retry] == nil)
+    }
+
+    @Test func anUnknownAnswerChangesNothing() {
+        var link = refusing(escalation: [.hciReset])
+        link.advance(by: .seconds(5))
+        link.send(.controllerChecked(.unknown("this kernel has no Bluetooth")))
+        #expect(link.state == .backingOff)
+        link.advance(by: .seconds(400))
+        // The window ran its course as before.
+        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
+    }
+}

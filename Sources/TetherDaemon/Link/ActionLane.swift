@@ -140,7 +140,7 @@ final class ActionLane: @unchecked Sendable {
             send(.removeDevice(adapter: adapter, device: device)) { [finish] result in
                 finish(.removeDeviceFinished(result.map { _ in () }.mapError(Self.failure)))
             }
-        case .startTimer, .cancelTimer, .transition, .report, .answerReconnect:
+        case .startTimer, .cancelTimer, .transition, .report, .answerReconnect, .checkController:
             break  // the service's
         }
     }

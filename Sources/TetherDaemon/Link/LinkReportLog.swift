@@ -90,6 +90,8 @@ struct LinkReportLog: Sendable {
             logger.error("the adapter is blocked by a hardware switch (rfkill hard block): waiting for it to lift, no attempts meanwhile", metadata: with(["rfkill": "hard"]))
         case .radioBlocked:
             logger.error("the adapter is blocked by rfkill (soft block): \"rfkill unblock bluetooth\" clears it, or \"rfkill-unblock\" in reconnect.escalate lets Tether do it", metadata: with(["rfkill": "soft"]))
+        case .controllerUnresponsive(let detail):
+            logger.error("the controller does not answer (\(detail)): escalating now", metadata: with(["error": "\(detail)"]))
         case .radioUnblocked:
             logger.notice("the rfkill block on the adapter lifted", metadata: with(["rfkill": "none"]))
         case .adapterNotRecovered(let rounds, let problem, let retryIn):

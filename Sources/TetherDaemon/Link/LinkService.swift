@@ -795,6 +795,12 @@ public final class LinkService: @unchecked Sendable {
                 } else {
                     blockingInput.yield(.usb(step, controller: controller))
                 }
+            case .checkController:
+                guard let adapter = resolution.adapter else {
+                    deliver(.controllerChecked(.unknown("no adapter")))
+                    continue
+                }
+                blockingInput.yield(.checkController(adapter.interfaceName))
             case .escalate(.hciReset):
                 guard let adapter = resolution.adapter else {
                     deliver(.escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))))
@@ -843,7 +849,14 @@ public final class LinkService: @unchecked Sendable {
         case hciReset(String)
         /// `usb-reset` or `usb-rebind` on the controller named.
         case usb(EscalationStep, controller: String)
+        /// Whether the controller named answers a command of its own.
+        case checkController(String)
     }
+
+    /// The controller's answer to a version request comes in milliseconds;
+    /// the kernel gives up on an unanswered command after 2 s
+    /// (HCI_CMD_TIMEOUT), so 5 s leaves room for one queued before ours.
+    static let controllerCheckTimeout: Duration = .seconds(5)
 
     /// A child task on the global executor: an HCI reset and a USB reset or
     /// rebind are calls that can block for seconds, which the loop must never do.
@@ -856,6 +869,17 @@ public final class LinkService: @unchecked Sendable {
             case .usb(let step, let controller):
                 let result = USBRecovery.run(step, controller: controller)
                 loop.execute { [self] in lane.escalationStepDone(step, result) }
+            case .checkController(let name):
+                let check: ControllerCheck
+                switch HCIController.askVersion(name, timeout: Self.controllerCheckTimeout) {
+                case .answered: check = .responsive
+                case .silent: check = .unresponsive("\(name) did not answer HCI Read Local Version within \(Self.controllerCheckTimeout.roundedText)")
+                case .notAsked(let why): check = .unknown(why)
+                }
+                loop.execute { [self] in
+                    if case .unknown(let why) = check { report.logger.debug("controller check: \(why)") }
+                    deliver(.controllerChecked(check))
+                }
             }
         }
     }

@@ -9,6 +9,7 @@ name starts with systemd-) with its figures, and all of them go to
 OUT/results.json (argv[1]) in the format Tests/E2E/run.sh reads.
 """
 
+import grp
 import json
 import os
 import re
@@ -332,6 +333,31 @@ def bluetooth_restart(c):
     return ok, figures, "" if ok else f"restart exit {result.returncode}, vanished seen {bool(vanished)}, online {bool(back)}"
 
 
+def rfkill_unblock(c):
+    """An rfkill soft block on hci0 while online: the unit's own sandbox (user
+    tether, private /dev with /dev/rfkill bound in, the udev rule's group)
+    lets the daemon's rfkill-unblock step clear it, and it reads again."""
+    switch = next((e for e in sorted(Path("/sys/class/rfkill").glob("rfkill*"))
+                   if (e / "name").read_text().strip() == "hci0"), None)
+    if switch is None:
+        return False, {}, "hci0 has no rfkill switch"
+    device = os.stat("/dev/rfkill")
+    figures = {"dev_rfkill_group": grp.getgrgid(device.st_gid).gr_name, "dev_rfkill_mode": oct(device.st_mode & 0o777)}
+    before = len(journal("TETHER_EVENT=escalation", unit="tether.service"))
+    blocked = time.monotonic()
+    (switch / "soft").write_text("1")
+    step = wait_until(lambda: len(journal("TETHER_EVENT=escalation", unit="tether.service")) > before, 30)
+    back = wait_until(lambda: online() and (switch / "soft").read_text().strip() == "0", 60, step=0.2)
+    c.quiet_since = time.monotonic()
+    if not back:
+        (switch / "soft").write_text("0")
+    lines = [e.get("MESSAGE") for e in journal("TETHER_EVENT=escalation", unit="tether.service")[before:]]
+    figures.update({"online_again_s": round(c.quiet_since - blocked, 1) if back else None,
+                    "unblocked_by": "tether" if back and any("rfkill-unblock: done" in str(m) for m in lines) else "nobody"})
+    ok = bool(step) and bool(back) and figures["unblocked_by"] == "tether"
+    return ok, figures, "" if ok else f"escalation lines: {lines}"
+
+
 def journal_quiet(c):
     """A healthy run's journal holds no line from libdispatch or the runtime:
     every entry of the two units comes through Tether's journald protocol.
@@ -438,6 +464,7 @@ CHECKS = [
     ("systemd-policy", policy),
     ("systemd-node-exporter", node_exporter),
     ("systemd-bluetooth-restart", bluetooth_restart),
+    ("systemd-rfkill-unblock", rfkill_unblock),
     ("systemd-sigkill", sigkill),
     ("systemd-journal-quiet", journal_quiet),
     ("systemd-stop", stop),

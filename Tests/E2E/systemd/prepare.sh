@@ -56,6 +56,7 @@ connect_timeout = "10s"
 window = "20s"
 window_attempts = 4
 cooldown = "15s"
+escalate = ["rfkill-unblock"]
 
 [readings]
 flush_interval = "500ms"

@@ -93,7 +93,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
         ),
-        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop", "Rfkill"]),
         .target(
             name: "Forwarding",
             dependencies: [
@@ -128,7 +128,7 @@ let package = Package(
             name: "tether",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
-                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile",
+                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

@@ -93,6 +93,18 @@ enum ControlInterface {
                     await simulator.setAdapterPowered(try call.argument(0).bool ?? true)
                     return []
                 },
+                "Rfkill": .init(in: "s") { call in
+                    let blocks = try call.argument(0).string ?? ""
+                    guard let (soft, hard) = rfkillBlocks[blocks] else {
+                        throw DBusError.remote(name: DBusErrorName.invalidArgs, message: "Rfkill wants none, soft, hard or soft+hard: \(blocks)")
+                    }
+                    await simulator.setRfkill(soft: soft, hard: hard)
+                    return []
+                },
+                "Lockup": .init(in: "bb") { call in
+                    await simulator.setLockup(try call.argument(0).bool ?? true, clearsOnPowerCycle: try call.argument(1).bool ?? true)
+                    return []
+                },
                 "Crash": .init(in: "u") { call in
                     await simulator.crash(restartAfter: .milliseconds(try call.argument(0).int64 ?? 0))
                     return []
@@ -105,6 +117,11 @@ enum ControlInterface {
             properties: snapshot.properties
         )
     }
+
+    /// `Rfkill`'s argument: the blocks it leaves (soft, hard).
+    static let rfkillBlocks: [String: (Bool, Bool)] = [
+        "none": (false, false), "soft": (true, false), "hard": (false, true), "soft+hard": (true, true),
+    ]
 
     /// The D-Bus rules for error names (two or more elements of
     /// `[A-Za-z_][A-Za-z0-9_]*`, at most 255 bytes): libdbus would reject the

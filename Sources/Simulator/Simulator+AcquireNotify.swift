@@ -46,7 +46,9 @@ extension Simulator {
         try ensureRunning()
         // bluetoothd: no GATT client (no link) is Failed "Not connected"; a
         // client that is not ready yet holds the reply until it is.
-        guard dongle.state == .connected, gattExported else { throw BlueZFault.gattNotConnected }
+        guard dongle.state == .connected || ghostLink, gattExported else { throw BlueZFault.gattNotConnected }
+        // The CCCD write of a locked-up controller is never answered.
+        try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: options.attTimeout)
         let path = characteristic.path
         if notifyAcquisitions[path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         if !(notifySessions[path]?.isEmpty ?? true) { throw BlueZFault.inProgress }

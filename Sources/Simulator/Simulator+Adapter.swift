@@ -8,22 +8,78 @@ extension Simulator {
 
     /// Powering off drops the link and ends every discovery session;
     /// Connect and StartDiscovery then give NotReady until power returns.
+    /// A controller rfkill blocks, or one locked up for good, stays off.
     public func setAdapterPowered(_ on: Bool) async {
-        guard !stopped, adapterPresent, on != powered else { return }
+        await changePower(on, reason: nil)
+    }
+
+    /// The power change behind `Adapter1.Powered`, the knob and rfkill
+    /// (`reason`: rfkill, rfkill-unblock). Returns the error bluetoothd
+    /// answers a Set of Powered with when the controller stays as it was.
+    /// Changes run one after the other, as bluetoothd's mgmt commands do:
+    /// an rfkill unblock that comes while the block's power-off is still
+    /// announcing the lost link waits for it, so `Powered` goes out false,
+    /// then true, never the other way round.
+    @discardableResult
+    func changePower(_ on: Bool, reason: String?) async -> DBusError? {
+        let previous = powerChange
+        let change = Task { () -> DBusError? in
+            _ = await previous?.value
+            return await self.applyPower(on, reason: reason)
+        }
+        powerChange = change
+        return await change.value
+    }
+
+    private func applyPower(_ on: Bool, reason: String?) async -> DBusError? {
+        guard !stopped, adapterPresent, on != powered else { return nil }
+        if on, radioBlocked {
+            // The kernel refuses to open a blocked controller (mgmt status
+            // Blocked through rfkill), and bluetoothd says so.
+            let error = BlueZFault.failed("Blocked through rfkill")
+            log.record(.power) {
+                $0.on = true
+                $0.error = error.name
+                $0.message = error.message
+            }
+            return error
+        }
+        if on, let lockup, !lockup.clearsOnPowerCycle {
+            // Opening the controller starts with an HCI Reset that goes
+            // unanswered: the kernel gives up and it stays off.
+            await pause(options.hciCommandTimeout)
+            let error = BlueZFault.failed("Timeout")
+            log.record(.power) {
+                $0.on = true
+                $0.error = error.name
+                $0.message = error.message
+                $0.reason = "controller-lockup"
+            }
+            return error
+        }
         powered = on
-        log.record(.power) { $0.on = on }
+        log.record(.power) {
+            $0.on = on
+            $0.reason = reason
+        }
         if !on {
-            await loseLink(reason: "power-off", asleep: false)
-            await endAllDiscovery(reason: "power-off")
+            await loseLink(reason: reason == "rfkill" ? "rfkill" : "power-off", asleep: false)
+            await endGhostLink(reason: reason == "rfkill" ? "rfkill" : "power-off")
+            await endAllDiscovery(reason: reason ?? "power-off")
+        } else {
+            // The HCI Reset of opening it again answered: a lockup that a
+            // power cycle clears is over.
+            clearLockup(reason: "power-cycle", when: { $0.clearsOnPowerCycle })
         }
         await setAdapterProperties(["Powered": .boolean(on)])
+        return nil
     }
 
     func setAdapterProperty(_ name: String, _ value: DBusValue) async throws {
         try ensureRunning()
         switch (name, value) {
         case ("Powered", .boolean(let on)):
-            await setAdapterPowered(on)
+            if let error = await changePower(on, reason: nil) { throw error }
         case ("Alias", .string), ("Discoverable", .boolean), ("Pairable", .boolean):
             await setAdapterProperties([name: value])
         default:
@@ -49,6 +105,11 @@ extension Simulator {
     func startDiscovery(client: String) async throws {
         try ensureRunning()
         guard powered else { throw BlueZFault.notReady }
+        guard !discoveryClients.contains(client) else { throw BlueZFault.busy }
+        // bluetoothd 5.66 answers a Start Discovery the kernel failed (the
+        // locked-up controller's command timed out) with btd_error_busy.
+        try await awaitWedgedController(failingWith: BlueZFault.busy)
+        guard powered else { throw BlueZFault.notReady }
         guard discoveryClients.insert(client).inserted else { throw BlueZFault.busy }
         log.record(.discoveryStart) { $0.client = client }
         await updateDiscovering()
@@ -57,6 +118,10 @@ extension Simulator {
     func stopDiscovery(client: String) async throws {
         try ensureRunning()
         guard powered else { throw BlueZFault.notReady }
+        guard discoveryClients.contains(client) else { throw BlueZFault.failed("No discovery started") }
+        // The session stays when the kernel fails the stop (mgmt_errstr of
+        // its status).
+        try await awaitWedgedController(failingWith: BlueZFault.failed("Timeout"))
         guard discoveryClients.remove(client) != nil else { throw BlueZFault.failed("No discovery started") }
         // The filter belongs to the session and goes with it.
         discoveryFilters[client] = nil
@@ -136,6 +201,10 @@ extension Simulator {
     /// it again. Its notify sessions go with it.
     func removeDevice(_ path: ObjectPath) async throws {
         try ensureRunning()
+        guard path == devicePath, deviceExported else { throw BlueZFault.doesNotExist }
+        // A connected device is disconnected first, and a locked-up
+        // controller never says it is.
+        if ghostLink { await waitForGhostLinkEnd() }
         guard path == devicePath, deviceExported else { throw BlueZFault.doesNotExist }
         if let pending = pendingConnect {
             pendingConnect = nil

@@ -3,9 +3,10 @@ import DBus
 
 /// GattCharacteristic1 methods and the telemetry stream.
 extension Simulator {
-    /// GATT calls need a link; bluetoothd answers Failed "Not connected".
+    /// GATT calls need a link (as bluetoothd sees it: a locked-up
+    /// controller's lost link too); bluetoothd answers Failed "Not connected".
     private func requireLink() throws(DBusError) {
-        guard !stopped, dongle.state == .connected, servicesResolved else { throw BlueZFault.gattNotConnected }
+        guard !stopped, dongle.state == .connected || ghostLink, servicesResolved else { throw BlueZFault.gattNotConnected }
     }
 
     /// The characteristic's current value as a read returns it.
@@ -30,6 +31,7 @@ extension Simulator {
         _ characteristic: GattDatabase.Characteristic, client: String, options: [String: DBusValue]
     ) async throws -> [UInt8] {
         try requireLink()
+        try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: self.options.attTimeout)
         try await awaitHungPeer(client)
         guard characteristic.isReadable else { throw BlueZFault.notPermitted("Read not permitted") }
         let value = currentValue(of: characteristic)
@@ -57,6 +59,13 @@ extension Simulator {
         default: throw BlueZFault.invalidArguments()
         }
         guard permitted else { throw BlueZFault.notPermitted("Write not permitted") }
+        if lockup != nil {
+            // A locked-up controller: a write command is queued in the
+            // kernel and goes nowhere (bluetoothd answers it at once); a
+            // request waits for an ATT response that never comes.
+            if type == "command" { return }
+            try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: self.options.attTimeout)
+        }
         // A write command needs no answer: the radio takes it, hung or not.
         if type != "command" { try await awaitHungPeer(client) }
         dongle.noteActivity(at: .now)
@@ -79,6 +88,10 @@ extension Simulator {
         if notifyAcquisitions[characteristic.path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         guard characteristic.isNotifiable else { throw BlueZFault.notSupported }
         var sessions = notifySessions[characteristic.path] ?? []
+        guard !sessions.contains(client) else { return }
+        // A new session writes the CCCD: an ATT request.
+        try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: options.attTimeout)
+        sessions = notifySessions[characteristic.path] ?? []
         guard sessions.insert(client).inserted else { return }
         notifySessions[characteristic.path] = sessions
         log.record(.startNotify) {

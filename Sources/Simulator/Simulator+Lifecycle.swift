@@ -82,6 +82,7 @@ extension Simulator {
             cancelWait(pending.waitID)
         }
         _ = markLinkLost(reason: reason, asleep: false)
+        forgetGhostLink()
         dropAllNotifySessions(reason: reason)
         releaseAllAcquisitions(reason: reason)
         releasedToAnnounce.removeAll()

@@ -24,19 +24,25 @@ extension Simulator {
         // bluetoothd checks these before it starts a connection.
         guard powered else { throw BlueZFault.notReady }
         guard pendingConnect == nil else { throw BlueZFault.connectInProgress }
-        // An LE Connect on a connected device succeeds (it is not AlreadyConnected).
-        if dongle.state == .connected { return }
+        // An LE Connect on a connected device succeeds (it is not
+        // AlreadyConnected); bluetoothd answers it from its own state, so a
+        // link only it still believes in (a locked-up controller) counts.
+        if dongle.state == .connected || ghostLink { return }
 
         let waitID = makeWaitID()
         let startGeneration = generation
+        let wedged = lockup != nil
         pendingConnect = PendingConnect(waitID: waitID, client: client)
-        await pause(connectLatency, id: waitID)
+        // A locked-up controller never answers LE Create Connection: the
+        // kernel's command times out and the connection fails.
+        await pause(wedged ? options.hciCommandTimeout : connectLatency, id: waitID)
         guard pendingConnect?.waitID == waitID, generation == startGeneration, !stopped else {
             // Disconnect (or bluetoothd going away) cancelled the attempt.
             throw BlueZFault.abortByLocal
         }
         pendingConnect = nil
         guard powered else { throw BlueZFault.notReady }
+        if wedged || lockup != nil { throw BlueZFault.abortByLocal }
         if staleDevice { throw BlueZFault.abortByLocal }
         if let failure = dongle.takeInjectedFailure() {
             throw .remote(name: failure.errorName, message: failure.message)
@@ -54,7 +60,7 @@ extension Simulator {
             }
             pendingConnect = nil
             guard powered else { throw BlueZFault.notReady }
-            guard dongle.acceptsConnection else { throw BlueZFault.abortByLocal }
+            guard dongle.acceptsConnection, lockup == nil else { throw BlueZFault.abortByLocal }
         }
         // bluetoothd crashed or restarted while this call waited: the
         // connection it asked for died with it.
@@ -161,6 +167,12 @@ extension Simulator {
             cancelWait(pending.waitID)
             return
         }
+        if ghostLink {
+            // The locked-up controller never answers HCI Disconnect:
+            // bluetoothd holds the reply until it hears the link is down.
+            await waitForGhostLinkEnd()
+            return
+        }
         guard dongle.state == .connected else { throw BlueZFault.notConnected }
         let link = linkID
         let startGeneration = generation
@@ -200,7 +212,7 @@ extension Simulator {
             ("org.bluez.Reason.Timeout", "Connection timeout")
         case "remote", "idle", "sleep":
             ("org.bluez.Reason.Remote", "Connection terminated by remote user")
-        case "disconnect", "power-off", "device-removed", "att-timeout", "local":
+        case "disconnect", "power-off", "rfkill", "device-removed", "att-timeout", "local":
             ("org.bluez.Reason.Local", "Connection terminated by local host")
         case "authentication":
             ("org.bluez.Reason.Authentication", "Connection terminated due to authentication failure")

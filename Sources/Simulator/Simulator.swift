@@ -1,6 +1,7 @@
 import BlueZ
 import DBus
 import Foundation
+import Rfkill
 
 /// A simulated bluetoothd with one adapter and one Nordic NUS dongle, on a
 /// given bus. It owns `org.bluez` (on a connection that can "crash") and
@@ -35,6 +36,9 @@ public actor Simulator {
 
     var connectLatency: Duration
     var notifyRate: Double
+    /// Where the simulated rfkill is served (`options.rfkillDirectory`), for
+    /// the daemon's `RfkillSource`; nil when it is not.
+    public nonisolated let rfkill: RfkillSource?
 
     // MARK: Connections
 
@@ -49,9 +53,36 @@ public actor Simulator {
     // MARK: Adapter
 
     var powered = true
+    /// The last power change (`changePower`), which the next one waits for.
+    var powerChange: Task<DBusError?, Never>?
     var discoveryClients: Set<String> = []
     var discoveryFilters: [String: DiscoveryFilter] = [:]
     var discovering = false
+
+    // MARK: Controller: rfkill and lockup
+
+    /// The simulated `/dev/rfkill` (nil without `options.rfkillDirectory`).
+    var rfkillServer: RfkillServer?
+    var rfkillWrites: Task<Void, Never>?
+    /// The controller's rfkill switch: the kernel numbers switches in the
+    /// order they register, so a controller that comes back gets a new one.
+    var rfkillIndex: UInt32 = 0
+    var nextRfkillIndex: UInt32 = 1
+    var softBlocked = false
+    var hardBlocked = false
+    /// The controller stopped answering (`setLockup`); nil while it answers.
+    var lockup: Lockup?
+    /// bluetoothd still believes in a link that the locked-up controller
+    /// lost: Device1.Connected stays true, the dongle advertises.
+    var ghostLink = false
+    /// Disconnect and RemoveDevice calls waiting for that link to end.
+    var ghostLinkWaits: [Int] = []
+
+    struct Lockup {
+        /// An Adapter1.Powered cycle (or an rfkill block and unblock) clears
+        /// it: the HCI Reset of opening the controller again gets it going.
+        let clearsOnPowerCycle: Bool
+    }
 
     // MARK: Device
 
@@ -126,6 +157,7 @@ public actor Simulator {
         dongle = SimulatedDongle(now: now)
         deviceKnown = options.known
         log = try EventLog(path: options.eventLogPath, startedAt: now)
+        rfkill = options.rfkillDirectory.map { RfkillSource(device: $0 + "/rfkill", sysfs: $0 + "/class-rfkill") }
     }
 
     /// Starts the simulator; returns once `org.bluez` (with the adapter and,
@@ -150,6 +182,7 @@ public actor Simulator {
         publishedConnects = dongle.connects
         try await control.export(SimulatorControl.path, [ControlInterface.interface(controlSnapshot, simulator: self)])
         try await control.requestName(SimulatorControl.busName)
+        try startRfkill(loop: control.loop)
         try await bringUpBluetoothd()
         enterAdvertising()
     }
@@ -158,7 +191,9 @@ public actor Simulator {
     public func stop() async {
         guard !stopped else { return }
         stopped = true
-        for task in [resolveTask, telemetryTask, idleTask, advertisingTask, scanTask, clientWatchTask, restartTask] {
+        rfkillServer?.stop()
+        rfkillServer = nil
+        for task in [resolveTask, telemetryTask, idleTask, advertisingTask, scanTask, clientWatchTask, restartTask, rfkillWrites] {
             task?.cancel()
         }
         resolveTask = nil
@@ -168,6 +203,7 @@ public actor Simulator {
         scanTask = nil
         clientWatchTask = nil
         restartTask = nil
+        rfkillWrites = nil
         for (_, wait) in waits { wait.cancel() }
         waits.removeAll()
         pendingConnect = nil
@@ -280,6 +316,9 @@ public actor Simulator {
         if deviceExported { paths.append(devicePath) }
         paths.append(adapterPath)
         forgetAdapterState(reason: "adapter-removed")
+        // The controller goes, and its rfkill switch and lockup with it.
+        clearLockup(reason: "adapter-removed")
+        removeRfkillSwitch()
         await bluez?.unexportObjects(paths)
         await publishControl()
     }
@@ -301,6 +340,7 @@ public actor Simulator {
         adapterPresent = true
         powered = true
         log.record(.adapterAdded) { $0.reason = "\(name) \(adapterAddress)" }
+        addRfkillSwitch()
         guard let bus = bluez else { return }
         try? await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
         if deviceKnown {
@@ -325,6 +365,8 @@ public actor Simulator {
     public var lastSequence: UInt32 { dongle.sequence }
     /// Successful connects so far.
     public var connectCount: Int { Int(dongle.connects) }
+    /// The controller is locked up (`setLockup`).
+    public var isLockedUp: Bool { lockup != nil }
     /// The unique name of the current bluetoothd connection, nil while it is down.
     public var bluezUniqueName: String? {
         get async { await bluez?.uniqueName }

@@ -23,7 +23,8 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
     public var message: String?
     /// Why the link dropped (disconnected) or a session ended.
     public var reason: String?
-    /// Adapter power (power).
+    /// Adapter power (power; reason: rfkill or rfkill-unblock when rfkill
+    /// changed it, error when a power-on was refused), a lockup's state.
     public var on: Bool?
 
     public init(
@@ -97,6 +98,14 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         /// came (reason: its name and address).
         case adapterRemoved = "adapter-removed"
         case adapterAdded = "adapter-added"
+        /// The controller's rfkill switch changed (reason: the blocks now,
+        /// none, soft, hard or soft+hard; type: control for the knob,
+        /// client for a write to the simulated /dev/rfkill).
+        case rfkill
+        /// The controller locked up (on: true; reason: what ends it) or
+        /// answers again (on: false; reason: lockup-off, power-cycle,
+        /// adapter-removed).
+        case controllerLockup = "controller-lockup"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

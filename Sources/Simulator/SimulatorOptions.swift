@@ -67,6 +67,15 @@ public struct SimulatorOptions: Sendable {
     /// Behave as BlueZ ≥ 5.83: every link loss also sends
     /// `Device1.Disconnected(reason, message)` (5.66 sends nothing of the kind).
     public var disconnectedSignal = false
+    /// The kernel's HCI command timeout (`HCI_CMD_TIMEOUT`, 2 s): with the
+    /// controller locked up (`setLockup`), a call bluetoothd must pass to it
+    /// fails after this.
+    public var hciCommandTimeout: Duration = .seconds(2)
+    /// Serve a simulated `/dev/rfkill` in this directory: the socket
+    /// `DIR/rfkill` (connect with `SOCK_SEQPACKET`; `RfkillDevice` does when
+    /// its path is a socket) and the class directory `DIR/class-rfkill`,
+    /// whose `rfkillN/name` names the controller (`hci0`). Nil: none.
+    public var rfkillDirectory: String?
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

@@ -12,6 +12,7 @@ import Musl
 import Logging
 import MetricsTextfile
 import Readings
+import Rfkill
 import Synchronization
 import Systemd
 
@@ -40,9 +41,11 @@ public enum DaemonRunner {
     ///   - busAddress: the bus to use instead of the system bus (tests, demo).
     ///   - notifier: systemd's notify socket (READY=1, STATUS=, WATCHDOG=1, STOPPING=1).
     ///   - watchdog: systemd's watchdog timeout, if it set one; pinged at half of it.
+    ///   - rfkill: where rfkill blocks are read (the simulator's, in development).
     public static func run(
         config: TetherConfig, instance: InstanceName = .default, busAddress: String?, logger: Logger,
-        notifier: SystemdNotifier = SystemdNotifier(environment: [:]), watchdog: Duration? = nil
+        notifier: SystemdNotifier = SystemdNotifier(environment: [:]), watchdog: Duration? = nil,
+        rfkill: RfkillSource = RfkillSource()
     ) async -> Int32 {
         let log: ReadingLog
         do {
@@ -74,7 +77,7 @@ public enum DaemonRunner {
         }
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
-            recorder: recorder, logger: logger, notifier: notifier, loop: loop, metrics: exporter?.0
+            recorder: recorder, logger: logger, notifier: notifier, loop: loop, metrics: exporter?.0, rfkill: rfkill
         )
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
@@ -143,14 +146,16 @@ private final class Session: Sendable {
     let notifier: SystemdNotifier
     let loop: EventLoop
     let metrics: LinkMetrics?
+    let rfkill: RfkillSource
     /// The link being served right now; nil while (re)connecting to the bus.
     private let current = Mutex<(any ControlledLink)?>(nil)
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
-        notifier: SystemdNotifier, loop: EventLoop, metrics: LinkMetrics?
+        notifier: SystemdNotifier, loop: EventLoop, metrics: LinkMetrics?, rfkill: RfkillSource
     ) {
         self.loop = loop
+        self.rfkill = rfkill
         self.metrics = metrics
         self.config = config
         self.address = address
@@ -189,7 +194,7 @@ private final class Session: Sendable {
             lastWarning = nil
             delay = .milliseconds(500)
 
-            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics)
+            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {
                 try await control.export()

@@ -18,7 +18,7 @@ struct SimulateCommand: AsyncParsableCommand {
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
               Crash(u restart_after_ms), Restart(u restart_after_ms),
               HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b),
-              RemoveAdapter(), AddAdapter(s name, s address)
+              RemoveAdapter(), AddAdapter(s name, s address), Rfkill(s blocks), Lockup(b on, b clears_on_power_cycle)
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
@@ -30,7 +30,19 @@ struct SimulateCommand: AsyncParsableCommand {
             with le-connection-abort-by-local until the device object is removed (RemoveDevice). \
             RemoveAdapter takes the controller out of the kernel (a USB replug or reset); AddAdapter \
             brings one back under a name such as hci1: with the same address, bluetoothd exports the \
-            dongle it knew under the new adapter.
+            dongle it knew under the new adapter. \
+            With --rfkill DIR the simulator serves a /dev/rfkill of its own: the socket DIR/rfkill \
+            (SOCK_SEQPACKET, one 8-byte struct rfkill_event per datagram: ADD for the controller's switch \
+            on connect, then CHANGE; a written RFKILL_OP_CHANGE sets the soft block) and \
+            DIR/class-rfkill/rfkillN/name; point `tether run` at it with TETHER_RFKILL_DEVICE=DIR/rfkill \
+            TETHER_RFKILL_SYSFS=DIR/class-rfkill. Rfkill("none"|"soft"|"hard"|"soft+hard") sets the \
+            switch's blocks: a block powers the adapter off (the link drops), and bluetoothd powers it on \
+            again once no block is left; a client's unblock clears only the soft block. \
+            Lockup(true, clears) makes the controller stop answering: Powered stays true, the link stays \
+            Connected in bluetoothd while the dongle loses it, no notifications, calls that need the \
+            controller fail after --hci-command-timeout (GATT requests after --att-timeout) or, for \
+            Disconnect, wait; Lockup(false, _) ends it, and with clears true so does a power cycle \
+            through Adapter1.Powered (the simulator sees no HCI or USB reset; RemoveAdapter ends it too).
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """
@@ -96,6 +108,12 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "AcquireNotify: SO_SNDBUF of bluetoothd's end of the socket in bytes (small: a slow reader loses notifications).")
     var acquireSendBuffer: Int?
 
+    @Option(help: "The kernel's HCI command timeout, after which calls to a locked-up controller fail (the kernel: 2s).")
+    var hciCommandTimeout = DurationArgument(.seconds(2))
+
+    @Option(help: "Serve a simulated /dev/rfkill in this directory (DIR/rfkill, a socket, and DIR/class-rfkill).")
+    var rfkill: String?
+
     @Option(help: "Append every event (JSON Lines) to this file.")
     var eventLog: String?
 
@@ -127,6 +145,8 @@ struct SimulateCommand: AsyncParsableCommand {
         options.gattCache = !noGattCache
         options.acquireSocketDelay = acquireSocketDelay.duration
         options.acquireSendBuffer = acquireSendBuffer
+        options.hciCommandTimeout = hciCommandTimeout.duration
+        options.rfkillDirectory = rfkill
         options.eventLogPath = eventLog
 
         var daemon: BusDaemonProcess?

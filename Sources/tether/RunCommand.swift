@@ -7,6 +7,7 @@ import Glibc
 import Musl
 #endif
 import Logging
+import Rfkill
 import Systemd
 import TetherDaemon
 
@@ -22,7 +23,9 @@ struct RunCommand: AsyncParsableCommand {
             DBUS_SYSTEM_BUS_ADDRESS when set. Exit status: 0 after SIGTERM or SIGINT once every reading \
             is on disk; 69 if another daemon owns the instance's bus name; 73 if the readings directory \
             cannot be used; 74 if readings could not be written; 77 if the D-Bus policy forbids the name; \
-            78 on a bad config. Notifications reach it as D-Bus signals (dongle.notify_path = \
+            78 on a bad config. rfkill blocks are read from /dev/rfkill and names from /sys/class/rfkill, \
+            or, as development seams (the simulator's rfkill, `tether-dev simulate --rfkill`), from \
+            TETHER_RFKILL_DEVICE and TETHER_RFKILL_SYSFS when set. Notifications reach it as D-Bus signals (dongle.notify_path = \
             "start-notify", the default) or through a socket bluetoothd hands it ("acquire-notify", \
             or "auto": the socket where bluetoothd offers it); the log says when a socket is used. With \
             [metrics] textfile = "/var/lib/prometheus/node-exporter/tether.prom" it writes Prometheus \
@@ -53,10 +56,23 @@ struct RunCommand: AsyncParsableCommand {
         let code = await DaemonRunner.run(
             config: loaded, instance: instance, busAddress: nil, logger: logger,
             notifier: SystemdNotifier(environment: environment),
-            watchdog: SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
+            watchdog: SystemdNotifier.watchdogInterval(environment: environment, pid: getpid()),
+            rfkill: Self.rfkillSource(environment: environment)
         )
         LoggingSetup.flush()
         if code != 0 { throw ExitCode(code) }
+    }
+}
+
+extension RunCommand {
+    /// `/dev/rfkill` and `/sys/class/rfkill`, unless the environment points
+    /// elsewhere: a development seam, like DBUS_SYSTEM_BUS_ADDRESS (the demo
+    /// and the soak point the daemon at the simulator's rfkill).
+    static func rfkillSource(environment: [String: String]) -> RfkillSource {
+        var source = RfkillSource()
+        if let device = environment["TETHER_RFKILL_DEVICE"], !device.isEmpty { source.device = device }
+        if let sysfs = environment["TETHER_RFKILL_SYSFS"], !sysfs.isEmpty { source.sysfs = sysfs }
+        return source
     }
 }
 

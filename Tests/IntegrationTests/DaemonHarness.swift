@@ -34,15 +34,23 @@ final class DaemonHarness: @unchecked Sendable {
 
     static let address = "AA:BB:CC:DD:EE:FF"
 
-    init(simulator options: SimulatorOptions = SimulatorOptions(), configure: (inout TetherConfig) -> Void = { _ in }) async throws {
+    /// - Parameter simulatedRfkill: the simulator serves its rfkill (in the
+    ///   temporary directory) and the daemon reads it, as `tether run` does
+    ///   with TETHER_RFKILL_DEVICE and TETHER_RFKILL_SYSFS.
+    init(
+        simulator options: SimulatorOptions = SimulatorOptions(), simulatedRfkill: Bool = false,
+        configure: (inout TetherConfig) -> Void = { _ in }
+    ) async throws {
         directory = try TemporaryDirectory("tether-it")
         busDaemon = try BusDaemonProcess(directory: directory.url.appendingPathComponent("bus"))
         var options = options
+        if simulatedRfkill { options.rfkillDirectory = directory.url.appendingPathComponent("rfkill").path }
         if options.noAnswerTimeout == SimulatorOptions().noAnswerTimeout {
             options.noAnswerTimeout = .milliseconds(500)  // the kernel's 20 s, shortened for tests
         }
         options.eventLogPath = directory.url.appendingPathComponent("simulator.jsonl").path
         simulator = try await Simulator.start(busAddress: busDaemon.address, options: options)
+        rfkill = simulator.rfkill
         var config = TetherConfig.defaults(address: Self.address)
         config.readings.directory = directory.url.appendingPathComponent("readings").path
         config.keepalive.interval = .seconds(1)

@@ -1,0 +1,226 @@
+import BlueZ
+import DBus
+import EventLoop
+import Rfkill
+
+/// The controller under bluetoothd: its rfkill switch and a lockup, as the
+/// kernel (6.1) and bluetoothd 5.66 handle them.
+///
+/// rfkill (`setRfkill`, or a client's `RFKILL_OP_CHANGE` on the simulated
+/// `/dev/rfkill`, see `RfkillServer`):
+/// - a block, soft or hard, makes the kernel close the controller:
+///   `Powered` goes false and the link drops, as a power-off does; powering
+///   it on fails with `Failed "Blocked through rfkill"` while it lasts;
+/// - once neither block is left, bluetoothd powers the adapter on again
+///   (`btd_adapter_restore_powered`, whatever its power was before);
+/// - a client's write changes the soft block only: an unblock during a hard
+///   block clears soft, and the adapter stays off until hard lifts;
+/// - a controller that goes (`removeAdapter`) takes its switch with it (DEL);
+///   one that comes gets a new switch, unblocked (ADD).
+///
+/// A lockup (`setLockup`): the USB controller's firmware stops answering
+/// HCI commands. bluetoothd does not notice: `Powered` stays true, and a
+/// link the controller had stays `Connected` (the controller never reports
+/// its end) while the dongle, which hears nothing any more, drops it after
+/// its supervision timeout and advertises; notifications stop. Calls that
+/// need the controller fail after the kernel's command timeout
+/// (`hciCommandTimeout`: StartDiscovery `InProgress`, StopDiscovery and
+/// Connect `Failed`) or its ATT timeout (GATT requests, new notify
+/// sessions: `Failed "Operation failed"`), or are never answered while the
+/// believed link lasts (Disconnect, RemoveDevice). What bluetoothd answers
+/// from its own state (properties, Connect on the believed link, a
+/// StartNotify repeated by a client holding a session, write commands)
+/// still answers. It ends with `setLockup(false)` (the controller answers
+/// again and reports the link lost), with a power cycle if it was set so
+/// (off, then on: the HCI Reset of opening it unwedges it; otherwise
+/// powering on fails and the adapter stays off), or with the controller
+/// leaving (`removeAdapter`, what a USB reset does). The simulator cannot
+/// see an HCI reset or a USB reset of its own.
+extension Simulator {
+    // MARK: rfkill
+
+    var radioBlocked: Bool { softBlocked || hardBlocked }
+
+    /// The controller's name (`hci0`), what its switch's sysfs `name` says.
+    var controllerName: String {
+        adapterPath.rawValue.split(separator: "/").last.map(String.init) ?? "hci0"
+    }
+
+    private func rfkillRecord(_ operation: RfkillEvent.Operation) -> RfkillEvent {
+        RfkillEvent(
+            index: rfkillIndex, type: RfkillEvent.bluetoothType, operation: operation, softBlocked: softBlocked,
+            hardBlocked: hardBlocked
+        )
+    }
+
+    /// Serves the simulated `/dev/rfkill`, with the controller's switch.
+    func startRfkill(loop: EventLoop) throws {
+        guard let directory = options.rfkillDirectory else { return }
+        let (writes, input) = AsyncStream.makeStream(of: RfkillEvent.self, bufferingPolicy: .unbounded)
+        let server = try RfkillServer.start(directory: directory, loop: loop) { input.yield($0) }
+        rfkillServer = server
+        // One task applies the clients' writes, in the order they came.
+        rfkillWrites = Task { [weak self] in
+            for await event in writes { await self?.rfkillWritten(event) }
+        }
+        if adapterPresent { server.update(rfkillRecord(.add), name: controllerName) }
+    }
+
+    func addRfkillSwitch() {
+        rfkillIndex = nextRfkillIndex
+        nextRfkillIndex += 1
+        softBlocked = false
+        hardBlocked = false
+        rfkillServer?.update(rfkillRecord(.add), name: controllerName)
+    }
+
+    func removeRfkillSwitch() {
+        rfkillServer?.update(rfkillRecord(.delete))
+        softBlocked = false
+        hardBlocked = false
+    }
+
+    /// Sets both blocks of the controller's switch, as a hardware switch
+    /// (hard) and `rfkill block` (soft) would.
+    public func setRfkill(soft: Bool, hard: Bool) async {
+        await setRadioBlock(soft: soft, hard: hard, origin: "control")
+    }
+
+    /// A record a client wrote: `RFKILL_OP_CHANGE` sets the soft block of
+    /// the switch it names (type Bluetooth or all), `RFKILL_OP_CHANGE_ALL`
+    /// that of every switch of its type. The hard block is the hardware's.
+    private func rfkillWritten(_ event: RfkillEvent) async {
+        guard event.type == 0 || event.type == RfkillEvent.bluetoothType else { return }
+        switch event.operation {
+        case .change: guard event.index == rfkillIndex else { return }
+        case .changeAll: break
+        case .add, .delete: return
+        }
+        await setRadioBlock(soft: event.softBlocked, hard: hardBlocked, origin: "client")
+    }
+
+    private func setRadioBlock(soft: Bool, hard: Bool, origin: String) async {
+        guard !stopped, adapterPresent, soft != softBlocked || hard != hardBlocked else { return }
+        let wasBlocked = radioBlocked
+        softBlocked = soft
+        hardBlocked = hard
+        log.record(.rfkill) {
+            $0.reason = Self.blockName(soft: soft, hard: hard)
+            $0.type = origin
+        }
+        rfkillServer?.update(rfkillRecord(.change))
+        if radioBlocked, !wasBlocked {
+            await changePower(false, reason: "rfkill")
+        } else if !radioBlocked, wasBlocked {
+            await changePower(true, reason: "rfkill-unblock")
+        }
+    }
+
+    /// `soft`, `hard`, `soft+hard` or `none`, as the control interface takes them.
+    static func blockName(soft: Bool, hard: Bool) -> String {
+        switch (soft, hard) {
+        case (false, false): "none"
+        case (true, false): "soft"
+        case (false, true): "hard"
+        case (true, true): "soft+hard"
+        }
+    }
+
+    // MARK: Lockup
+
+    /// The controller stops answering (`on`), or answers again. With
+    /// `clearsOnPowerCycle`, the next power cycle ends it too.
+    public func setLockup(_ on: Bool, clearsOnPowerCycle: Bool = true) async {
+        guard !stopped else { return }
+        guard on else {
+            guard lockup != nil else { return }
+            clearLockup(reason: "lockup-off")
+            // The controller reports the link it lost meanwhile.
+            await endGhostLink(reason: "timeout")
+            return
+        }
+        guard adapterPresent, lockup == nil else { return }
+        lockup = Lockup(clearsOnPowerCycle: clearsOnPowerCycle)
+        log.record(.controllerLockup) {
+            $0.on = true
+            $0.reason = clearsOnPowerCycle ? "until-power-cycle" : "until-lockup-off"
+        }
+        strandLink()
+        await publishControl()
+    }
+
+    /// Ends the lockup (when `condition` holds for it).
+    func clearLockup(reason: String, when condition: (Lockup) -> Bool = { _ in true }) {
+        guard let lockup, condition(lockup) else { return }
+        self.lockup = nil
+        log.record(.controllerLockup) {
+            $0.on = false
+            $0.reason = reason
+        }
+    }
+
+    /// The dongle's side of a lockup: its link times out and it advertises;
+    /// bluetoothd keeps believing in it (no signal, the objects as they were).
+    private func strandLink() {
+        guard dongle.state == .connected else { return }
+        dongle.linkDown(asleep: false)
+        linkID += 1
+        for task in [resolveTask, telemetryTask, idleTask] { task?.cancel() }
+        resolveTask = nil
+        telemetryTask = nil
+        idleTask = nil
+        ghostLink = true
+        enterAdvertising()
+    }
+
+    /// bluetoothd hears at last that the believed link is down (power-off,
+    /// rfkill, the controller answering again): Connected=false as for any
+    /// link loss, acquired sockets closed, held Disconnect calls answered.
+    func endGhostLink(reason: String) async {
+        guard ghostLink else { return }
+        let removedGatt = exportedGatt
+        let hadGatt = gattExported && !options.gattCache
+        if hadGatt {
+            gattExported = false
+            exportedGatt = nil
+        }
+        forgetGhostLink()
+        linkLostForAcquisitions(reason: reason)
+        log.record(.disconnected) { $0.reason = reason }
+        if let bus = bluez {
+            await bus.announceLinkLoss(
+                device: deviceExported ? devicePath : nil,
+                reason: options.disconnectedSignal ? Self.disconnectedReason(reason) : nil,
+                removing: hadGatt ? (removedGatt ?? gatt).removalOrder : []
+            )
+        }
+        await announceReleased()
+        await publishControl()
+    }
+
+    /// The believed link's state, gone without bus traffic (bluetoothd went).
+    func forgetGhostLink() {
+        guard ghostLink else { return }
+        ghostLink = false
+        servicesResolved = false
+        resumeServicesResolvedWaiters(false)
+        for wait in ghostLinkWaits { cancelWait(wait) }
+        ghostLinkWaits.removeAll()
+    }
+
+    /// Holds a call until the believed link ends.
+    func waitForGhostLinkEnd() async {
+        let wait = makeWaitID()
+        ghostLinkWaits.append(wait)
+        await pause(.seconds(86_400), id: wait)
+    }
+
+    /// A call bluetoothd passes to the locked-up controller: it fails with
+    /// `error` after `timeout` (the kernel's command timeout by default).
+    /// Returns at once while the controller answers.
+    func awaitWedgedController(failingWith error: DBusError, after timeout: Duration? = nil) async throws(DBusError) {
+        guard lockup != nil else { return }
+        await pause(timeout ?? options.hciCommandTimeout)
+        throw error
+    }
+}

@@ -650,7 +650,11 @@ def rfkill_soft_block(stack):
         soft.write_text("0")
         return False, figures, "no rfkill-blocked line within 30 s"
     figures["noticed_ms"] = round((seen[0] - blocked) * 1000)
-    figures["bluetoothd_powered_after_block"] = "yes" if "Powered: yes" in run(["bluetoothctl", "show", stack.adapter]) else "no"
+    # What bluetoothd shows of a blocked adapter (5.66: Powered goes false).
+    time.sleep(0.5)
+    powered = subprocess.run(["busctl", "get-property", "org.bluez", f"/org/bluez/{stack.adapter}", "org.bluez.Adapter1",
+                              "Powered"], capture_output=True, text=True, timeout=20)
+    figures["bluez_powered_while_blocked"] = powered.stdout.strip() or powered.stderr.strip()
     if not wait_until(lambda: "rfkill" in (stack.tether_status().get("adapter_problem") or ""), 10, step=0.5):
         problems.append(f"status adapter_problem: {stack.tether_status().get('adapter_problem')!r}")
     if not wait_until(lambda: metric_value('tether_adapter_rfkill_blocked{kind="soft"}') == 1, 5):

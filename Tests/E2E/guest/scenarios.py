@@ -657,9 +657,12 @@ def rfkill_soft_block(stack):
     figures["bluez_powered_while_blocked"] = powered.stdout.strip() or powered.stderr.strip()
     if not wait_until(lambda: "rfkill" in (stack.tether_status().get("adapter_problem") or ""), 10, step=0.5):
         problems.append(f"status adapter_problem: {stack.tether_status().get('adapter_problem')!r}")
-    if not wait_until(lambda: metric_value('tether_adapter_rfkill_blocked{kind="soft"}') == 1, 5):
+    if not wait_until(lambda: labelled_metric("tether_adapter_rfkill_blocked", 'kind="soft"') == 1, 5):
         problems.append("tether_adapter_rfkill_blocked{kind=\"soft\"} not 1")
-    time.sleep(5)
+    # Lifted before the dongle's idle-sleep deadline (SLEEP_AFTER), counted
+    # from the drop the block caused: a dongle left alone longer falls asleep
+    # and no central can wake it (the premise of the whole project).
+    time.sleep(max(0.0, SLEEP_AFTER - 3 - (time.monotonic() - blocked)))
     figures["state_while_blocked"] = stack.tether_status().get("state")
     if figures["state_while_blocked"] != "waiting-for-adapter":
         problems.append(f"state while blocked: {figures['state_while_blocked']}")
@@ -1186,6 +1189,16 @@ def start_vhci(stack, name, *options):
     if ready is None:
         raise SetupFailure(f"{name}: no vhci controller (exit {process.poll()}); see {name}.log")
     return int(ready[1].group(1))
+
+
+def labelled_metric(name, label):
+    """A series of `name` whose labels include `label` (like 'kind="soft"')."""
+    try:
+        text = METRICS.read_text()
+    except OSError:
+        return None
+    match = re.search(rf"^{re.escape(name)}\{{[^}}]*{re.escape(label)}[^}}]*\}}\s+(\S+)", text, re.M)
+    return float(match.group(1)) if match else None
 
 
 def metric_value(name):

@@ -95,10 +95,12 @@ enum ControlInterface {
                 },
                 "Rfkill": .init(in: "s") { call in
                     let blocks = try call.argument(0).string ?? ""
-                    guard let (soft, hard) = rfkillBlocks[blocks] else {
-                        throw DBusError.remote(name: DBusErrorName.invalidArgs, message: "Rfkill wants none, soft, hard or soft+hard: \(blocks)")
+                    guard let (soft, hard) = rfkillBlocks[blocks.replacingOccurrences(of: "-held", with: "")] else {
+                        throw DBusError.remote(
+                            name: DBusErrorName.invalidArgs, message: "Rfkill wants none, soft, hard, soft+hard or soft-held: \(blocks)"
+                        )
                     }
-                    await simulator.setRfkill(soft: soft, hard: hard)
+                    await simulator.setRfkill(soft: soft, hard: hard, held: blocks.hasSuffix("-held"))
                     return []
                 },
                 "Lockup": .init(in: "bb") { call in
@@ -118,7 +120,8 @@ enum ControlInterface {
         )
     }
 
-    /// `Rfkill`'s argument: the blocks it leaves (soft, hard).
+    /// `Rfkill`'s argument: the blocks it leaves (soft, hard); `-held` after
+    /// one with soft (`soft-held`) holds the soft block against clients.
     static let rfkillBlocks: [String: (Bool, Bool)] = [
         "none": (false, false), "soft": (true, false), "hard": (false, true), "soft+hard": (true, true),
     ]

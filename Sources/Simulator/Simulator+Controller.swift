@@ -15,6 +15,11 @@ import Rfkill
 ///   (`btd_adapter_restore_powered`, whatever its power was before);
 /// - a client's write changes the soft block only: an unblock during a hard
 ///   block clears soft, and the adapter stays off until hard lifts;
+/// - a held soft block (`setRfkill(soft: true, hard:, held: true)`, the
+///   simulator's stand-in for another program, say a desktop's airplane
+///   mode, that keeps the switch blocked) is blocked again at once after a
+///   client's unblock: its readers see CHANGE unblocked, then blocked, and
+///   the adapter stays off;
 /// - a controller that goes (`removeAdapter`) takes its switch with it (DEL);
 ///   one that comes gets a new switch, unblocked (ADD).
 ///
@@ -82,7 +87,8 @@ extension Simulator {
 
     /// Sets both blocks of the controller's switch, as a hardware switch
     /// (hard) and `rfkill block` (soft) would.
-    public func setRfkill(soft: Bool, hard: Bool) async {
+    public func setRfkill(soft: Bool, hard: Bool, held: Bool = false) async {
+        softBlockHeld = soft && held
         await setRadioBlock(soft: soft, hard: hard, origin: "control")
     }
 
@@ -95,6 +101,23 @@ extension Simulator {
         case .change: guard event.index == rfkillIndex else { return }
         case .changeAll: break
         case .add, .delete: return
+        }
+        if softBlockHeld, softBlocked, !event.softBlocked {
+            // The kernel applies the write; the holder blocks again before
+            // bluetoothd can power anything on.
+            softBlocked = false
+            log.record(.rfkill) {
+                $0.reason = Self.blockName(soft: false, hard: hardBlocked)
+                $0.type = "client"
+            }
+            rfkillServer?.update(rfkillRecord(.change))
+            softBlocked = true
+            log.record(.rfkill) {
+                $0.reason = Self.blockName(soft: true, hard: hardBlocked)
+                $0.type = "held"
+            }
+            rfkillServer?.update(rfkillRecord(.change))
+            return
         }
         await setRadioBlock(soft: event.softBlocked, hard: hardBlocked, origin: "client")
     }

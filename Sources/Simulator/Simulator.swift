@@ -70,6 +70,9 @@ public actor Simulator {
     var nextRfkillIndex: UInt32 = 1
     var softBlocked = false
     var hardBlocked = false
+    /// Another program holds the soft block (`setRfkill(held:)`): it blocks
+    /// again at once whenever a client clears it.
+    var softBlockHeld = false
     /// The controller stopped answering (`setLockup`); nil while it answers.
     var lockup: Lockup?
     /// bluetoothd still believes in a link that the locked-up controller

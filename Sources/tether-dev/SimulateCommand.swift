@@ -37,7 +37,8 @@ struct SimulateCommand: AsyncParsableCommand {
             DIR/class-rfkill/rfkillN/name; point `tether run` at it with TETHER_RFKILL_DEVICE=DIR/rfkill \
             TETHER_RFKILL_SYSFS=DIR/class-rfkill. Rfkill("none"|"soft"|"hard"|"soft+hard") sets the \
             switch's blocks: a block powers the adapter off (the link drops), and bluetoothd powers it on \
-            again once no block is left; a client's unblock clears only the soft block. \
+            again once no block is left; a client's unblock clears only the soft block. "soft-held" is a \
+            soft block another program keeps: blocked again at once after a client's unblock. \
             Lockup(true, clears) makes the controller stop answering: Powered stays true, the link stays \
             Connected in bluetoothd while the dongle loses it, no notifications, calls that need the \
             controller fail after --hci-command-timeout (GATT requests after --att-timeout) or, for \

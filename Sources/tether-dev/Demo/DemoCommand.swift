@@ -10,7 +10,8 @@ struct DemoCommand: AsyncParsableCommand {
             without a GATT write) and `tether run` with a temporary config and readings directory; the \
             `tether` binary must be in the same directory as tether-dev (as `swift build` leaves them). It prints the \
             daemon's state changes and the readings as they arrive, then injects a link drop, a burst of \
-            failing connects and a bluetoothd crash, shows Tether recovering from each, checks that every \
+            failing connects, a bluetoothd crash, a dongle application that hangs, and an rfkill soft \
+            block (the simulator's rfkill, which Tether clears with its rfkill-unblock step), shows Tether recovering from each, checks that every \
             notification the dongle sent is on disk exactly once, and exits 0 (within about 40 s) after \
             stopping everything it started.
             """

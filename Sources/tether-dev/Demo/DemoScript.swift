@@ -23,6 +23,8 @@ final class DemoScript: Sendable {
 
     private var readingsDirectory: String { directory.appendingPathComponent("readings").path }
     private var eventLogPath: String { directory.appendingPathComponent("simulator.jsonl").path }
+    /// The simulator's rfkill (`simulate --rfkill`), which the daemon reads.
+    private var rfkillDirectory: String { directory.appendingPathComponent("rfkill").path }
 
     func say(_ text: String) {
         let elapsed = started.duration(to: .now)
@@ -52,7 +54,7 @@ final class DemoScript: Sendable {
             say("starting the simulated bluetoothd: dongle AA:BB:CC:DD:EE:FF, 2 notifications/s, asleep after 6 s without a GATT write")
             simulator = try ChildProcess(executable: devTool, arguments: [
                 "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "2",
-                "--event-log", eventLogPath,
+                "--event-log", eventLogPath, "--rfkill", rfkillDirectory,
             ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
             let control = try await Bus.connect(address: busDaemon.address)
             client = control
@@ -63,6 +65,9 @@ final class DemoScript: Sendable {
             say("starting `tether run` (keep-alive write every 2 s); its log follows, prefixed by time and level")
             var environment = ProcessInfo.processInfo.environment
             environment["DBUS_SYSTEM_BUS_ADDRESS"] = busDaemon.address
+            // The simulator's rfkill stands in for /dev/rfkill and /sys/class/rfkill.
+            environment["TETHER_RFKILL_DEVICE"] = rfkillDirectory + "/rfkill"
+            environment["TETHER_RFKILL_SYSFS"] = rfkillDirectory + "/class-rfkill"
             daemon = try ChildProcess(executable: tether, arguments: ["run", "--config", configPath], environment: environment)
 
             let watcher = ReadingsWatcher(directory: readingsDirectory, say: say)
@@ -70,10 +75,10 @@ final class DemoScript: Sendable {
             defer { printer.cancel() }
 
             guard await waitOnline(control, "the first connection") else { return false }
-            say("online; now 10 s with no fault: the dongle would sleep after 6 s, the keep-alive keeps it awake")
-            try await Task.sleep(for: .seconds(10))
+            say("online; now 8 s with no fault: the dongle would sleep after 6 s, the keep-alive keeps it awake")
+            try await Task.sleep(for: .seconds(8))
             let state = try await simulatorState(control)
-            say("the dongle is \(state) after 10 s (it would be asleep without the keep-alive)")
+            say("the dongle is \(state) after 8 s (it would be asleep without the keep-alive)")
 
             say(">>> fault 1: the link drops (supervision timeout)")
             try await knob(control, "DropLink", [.string("timeout")])
@@ -100,7 +105,17 @@ final class DemoScript: Sendable {
             try await Task.sleep(for: .seconds(1))
             try await knob(control, "ResumeApplication")
             guard await waitOnline(control, "readings after the recovery") else { return false }
-            try await Task.sleep(for: .seconds(3))
+
+            say(">>> fault 5: rfkill soft-blocks the controller (airplane mode): the adapter powers off, the link drops")
+            let unblocks = rfkillUnblocks()
+            let blocked = ContinuousClock.now
+            try await knob(control, "Rfkill", [.string("soft")])
+            guard await waitFor("Tether clearing the block (rfkill-unblock)", within: .seconds(10), { self.rfkillUnblocks() > unblocks }) else {
+                return false
+            }
+            say("Tether saw the block on rfkill and cleared it \(DurationText.rounded(blocked.duration(to: .now))) later; bluetoothd powers the adapter on again")
+            guard await waitOnline(control, "reconnecting after the unblock") else { return false }
+            try await Task.sleep(for: .seconds(2))
 
             if forever {
                 say("the script is done; everything keeps running. Ctrl-C to stop.")
@@ -151,6 +166,11 @@ final class DemoScript: Sendable {
         ((try? SimulatorEvent.readLog(path: eventLogPath)) ?? []).filter { $0.ev == "disconnect-request" }.count
     }
 
+    /// Unblocks written to the simulator's rfkill (Tether's rfkill-unblock step).
+    private func rfkillUnblocks() -> Int {
+        ((try? SimulatorEvent.readLog(path: eventLogPath)) ?? []).filter { $0.ev == "rfkill" && $0.type == "client" }.count
+    }
+
     /// How many readings are on disk so far.
     private func readingsOnDisk() -> Int {
         let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
@@ -194,6 +214,7 @@ final class DemoScript: Sendable {
         window = "30s"
         window_attempts = 8
         cooldown = "20s"
+        escalate = ["power-cycle", "rfkill-unblock"]
 
         [readings]
         directory = "\(readingsDirectory)"

@@ -22,6 +22,19 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// The controller leaves and comes back under the other index (a USB
     /// reset): Tether follows it by address.
     case adapterRenumbered = "adapter-renumbered"
+    /// rfkill soft-blocks the controller (airplane mode): the adapter goes
+    /// off; Tether, with `rfkill-unblock`, clears it at once by itself.
+    case rfkillSoft = "rfkill-soft"
+    /// A soft block that something keeps putting back (a desktop's airplane
+    /// mode): re-blocked as soon as Tether clears it, so Tether waits (its
+    /// next round is 30 s away: no loop) until the soak lifts it seconds later.
+    case rfkillSoftHeld = "rfkill-soft-held"
+    /// A brief hard block (a switch): waited out, no unblock, no attempt.
+    case rfkillHard = "rfkill-hard"
+    /// The controller locks up (Powered still true, calls failing or
+    /// hanging, no notifications): Tether's window runs out and its
+    /// `power-cycle` step clears it.
+    case lockup
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

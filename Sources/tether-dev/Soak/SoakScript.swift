@@ -14,6 +14,8 @@ final class SoakScript: @unchecked Sendable {
     let notifyRate: Double
     let seed: UInt64
     let keepFiles: Bool
+    /// The faults to draw from (empty: all of them).
+    let only: Set<SoakFault>
     let directory: URL
     let started = ContinuousClock.now
     private var random: SplitMix64
@@ -52,7 +54,8 @@ final class SoakScript: @unchecked Sendable {
         var samples: [(at: ContinuousClock.Instant, rssKiB: Int, fds: Int)] = []
     }
 
-    init(duration: Duration, notifyRate: Double, seed: UInt64, keepFiles: Bool) throws {
+    init(duration: Duration, notifyRate: Double, seed: UInt64, keepFiles: Bool, only: Set<SoakFault> = []) throws {
+        self.only = only
         self.duration = duration
         self.notifyRate = notifyRate
         self.seed = seed
@@ -65,6 +68,8 @@ final class SoakScript: @unchecked Sendable {
     private var readingsDirectory: String { directory.appendingPathComponent("readings").path }
     private var eventLogPath: String { directory.appendingPathComponent("simulator.jsonl").path }
     private var daemonLogPath: String { directory.appendingPathComponent("daemon.log").path }
+    /// The simulator's rfkill (`simulate --rfkill`), which the daemon reads.
+    private var rfkillDirectory: String { directory.appendingPathComponent("rfkill").path }
 
     func say(_ text: String) {
         let elapsed = started.duration(to: .now)
@@ -96,7 +101,7 @@ final class SoakScript: @unchecked Sendable {
         bus = busDaemon
         simulatorProcess = try ChildProcess(executable: devTool, arguments: [
             "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "\(notifyRate)",
-            "--event-log", eventLogPath,
+            "--event-log", eventLogPath, "--rfkill", rfkillDirectory,
         ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
         let control = SimulatorRemote(bus: try await Bus.connect(address: busDaemon.address))
         remote = control
@@ -161,7 +166,7 @@ final class SoakScript: @unchecked Sendable {
         window = "30s"
         window_attempts = \(Self.windowAttempts)
         cooldown = "10s"
-        escalate = ["power-cycle"]
+        escalate = ["power-cycle", "rfkill-unblock"]
 
         [readings]
         directory = "\(readingsDirectory)"
@@ -173,6 +178,8 @@ final class SoakScript: @unchecked Sendable {
     private func startDaemon() throws {
         var environment = ProcessInfo.processInfo.environment
         environment["DBUS_SYSTEM_BUS_ADDRESS"] = bus?.address ?? ""
+        environment["TETHER_RFKILL_DEVICE"] = rfkillDirectory + "/rfkill"
+        environment["TETHER_RFKILL_SYSFS"] = rfkillDirectory + "/class-rfkill"
         let process = try ChildProcess(
             executable: tether, arguments: ["run", "--config", configPath], environment: environment,
             stderrPath: daemonLogPath
@@ -202,7 +209,9 @@ final class SoakScript: @unchecked Sendable {
                 killTimes.removeFirst()
                 fault = .killDaemon
             } else {
-                let candidates = SoakFault.allCases.filter { $0 != .killDaemon && ($0 != .diskFull || diskFullUsable) }
+                let candidates = SoakFault.allCases.filter {
+                    $0 != .killDaemon && ($0 != .diskFull || diskFullUsable) && (only.isEmpty || only.contains($0))
+                }
                 guard let pick = candidates.randomElement(using: &random) else { continue }
                 fault = pick
             }
@@ -211,15 +220,32 @@ final class SoakScript: @unchecked Sendable {
             // Recovery counts from the end of the fault (an adapter kept off
             // for 2 s cannot recover sooner).
             let injected = ContinuousClock.now
-            guard let online = await waitOnline(within: .seconds(60)) else {
-                violations.append("no recovery within 60 s after \(fault.rawValue)")
-                say("VIOLATION: not online 60 s after \(fault.rawValue)")
+            // A lockup is only seen as failing attempts: the window (30 s)
+            // runs out before the power cycle (47.5 s in a run of seed 7).
+            let limit: Duration = fault == .lockup ? .seconds(90) : .seconds(60)
+            guard let online = await waitOnline(within: limit) else {
+                violations.append("no recovery within \(DurationText.rounded(limit)) after \(fault.rawValue)")
+                say("VIOLATION: not online \(DurationText.rounded(limit)) after \(fault.rawValue)")
+                if fault == .lockup { try await checkLockupCleared() }
                 continue
             }
             let took = injected.duration(to: online)
             recoveries.append(took)
             say("\(fault.rawValue): online again after \(DurationText.rounded(took))")
+            if fault == .lockup { try await checkLockupCleared() }
         }
+    }
+
+    /// After a lockup: Tether's power-cycle step must have ended it.
+    private func checkLockupCleared() async throws {
+        let cleared = simulatorEvents().last { $0.ev == "controller-lockup" }
+        guard cleared?.on == false else {
+            violations.append("the controller lockup was not cleared by a power cycle")
+            say("VIOLATION: still locked up; the soak ends the lockup itself")
+            try await remote?.knob("Lockup", [.boolean(false), .boolean(true)])
+            return
+        }
+        say("lockup: cleared by \(cleared?.reason ?? "?")")
     }
 
     private func inject(_ fault: SoakFault) async throws {
@@ -302,6 +328,56 @@ final class SoakScript: @unchecked Sendable {
             try await remote.knob("RemoveAdapter")
             try await Task.sleep(for: .milliseconds(away))
             try await remote.knob("AddAdapter", [.string("hci\(adapterIndex)"), .string(SimulatorOptions().adapterAddress)])
+        case .rfkillSoft:
+            say("rfkill soft block (airplane mode); Tether clears it with rfkill-unblock")
+            let writes = rfkillUnblockWrites()
+            let blocked = ContinuousClock.now
+            try await remote.knob("Rfkill", [.string("soft")])
+            if await waitFor(.seconds(5), { self.rfkillUnblockWrites() > writes }) {
+                say("rfkill-soft: Tether unblocked it \(DurationText.rounded(blocked.duration(to: .now))) after the block")
+            } else {
+                violations.append("a soft block not cleared by Tether's rfkill-unblock within 5 s")
+                say("VIOLATION: the soft block is still there 5 s later; the soak lifts it")
+                try await remote.knob("Rfkill", [.string("none")])
+            }
+        case .rfkillSoftHeld:
+            let hold = Int.random(in: 2000...5000, using: &random)
+            say("rfkill soft block held for \(hold) ms by another program (blocked again at once after an unblock)")
+            let writes = rfkillUnblockWrites()
+            try await remote.knob("Rfkill", [.string("soft-held")])
+            try await Task.sleep(for: .milliseconds(hold))
+            // One round at once, the next no sooner than 30 s: no loop.
+            let unblocks = rfkillUnblockWrites() - writes
+            if unblocks != 1 {
+                violations.append("Tether wrote \(unblocks) unblocks during a held soft block of \(hold) ms (one round, the next 30 s later)")
+                say("VIOLATION: \(unblocks) unblocks while the block was held")
+            }
+            say("the soak lifts the soft block")
+            try await remote.knob("Rfkill", [.string("none")])
+        case .rfkillHard:
+            let hold = Int.random(in: 1000...3000, using: &random)
+            say("rfkill hard block for \(hold) ms")
+            let writes = rfkillUnblockWrites()
+            try await remote.knob("Rfkill", [.string("hard")])
+            try await Task.sleep(for: .milliseconds(hold))
+            try await remote.knob("Rfkill", [.string("none")])
+            let events = simulatorEvents()
+            if rfkillUnblockWrites() > writes {
+                violations.append("Tether wrote an rfkill unblock during a hard block")
+                say("VIOLATION: an unblock during the hard block")
+            }
+            // No attempt while it lasts (one may race the power-off, a known limit).
+            if let start = events.last(where: { $0.ev == "rfkill" && $0.reason == "hard" })?.t,
+               let end = events.last(where: { $0.ev == "rfkill" && $0.reason == "none" })?.t {
+                let attempts = events.filter { $0.ev == "connect-request" && $0.t > start + 500 && $0.t < end }.count
+                if attempts > 0 {
+                    violations.append("\(attempts) connect attempts during a hard block")
+                    say("VIOLATION: \(attempts) connect attempts during the hard block")
+                }
+            }
+        case .lockup:
+            say("the controller locks up (calls fail or hang, Powered stays true) until a power cycle")
+            try await remote.knob("Lockup", [.boolean(true), .boolean(true)])
         case .diskFull:
             let seconds = Int.random(in: 3...6, using: &random)
             say("the readings disk is full for \(seconds) s")
@@ -309,6 +385,16 @@ final class SoakScript: @unchecked Sendable {
             try await Task.sleep(for: .seconds(seconds))
             unlink(directory.appendingPathComponent("readings/filler").path)
         }
+    }
+
+    /// The simulator's event log so far.
+    private func simulatorEvents() -> [SimulatorEvent] {
+        (try? SimulatorEvent.readLog(path: eventLogPath)) ?? []
+    }
+
+    /// Unblocks the daemon wrote to the simulator's rfkill (its rfkill-unblock step).
+    private func rfkillUnblockWrites() -> Int {
+        simulatorEvents().filter { $0.ev == "rfkill" && $0.type == "client" }.count
     }
 
     /// Device1.Disconnect calls the simulator has seen (the daemon dropping a link).

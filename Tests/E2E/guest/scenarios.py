@@ -659,18 +659,27 @@ def rfkill_soft_block(stack):
         problems.append(f"status adapter_problem: {stack.tether_status().get('adapter_problem')!r}")
     if not wait_until(lambda: labelled_metric("tether_adapter_rfkill_blocked", 'kind="soft"') == 1, 5):
         problems.append("tether_adapter_rfkill_blocked{kind=\"soft\"} not 1")
-    # Lifted before the dongle's idle-sleep deadline (SLEEP_AFTER), counted
-    # from the drop the block caused: a dongle left alone longer falls asleep
-    # and no central can wake it (the premise of the whole project).
-    time.sleep(max(0.0, SLEEP_AFTER - 3 - (time.monotonic() - blocked)))
+    # Lifted well before the dongle's idle-sleep deadline (SLEEP_AFTER from
+    # its last poll, up to KEEPALIVE before the block): a dongle left alone
+    # longer falls asleep and no central can wake it (the premise of the
+    # whole project). Seen: lifted 5 s after the block, asleep before the
+    # link was back.
+    time.sleep(max(0.0, 2.5 - (time.monotonic() - blocked)))
     figures["state_while_blocked"] = stack.tether_status().get("state")
     if figures["state_while_blocked"] != "waiting-for-adapter":
         problems.append(f"state while blocked: {figures['state_while_blocked']}")
     if stack.tether_log.matching(r"escalating|event=attempt", blocked):
         problems.append("steps or attempts while blocked without rfkill-unblock")
     lifted = time.monotonic()
+    figures["blocked_for_s"] = round(lifted - blocked, 2)
     soft.write_text("0")
     online = stack.state_line("online", 60, lifted)
+    if online is None and any(e["event"] == "sleep" for e in dongle_events(blocked)):
+        # The checks above outlasted the dongle's deadline: physics, not
+        # Tether. Wake it and measure from there.
+        figures["dongle_slept"] = "yes"
+        stack.dongle.command("wake")
+        online = stack.state_line("online", 60, lifted)
     if online is None:
         return False, figures, "; ".join(problems + ["not online within 60 s of the operator's unblock"])
     figures["online_after_operator_unblock_s"] = round(online[0] - lifted, 2)

@@ -187,9 +187,13 @@ extension Supervisor {
         var removedStaleDevice = false
         /// The last operation id handed out (connect, subscribe, poll).
         var operations = 0
-        /// Adapter recovery rounds that did not bring the adapter back since
-        /// it was last usable: they pace the next round.
+        /// Adapter recovery rounds started since the adapter last stayed
+        /// usable for `adapterRecoveryDelay`: they pace the next round, so a
+        /// program that blocks the radio again as soon as Tether unblocks
+        /// it meets one unblock per paced round, not a tug of war.
         var adapterRecoveries = 0
+        /// Since when the adapter is usable (nil while it is not).
+        var adapterUsableSince: Duration?
     }
 
     /// Effects asked for and not yet answered, whatever the state: the

@@ -210,6 +210,7 @@ public struct Supervisor: Sendable {
         // re-evaluated when the step finishes.
         if case .escalating = current { return }
         if !new.adapterUsable {
+            adapterBecameUnusable()
             switch current {
             case .waitingForAdapter: return considerAdapterRecovery()
             case .waitingForBluez: break
@@ -219,6 +220,7 @@ public struct Supervisor: Sendable {
             enter(.waitingForAdapter(offByEscalation: false), adapterProblem)
             return considerAdapterRecovery()
         }
+        if history.adapterUsableSince == nil { history.adapterUsableSince = now }
 
         switch current {
         case .waitingForBluez:
@@ -227,7 +229,7 @@ public struct Supervisor: Sendable {
         case .waitingForAdapter:
             cancelTimer(.powerOn)
             cancelTimer(.adapterRecovery)
-            history.adapterRecoveries = 0
+            history.adapterUsableSince = now
             attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on")
         case .searching:
             if new.devicePresent {
@@ -733,14 +735,24 @@ public struct Supervisor: Sendable {
         startTimer(.adapterRecovery, after: recoveryDelay)
     }
 
-    private mutating func runRecovery(_ steps: [EscalationStep]) {
+    /// Runs the first of `steps`; `continuing`: the next step of a round.
+    private mutating func runRecovery(_ steps: [EscalationStep], continuing: Bool = false) {
         guard let step = steps.first else { return }
+        if !continuing { history.adapterRecoveries += 1 }
         let escalation = Escalation(purpose: .adapterRecovery, step: step, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(adapterProblem); \(step.rawValue)")
         actions.append(.escalate(step))
     }
 
-    /// The pause before the next round, after `history.adapterRecoveries` failed ones.
+    /// The adapter is unusable now: if it had stayed usable long enough, the
+    /// rounds before count no more.
+    private mutating func adapterBecameUnusable() {
+        guard let since = history.adapterUsableSince else { return }
+        history.adapterUsableSince = nil
+        if now - since >= settings.adapterRecoveryDelay { history.adapterRecoveries = 0 }
+    }
+
+    /// The pause before the next round, after `history.adapterRecoveries` rounds.
     private var recoveryDelay: Duration {
         var delay = settings.adapterRecoveryDelay
         for _ in 1..<max(history.adapterRecoveries, 1) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
@@ -749,18 +761,17 @@ public struct Supervisor: Sendable {
 
     private mutating func recoveryStepFinished(_ escalation: Escalation) {
         if observation.adapterUsable {
-            history.adapterRecoveries = 0
+            history.adapterUsableSince = now
             return attemptOrSearch(window: Window(start: now), cause: "\(escalation.step.rawValue) brought the adapter back")
         }
         let applicable = recoverySteps
         let next = escalation.remaining.filter(applicable.contains)
-        if !next.isEmpty, !escalation.reconnectRequested { return runRecovery(next) }
+        if !next.isEmpty, !escalation.reconnectRequested { return runRecovery(next, continuing: true) }
         if applicable.isEmpty, observation.adapterPresent, !observation.adapterPowered, observation.radioBlock == .none {
             // Back, but off (a controller re-probed by a USB step comes back
             // unpowered unless bluetoothd's AutoEnable is on).
             return adapterUnusableAfter(escalation.step)
         }
-        history.adapterRecoveries += 1
         enter(.waitingForAdapter(offByEscalation: false), "\(adapterProblem) after \(escalation.step.rawValue)")
         guard !applicable.isEmpty else { return }
         let delay = recoveryDelay

@@ -217,3 +217,49 @@ import Testing
         #expect(link.log.contains { $0.action == .escalate(.hciReset) })
     }
 }
+
+@Suite struct AdapterRecoveryPaceTests {
+    @Test func aBlockPutBackAtOnceAfterTetherLiftedItMeetsOneUnblockPerPacedRound() {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.rfkillUnblock]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(1))
+        #expect(link.state == .online)
+        // Another program blocks the radio again right after each unblock.
+        var unblocks: [Duration] = []
+        for _ in 0..<200 {
+            link.observe(AdapterRecoveryTests.blockedSoft)
+            if let last = link.log.last(where: { $0.action == .escalate(.rfkillUnblock) })?.time, unblocks.last != last {
+                unblocks.append(last)
+                link.observe(VirtualLink.down)
+                link.send(.escalationFinished(.rfkillUnblock, .success(())))
+            }
+            link.advance(by: .seconds(5))
+            if link.now > .seconds(1800) { break }
+        }
+        // 30 s, 60 s, 120 s, … apart: 6 in half an hour, not hundreds.
+        #expect(unblocks.count >= 4 && unblocks.count <= 7, "\(unblocks)")
+        for (index, pair) in zip(unblocks, unblocks.dropFirst()).enumerated() {
+            #expect(pair.1 - pair.0 >= .seconds(30) * (1 << index) - .seconds(5), "\(unblocks)")
+        }
+    }
+
+    @Test func roundsCountNoMoreOnceTheAdapterStayedUsable() {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.rfkillUnblock]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(1))
+        for _ in 0..<3 {
+            link.observe(AdapterRecoveryTests.blockedSoft)
+            #expect(link.state == .escalating)  // at once, every time
+            link.observe(VirtualLink.down)
+            link.send(.escalationFinished(.rfkillUnblock, .success(())))
+            link.advance(by: .seconds(60))
+            #expect(link.state == .online)
+        }
+    }
+}

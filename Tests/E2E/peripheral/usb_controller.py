@@ -111,6 +111,10 @@ def say(text):
     print(text, flush=True)
 
 
+def plain(address):
+    return None if address is None else str(address).split("/")[0]  # Bumble adds "/P"
+
+
 class Gadget:
     """The configfs gadget and its FunctionFS mount; `udc` is the UDC it
     binds to (dummy_hcd's)."""
@@ -323,7 +327,7 @@ class Bridge:
                                              public_address=self.address)
         self.enabled = True
         self.enabled_event.set()
-        say(f"enabled {self.generation} {self.address}")
+        say(f"enabled {self.counts['enables']} {plain(self.address)}")
 
     def disable(self):
         if self.controller is not None:
@@ -383,8 +387,7 @@ class Bridge:
     # ---------------------------------------------------------- faults
     def status(self):
         return {"attached": self.gadget.attached(), "enabled": self.enabled, "suspended": self.suspended,
-                "answering": self.answering, "address": str(self.address),
-                "next_address": None if self.next_address is None else str(self.next_address),
+                "answering": self.answering, "address": plain(self.address), "next_address": plain(self.next_address),
                 "ignore_resets": self.ignore_resets, "generation": self.generation, **self.counts}
 
     def stop_answering(self):
@@ -395,7 +398,7 @@ class Bridge:
 
     def new_address(self, text):
         self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
-        return {"next_address": str(self.next_address)}
+        return {"next_address": plain(self.next_address)}
 
     def drop_off_bus(self):
         was = self.gadget.attached()

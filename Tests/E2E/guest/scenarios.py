@@ -1389,13 +1389,15 @@ def usb_faults(stack):
         if index is None:
             return False, figures, "no USB controller (usb-stack-up failed?)"
         # 1. Wedged: commands unanswered until a USB reset.
+        pattern = rf"hci{index}: command 0x\w+ tx timeout"
+        seen = len(kernel_log(pattern))  # the index may have timed out before, as another controller
         usb_command("stop-answering")
         wedged = time.monotonic()
         try:
             subprocess.run(["hcitool", "-i", f"hci{index}", "cmd", "0x03", "0x0014"], capture_output=True, timeout=5)
         except subprocess.TimeoutExpired:
             pass
-        timeout = wait_until(lambda: kernel_log(rf"hci{index}: command 0x\w+ tx timeout"), 15)
+        timeout = wait_until(lambda: kernel_log(pattern)[seen:], 15)
         if not timeout:
             problems.append(f"no tx timeout logged for hci{index}")
         else:
@@ -1438,15 +1440,18 @@ def usb_faults(stack):
         # 4. A first initialisation that fails, and a USB reset.
         stack.guest.stop("usb-controller")
         wait_until(lambda: not usb_controllers(), 20)
+        pattern = r"hci(\d+): Opcode 0x0c03 failed"
+        seen = len(kernel_log(pattern))  # vhci controllers failed so before
         started = time.monotonic()
         start_usb_bridge(stack, "--ignore-first-reset")
-        failed = wait_until(lambda: [(i, line) for i in usb_controllers()
-                                     for line in kernel_log(rf"hci{i}: Opcode 0x0c03 failed")
-                                     if usb_controllers()[i]["driver"] == "btusb"], 40)
+        failed = wait_until(lambda: [(int(re.search(pattern, line).group(1)), line)
+                                     for line in kernel_log(pattern)[seen:]], 40)
         if not failed:
             problems.append("the kernel did not give up on the first HCI_Reset within 40 s")
         else:
             failing = failed[-1][0]
+            if usb_controllers().get(failing, {}).get("driver") != "btusb":
+                problems.append(f"hci{failing} failed its initialisation, but it is not the USB controller")
             figures["init_failed_s"] = round(time.monotonic() - started, 1)
             figures["init_failed_kernel"] = failed[-1][1].split("] ", 1)[-1]
             if USB_ADDRESS in bluetoothctl_list():
@@ -1627,6 +1632,11 @@ def main():
                     break
     finally:
         stack.guest.stop_all()
+        try:  # the kernel's side of it all (USB, btusb, hciN)
+            (OUT / "kernel.log").write_text(subprocess.run(["dmesg"], capture_output=True, text=True,
+                                                           timeout=20).stdout)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
         (OUT / "results.json").write_text(json.dumps({"guest_seconds": round(time.monotonic(), 1),
                                                       "setup": {"tries": stack.setup_tries,
                                                                 "faults": stack.setup_faults},

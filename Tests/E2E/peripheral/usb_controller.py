@@ -347,7 +347,10 @@ class Bridge:
 
     def on_command(self, data):
         self.counts["commands"] += 1
-        opcode = struct.unpack_from("<H", data)[0] if len(data) >= 2 else None
+        if len(data) < 3:
+            say(f"a control request too short for an HCI command: {data.hex()}")
+            return
+        opcode = struct.unpack_from("<H", data)[0]
         if self.controller is None or not self.answering:
             self.counts["ignored"] += 1
             say(f"command {opcode:#06x} ignored" + ("" if self.controller else " (no controller)"))

@@ -1316,7 +1316,7 @@ def start_usb_bridge(stack, *options):
         PYTHON, str(ROOT / "Tests/E2E/peripheral/usb_controller.py"), "--address", USB_ADDRESS,
         "--control", str(USB_DONGLE_CONTROL), "--usb-control", str(USB_CONTROL),
         "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
-        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(OUT / "usb-events.jsonl"), *options],
+        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(OUT / "usb-events.jsonl"), "--trace", *options],
         watch=True)
     ready = stack.guest.watches[name].wait_for(r"^ready (\S+) (\S+)", 60, since)
     if ready is None:

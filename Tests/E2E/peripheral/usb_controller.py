@@ -90,10 +90,15 @@ def endpoint(address, attributes, max_packet, interval):
 
 # ep1: interrupt IN (events), ep2: bulk IN (ACL to the host), ep3: bulk OUT
 # (ACL from the host); FunctionFS names the files by the descriptors' order.
+# The interrupt endpoint takes 512 bytes at high speed (dummy_hcd's speed),
+# so that every event (at most 257 bytes) is one short packet: with 16, as
+# real dongles have, an event of exactly 16 bytes (Read Local Extended
+# Features' Command Complete) never reached btusb over dummy_hcd and the
+# kernel's initialisation timed out on it (make e2e, 6.1.0-56).
 INT_IN, BULK_IN, BULK_OUT = 0x81, 0x82, 0x03
-FULL_SPEED = [interface(3), endpoint(INT_IN, 0x03, 16, 1), endpoint(BULK_IN, 0x02, 64, 0),
+FULL_SPEED = [interface(3), endpoint(INT_IN, 0x03, 64, 1), endpoint(BULK_IN, 0x02, 64, 0),
               endpoint(BULK_OUT, 0x02, 64, 0)]
-HIGH_SPEED = [interface(3), endpoint(INT_IN, 0x03, 16, 4), endpoint(BULK_IN, 0x02, 512, 0),
+HIGH_SPEED = [interface(3), endpoint(INT_IN, 0x03, 512, 4), endpoint(BULK_IN, 0x02, 512, 0),
               endpoint(BULK_OUT, 0x02, 512, 0)]
 
 
@@ -218,6 +223,7 @@ class Bridge:
         self.acl_out = queue.Queue()
         self.acl_buffer = b""
         self.enabled_event = asyncio.Event()
+        self.trace = False  # a line per command and per event written
 
     def start_threads(self):
         for target, name in [(self.ep0_loop, "ep0"), (self.writer, "ep1"), (self.writer, "ep2"),
@@ -273,6 +279,8 @@ class Bridge:
                 continue  # from before a reset
             try:
                 os.write(fd, packet)
+                if self.trace and name == "ep1":
+                    self.later(say, f"event {packet[:1].hex()} ({len(packet)} bytes) written")
             except OSError as error:  # ESHUTDOWN: disabled under it
                 self.counts["write_errors"] += 1
                 self.later(say, f"{name} write failed: {error}")
@@ -360,6 +368,8 @@ class Bridge:
             self.counts["ignored"] += 1
             say("reset ignored")
             return
+        if self.trace:
+            say(f"command {opcode:#06x} ({len(data)} bytes)")
         try:
             self.controller.on_packet(bytes([HCI_COMMAND]) + data)
         except Exception as error:  # noqa: BLE001 - a bad command must not end the bridge
@@ -472,6 +482,7 @@ async def main(options):
     gadget = Gadget(options.ffs_dir, options.vendor, options.product)
     gadget.create()
     bridge = Bridge(air, gadget, Address(options.address, Address.PUBLIC_DEVICE_ADDRESS), options.ignore_first_reset)
+    bridge.trace = options.trace
     quit_event = air.control.quit  # `quit` on either socket
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
@@ -507,6 +518,7 @@ def parse(argv):
     parser.add_argument("--usb-control", required=True, help="the bridge's control socket")
     parser.add_argument("--ignore-first-reset", action="store_true",
                         help="leave the first enumeration's HCI_Reset unanswered")
+    parser.add_argument("--trace", action="store_true", help="a line per HCI command and per event written")
     parser.add_argument("--ffs-dir", default="/run/tether-ffs", help="where FunctionFS is mounted")
     parser.add_argument("--vendor", type=lambda text: int(text, 0), default=0x1D6B,
                         help="idVendor (default 0x1d6b, the Linux Foundation's)")

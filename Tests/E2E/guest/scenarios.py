@@ -1393,16 +1393,17 @@ def usb_faults(stack):
         seen = len(kernel_log(pattern))  # the index may have timed out before, as another controller
         usb_command("stop-answering")
         wedged = time.monotonic()
-        try:
-            subprocess.run(["hcitool", "-i", f"hci{index}", "cmd", "0x03", "0x0014"], capture_output=True, timeout=5)
-        except subprocess.TimeoutExpired:
-            pass
-        timeout = wait_until(lambda: kernel_log(pattern)[seen:], 15)
+        # Read Local Name, which will not be answered (hcitool waits for it: left running).
+        asking = subprocess.Popen(["hcitool", "-i", f"hci{index}", "cmd", "0x03", "0x0014"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        timeout = wait_until(lambda: kernel_log(pattern)[seen:], 15, step=0.1)
+        asking.kill()
+        asking.wait()
         if not timeout:
             problems.append(f"no tx timeout logged for hci{index}")
         else:
             figures["tx_timeout_s"] = round(time.monotonic() - wedged, 1)
-            figures["kernel"] = timeout[-1].split("] ", 1)[-1]
+            figures["kernel"] = timeout[0].split("] ", 1)[-1]
         reset = time.monotonic()
         usb_reset(usb_controllers()[index]["node"])
         again, figures["reset_back_s"] = usb_back(USB_ADDRESS, reset)

@@ -24,8 +24,9 @@ one JSON line back, as the dongle's):
                            (the kernel logs "hciN: command 0x.... tx timeout")
   new-address ADDR         the next enumeration (after a USB reset or a
                            re-attach) comes back with this public address
-  drop-off-bus             the gadget leaves the UDC (writes "" to its UDC
-                           file): the kernel removes the USB device and hciN
+  drop-off-bus [SECONDS]   the gadget leaves the UDC (writes "" to its UDC
+                           file): the kernel removes the USB device and hciN;
+                           with SECONDS, it goes back on after that long
   attach                   the gadget goes back on the UDC (re-enumerated)
   quit
 `--ignore-first-reset`: the HCI_Reset of the first enumeration's
@@ -413,12 +414,15 @@ class Bridge:
         self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
         return {"next_address": plain(self.next_address)}
 
-    def drop_off_bus(self):
+    def drop_off_bus(self, back_after=None):
+        """Off the UDC; back on it after `back_after` seconds if given."""
         was = self.gadget.attached()
         if was:
             self.gadget.detach()
         say("detached")
-        return {"was_attached": was}
+        if back_after is not None:
+            self.loop.call_later(back_after, self.attach)
+        return {"was_attached": was, "back_after": back_after}
 
     def attach(self):
         was = self.gadget.attached()
@@ -431,7 +435,7 @@ class Bridge:
 class BridgeControl:
     """The bridge's control socket: dongle.py's protocol, the bridge's commands."""
 
-    HELP = "status | stop-answering | new-address ADDR | drop-off-bus | attach | quit"
+    HELP = "status | stop-answering | new-address ADDR | drop-off-bus [SECONDS] | attach | quit"
 
     def __init__(self, bridge, quit_event):
         self.bridge, self.quit = bridge, quit_event
@@ -446,8 +450,11 @@ class BridgeControl:
             return bridge.stop_answering()
         if name == "new-address" and len(arguments) == 1:
             return bridge.new_address(arguments[0])
-        if name == "drop-off-bus" and not arguments:
-            return bridge.drop_off_bus()
+        if name == "drop-off-bus" and len(arguments) <= 1:
+            back_after = float(arguments[0]) if arguments else None
+            if back_after is not None and not 0 <= back_after < 3600:
+                raise ValueError(f"drop-off-bus: seconds out of range: {arguments[0]}")
+            return bridge.drop_off_bus(back_after)
         if name == "attach" and not arguments:
             return bridge.attach()
         if name == "quit" and not arguments:

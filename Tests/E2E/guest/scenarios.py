@@ -200,8 +200,11 @@ def run(argv, timeout=30):
 class Dongle:
     """The Bumble dongle's control socket: one JSON reply line per command."""
 
+    def __init__(self, path=CONTROL):
+        self.path = path
+
     def command(self, text):
-        return dongle_command(CONTROL, text)
+        return dongle_command(self.path, text)
 
     def status(self):
         return self.command("status")
@@ -226,6 +229,7 @@ class Stack:
         self.notify_path = "start-notify"
         self.readings = READINGS
         self.pass_started = 0.0
+        self.sent_log = OUT / "dongle-sent.jsonl"  # the dongle's (the USB pass has its own)
         self.setup_tries = 0
         self.setup_faults = []  # what went wrong in set-up before it worked
         # Where the gateway's controller and the dongle's are; `adapter-renumbered` moves them.
@@ -416,9 +420,8 @@ interval = "1s"
         newest = sent[-1]["seq"]
         return wait_until(lambda: newest in self.readings_seqs(), timeout, step=0.1)
 
-    @staticmethod
-    def all_sent():
-        path = OUT / "dongle-sent.jsonl"
+    def all_sent(self):
+        path = self.sent_log
         if not path.exists():
             return []
         records = []
@@ -1391,6 +1394,224 @@ def adapter_renumbered(stack):
     return not problems, figures, "; ".join(problems)
 
 
+# ------------------------------------------------------------ a USB controller
+# peripheral/usb_controller.py: a FunctionFS gadget on dummy_hcd that btusb
+# binds, bridged to Bumble's controller on an air of its own with a dongle.
+
+USB_CONTROL = WORK / "usb.sock"
+USB_DONGLE_CONTROL = WORK / "usb-dongle.sock"
+USB_ADDRESS = "00:AA:01:04:00:01"
+USB_NEW_ADDRESS = "00:AA:01:04:00:03"
+USBDEVFS_RESET = 0x5514  # _IO('U', 20)
+
+
+def usb_controllers():
+    """{hciN index: facts} of the controllers btusb drives: the interface's
+    sysfs path, its USB device, /dev/bus/usb node, vendor:product."""
+    found = {}
+    for entry in Path("/sys/class/bluetooth").glob("hci*"):
+        if not entry.name[3:].isdigit():
+            continue
+        interface = (entry / "device").resolve()
+        driver = (interface / "driver").resolve().name if (interface / "driver").exists() else None
+        device = interface.parent
+        try:
+            bus, number = int((device / "busnum").read_text()), int((device / "devnum").read_text())
+            usb_id = f"{(device / 'idVendor').read_text().strip()}:{(device / 'idProduct').read_text().strip()}"
+        except (OSError, ValueError):
+            continue
+        found[int(entry.name[3:])] = {"interface": str(interface), "driver": driver, "usb_device": str(device),
+                                      "node": f"/dev/bus/usb/{bus:03d}/{number:03d}", "usb_id": usb_id}
+    return found
+
+
+def usb_index(address):
+    """The btusb hciN whose controller has `address` (initialised), or None."""
+    for index, facts in usb_controllers().items():
+        if facts["driver"] == "btusb" and controller_address(index) == address:
+            return index
+    return None
+
+
+def usb_reset(node):
+    """USBDEVFS_RESET on the USB device node, as an operator's tool would."""
+    import fcntl
+    fd = os.open(node, os.O_WRONLY)
+    try:
+        fcntl.ioctl(fd, USBDEVFS_RESET, 0)
+    finally:
+        os.close(fd)
+
+
+def usb_command(text):
+    return dongle_command(USB_CONTROL, text)
+
+
+def start_usb_bridge(stack, *options):
+    """usb_controller.py; its dongle's address once the gadget is on the bus."""
+    name = "usb-controller"
+    stack.guest.stop(name)
+    since = time.monotonic()
+    process = stack.guest.start(name, [
+        PYTHON, str(ROOT / "Tests/E2E/peripheral/usb_controller.py"), "--address", USB_ADDRESS,
+        "--control", str(USB_DONGLE_CONTROL), "--usb-control", str(USB_CONTROL),
+        "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
+        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(OUT / "usb-events.jsonl"), "--trace", *options],
+        watch=True)
+    ready = stack.guest.watches[name].wait_for(r"^ready (\S+) (\S+)", 60, since)
+    if ready is None:
+        raise SetupFailure(f"usb_controller.py did not start (exit {process.poll()}); see {name}.log")
+    return ready[1].group(2).split("/")[0].upper()
+
+
+def usb_stack_up(stack):
+    """The USB pass begins: the run's Tether stops, the bridge starts, btusb
+    binds the gadget and the kernel initialises the controller; the stack
+    check proves it is on USB (hciN's device is a USB interface, driver
+    btusb, its parent a USB device with a /dev/bus/usb node) and that
+    bluetoothd lists it. Then Tether starts, on that controller by its
+    address (adapter=), for the dongle on its air: online and a reading."""
+    stack.guest.stop("tether")
+    stack.dongle = Dongle(USB_DONGLE_CONTROL)
+    stack.sent_log = OUT / "usb-sent.jsonl"
+    stack.readings = WORK / "readings-usb"
+    stack.notify_path = "start-notify"
+    stack.loss_windows = []
+    stack.pass_started = time.monotonic()
+    started = time.monotonic()
+    stack.usb_dongle = start_usb_bridge(stack)
+    index = wait_until(lambda: usb_index(USB_ADDRESS), 40, step=0.5)
+    if index is None:
+        raise SetupFailure(f"no btusb controller with {USB_ADDRESS} within 40 s: {usb_controllers()}; "
+                           f"kernel: {' | '.join(kernel_log(r'Bluetooth: hci|usb 1-|btusb')[-4:])}")
+    facts = usb_controllers()[index]
+    figures = {"controller": f"hci{index}", "up_s": round(time.monotonic() - started, 1), "driver": facts["driver"],
+               "usb_id": facts["usb_id"], "interface": facts["interface"].removeprefix("/sys/devices/"),
+               "node": facts["node"]}
+    problems = []
+    if "/usb" not in facts["interface"] or facts["driver"] != "btusb" or not Path(facts["node"]).exists():
+        problems.append(f"not a USB controller bound to btusb: {facts}")
+    if not wait_until(lambda: USB_ADDRESS in bluetoothctl_list(), 20, step=1):
+        raise SetupFailure(f"bluetoothd did not list the USB controller {USB_ADDRESS}")
+    wait_until(lambda: "Powered: yes" in subprocess.run(["bluetoothctl", "show", USB_ADDRESS], capture_output=True,
+                                                         text=True, timeout=15).stdout, 20, step=0.5)
+    tether_started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS)
+    online = stack.state_line("online", 90, tether_started)
+    if online is None:
+        return False, figures, f"not online through the USB controller: {attempt_summary(stack, tether_started)}"
+    figures["online_s"] = round(online[0] - tether_started, 1)
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("online through the USB controller, but no reading on disk")
+    else:
+        figures["first_reading_s"] = round(reading - tether_started, 1)
+    return not problems, figures, "; ".join(problems)
+
+
+def usb_back(address, since, timeout=40):
+    """(index, seconds) once a btusb controller with `address` is initialised again."""
+    index = wait_until(lambda: usb_index(address), timeout, step=0.25)
+    return index, (round(time.monotonic() - since, 1) if index is not None else None)
+
+
+def usb_faults(stack):
+    """The bridge's faults, checked on the kernel (Tether stopped): a wedged
+    controller (stop-answering: the kernel logs "command 0x.... tx
+    timeout") that a USB reset (USBDEVFS_RESET) brings back answering; a new
+    address after a reset; off the bus and back; and a bridge started with
+    --ignore-first-reset (the kernel's "Opcode 0x0c03 failed: -110", never
+    announced to bluetoothd) that a USB reset brings up. Ends the USB pass:
+    the bridge stops, the stack is as the btvirt scenarios left it."""
+    figures, problems = {}, []
+    try:
+        stack.guest.stop("tether")
+        index = usb_index(USB_ADDRESS)
+        if index is None:
+            return False, figures, "no USB controller (usb-stack-up failed?)"
+        # 1. Wedged: commands unanswered until a USB reset.
+        pattern = rf"hci{index}: command 0x\w+ tx timeout"
+        seen = len(kernel_log(pattern))  # the index may have timed out before, as another controller
+        usb_command("stop-answering")
+        wedged = time.monotonic()
+        # Read Local Name, which will not be answered (hcitool waits for it: left running).
+        asking = subprocess.Popen(["hcitool", "-i", f"hci{index}", "cmd", "0x03", "0x0014"],
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        timeout = wait_until(lambda: kernel_log(pattern)[seen:], 15, step=0.1)
+        asking.kill()
+        asking.wait()
+        if not timeout:
+            problems.append(f"no tx timeout logged for hci{index}")
+        else:
+            figures["tx_timeout_s"] = round(time.monotonic() - wedged, 1)
+            figures["kernel"] = timeout[0].split("] ", 1)[-1]
+        reset = time.monotonic()
+        usb_reset(usb_controllers()[index]["node"])
+        again, figures["reset_back_s"] = usb_back(USB_ADDRESS, reset)
+        figures["after_reset"] = f"hci{again}" if again is not None else None
+        if again is None:
+            return False, figures, "not back after the USB reset"
+        if not usb_command("status")["answering"]:
+            problems.append("still not answering after the USB reset")
+        # 2. A new address after the next reset, then the old one again.
+        usb_command(f"new-address {USB_NEW_ADDRESS}")
+        reset = time.monotonic()
+        usb_reset(usb_controllers()[again]["node"])
+        moved, figures["new_address_s"] = usb_back(USB_NEW_ADDRESS, reset)
+        if moved is None:
+            problems.append(f"no controller with {USB_NEW_ADDRESS} after the reset")
+        else:
+            figures["new_address_as"] = f"hci{moved}"
+            usb_command(f"new-address {USB_ADDRESS}")
+            usb_reset(usb_controllers()[moved]["node"])
+            again, _ = usb_back(USB_ADDRESS, time.monotonic())
+            if again is None:
+                problems.append(f"no controller with {USB_ADDRESS} after a reset back")
+        # 3. Off the bus and back.
+        usb_command("drop-off-bus")
+        dropped = time.monotonic()
+        if not wait_until(lambda: not any(f["driver"] == "btusb" for f in usb_controllers().values()), 20):
+            problems.append("a btusb controller still there after drop-off-bus")
+        else:
+            figures["gone_s"] = round(time.monotonic() - dropped, 1)
+        attached = time.monotonic()
+        usb_command("attach")
+        again, figures["attach_back_s"] = usb_back(USB_ADDRESS, attached)
+        if again is None:
+            problems.append("not back after attach")
+        # 4. A first initialisation that fails, and a USB reset.
+        stack.guest.stop("usb-controller")
+        wait_until(lambda: not usb_controllers(), 20)
+        pattern = r"hci(\d+): Opcode 0x0c03 failed"
+        seen = len(kernel_log(pattern))  # vhci controllers failed so before
+        started = time.monotonic()
+        start_usb_bridge(stack, "--ignore-first-reset")
+        failed = wait_until(lambda: [(int(re.search(pattern, line).group(1)), line)
+                                     for line in kernel_log(pattern)[seen:]], 40)
+        if not failed:
+            problems.append("the kernel did not give up on the first HCI_Reset within 40 s")
+        else:
+            failing = failed[-1][0]
+            if usb_controllers().get(failing, {}).get("driver") != "btusb":
+                problems.append(f"hci{failing} failed its initialisation, but it is not the USB controller")
+            figures["init_failed_s"] = round(time.monotonic() - started, 1)
+            figures["init_failed_kernel"] = failed[-1][1].split("] ", 1)[-1]
+            if USB_ADDRESS in bluetoothctl_list():
+                problems.append("bluetoothd lists the controller whose initialisation failed")
+            reset = time.monotonic()
+            usb_reset(usb_controllers()[failing]["node"])
+            again, figures["init_reset_back_s"] = usb_back(USB_ADDRESS, reset)
+            if again is None:
+                problems.append("not initialised after a USB reset")
+            elif not wait_until(lambda: USB_ADDRESS in bluetoothctl_list(), 20, step=1):
+                problems.append("initialised after the USB reset, but bluetoothd does not list it")
+    finally:
+        stack.guest.stop("usb-controller")
+        stack.dongle = Dongle()
+        stack.sent_log = OUT / "dongle-sent.jsonl"
+        stack.readings = READINGS
+    return not problems, figures, "; ".join(problems)
+
+
 def readings_match(stack):
     """Every notification the dongle sent is on disk once, in order; those
     missing must fall inside a fault's window (the link was down, or the
@@ -1496,6 +1717,10 @@ SCENARIOS = [
     ("acquire-readings-match", readings_match),
     ("sleep-and-wake", sleep_and_wake),
     ("adapter-renumbered", adapter_renumbered),
+    ("usb-stack-up", usb_stack_up),
+    ("usb-keep-alive", keep_alive),
+    ("usb-link-drop", link_drop),
+    ("usb-faults", usb_faults),
     ("probe-gatt-interrupted", probe_gatt_interrupted),
     ("probe-vanish", probe_vanish),
 ]
@@ -1504,6 +1729,9 @@ SCENARIOS = [
 # its own connect timeouts, all that a stale object gives on this stack; see
 # docs/): opt-in until Tether handles it, so `make e2e` stays a gate.
 OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
+# The USB pass's frame: its start and its end (which stops the bridge) run
+# whenever any usb-* scenario does.
+USB_FRAME = {"usb-stack-up", "usb-faults"}
 
 
 def main():
@@ -1526,6 +1754,8 @@ def main():
             for name, scenario in SCENARIOS:
                 # Probes (OPT_IN) run only when named in e2e.only.
                 wanted = name in only if only else name not in OPT_IN
+                if name in USB_FRAME and any(n.startswith("usb-") for n in only):
+                    wanted = True
                 if name != "first-connect" and not wanted:
                     continue
                 say(f"scenario {name}")
@@ -1544,6 +1774,11 @@ def main():
                     break
     finally:
         stack.guest.stop_all()
+        try:  # the kernel's side of it all (USB, btusb, hciN)
+            (OUT / "kernel.log").write_text(subprocess.run(["dmesg"], capture_output=True, text=True,
+                                                           timeout=20).stdout)
+        except (OSError, subprocess.TimeoutExpired):
+            pass
         (OUT / "results.json").write_text(json.dumps({"guest_seconds": round(time.monotonic(), 1),
                                                       "setup": {"tries": stack.setup_tries,
                                                                 "faults": stack.setup_faults},

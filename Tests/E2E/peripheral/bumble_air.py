@@ -40,6 +40,17 @@ HCI_VENDOR_PKT = 0xFF
 HCI_PRIMARY = 0x00
 
 
+def leave_air(link, controller, peers):
+    """`controller` leaves the air: the links its peers had to it end as a
+    supervision timeout (0x08) would end them, and nothing reaches it any
+    more. Only the gateway's controller connects to anything here."""
+    for peer in peers:
+        for connection in list(peer.le_connections.values()):
+            peer.on_le_disconnected(connection, 0x08)
+    if controller in link.controllers:
+        link.remove_controller(controller)
+
+
 class Gateway:
     """The gateway's controller on /dev/vhci; plug() and unplug() at will."""
 
@@ -70,71 +81,97 @@ class Gateway:
         end as a supervision timeout (0x08) would end them."""
         if self.transport is None:
             return
-        for peer in peers:  # only the gateway connects to anything on this air
-            for connection in list(peer.le_connections.values()):
-                peer.on_le_disconnected(connection, 0x08)
-        self.link.remove_controller(self.controller)
+        leave_air(self.link, self.controller, peers)
         await self.transport.close()
         self.transport = self.controller = None
 
 
+class Air:
+    """The air and the dongle on it (dongle.py's firmware on an emulated
+    controller), with the dongle's control socket: what bumble_air.py and
+    usb_controller.py share. Gateways join it with FaithfulController(...,
+    link=air.link) and leave it with leave_air(air.link, controller,
+    [air.dongle_controller])."""
+
+    def __init__(self, options):
+        self.options = options
+        self.link = FaithfulLink()
+        self.dongle_controller = FaithfulController("dongle", link=self.link, public_address=options.dongle_address)
+        device = Device.with_hci(options.name, Address.ANY_RANDOM, self.dongle_controller,
+                                 AsyncPipeSink(self.dongle_controller))
+        settings = firmware.Settings(options.name, options.sleep_after, options.advertise_for, options.rate,
+                                     options.first_seq)
+        self.sent_log, self.events = firmware.JsonLines(options.sent_log), firmware.JsonLines(options.event_log)
+        self.dongle = firmware.Dongle(device, settings, self.sent_log, self.events)
+        self.control = firmware.Control(self.dongle)
+        self.server = None
+
+    async def start(self):
+        await self.dongle.start()
+        self.server = await self.control.serve(self.options.control)
+
+    async def close(self):
+        try:
+            await self.dongle.close()
+        finally:
+            if self.server is not None:
+                self.server.close()
+                os.unlink(self.options.control)
+            self.sent_log.close()
+            self.events.close()
+
+    @staticmethod
+    def add_arguments(parser, dongle_address):
+        parser.add_argument("--dongle-address", default=dongle_address)
+        parser.add_argument("--name", default=firmware.Settings.name)
+        parser.add_argument("--sleep-after", type=float, default=firmware.Settings.sleep_after)
+        parser.add_argument("--advertise-for", type=float, default=firmware.Settings.advertise_for)
+        parser.add_argument("--rate", type=float, default=firmware.Settings.rate)
+        parser.add_argument("--first-seq", type=int, default=1)
+        parser.add_argument("--control", required=True, help="the dongle's control socket (dongle.py's protocol)")
+        parser.add_argument("--sent-log")
+        parser.add_argument("--event-log")
+        parser.add_argument("--log-level", default="WARNING")
+
+
 async def main(options):
-    link = FaithfulLink()
-    dongle_controller = FaithfulController("dongle", link=link, public_address=options.dongle_address)
-    device = Device.with_hci(options.name, Address.ANY_RANDOM, dongle_controller, AsyncPipeSink(dongle_controller))
-    settings = firmware.Settings(options.name, options.sleep_after, options.advertise_for, options.rate,
-                                 options.first_seq)
-    sent_log, events = firmware.JsonLines(options.sent_log), firmware.JsonLines(options.event_log)
-    dongle = firmware.Dongle(device, settings, sent_log, events)
-    control = firmware.Control(dongle)
-    gateway = Gateway(link, options.address)
+    air = Air(options)
+    gateway = Gateway(air.link, options.address)
     loop = asyncio.get_running_loop()
     for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, control.quit.set)
+        loop.add_signal_handler(signum, air.control.quit.set)
     changes = asyncio.Queue()
     loop.add_signal_handler(signal.SIGUSR2, changes.put_nowait, "unplug")
     loop.add_signal_handler(signal.SIGHUP, changes.put_nowait, "plug")
-    await dongle.start()
-    server = await control.serve(options.control)
+    await air.start()
     index = await gateway.plug()
-    print(f"ready hci{index} {options.address} {dongle.address}", flush=True)
+    print(f"ready hci{index} {options.address} {air.dongle.address}", flush=True)
 
     async def follow():
         while True:
             change = await changes.get()
             if change == "unplug":
-                await gateway.unplug(peers=[dongle_controller])
+                await gateway.unplug(peers=[air.dongle_controller])
                 print("unplugged", flush=True)
             elif gateway.transport is None:
                 index = await gateway.plug()
-                print(f"ready hci{index} {options.address} {dongle.address}", flush=True)
+                print(f"ready hci{index} {options.address} {air.dongle.address}", flush=True)
 
     follower = asyncio.create_task(follow())
     try:
-        await control.quit.wait()
-        await dongle.close()
+        await air.control.quit.wait()
     finally:
         follower.cancel()
-        server.close()
-        os.unlink(options.control)
-        await gateway.unplug()
-        sent_log.close()
-        events.close()
+        try:
+            await air.close()
+        finally:
+            await gateway.unplug()
 
 
 def parse(argv):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--address", default="00:AA:01:03:00:01", help="the gateway controller's address")
-    parser.add_argument("--dongle-address", default="00:AA:01:03:00:02")
-    parser.add_argument("--name", default=firmware.Settings.name)
-    parser.add_argument("--sleep-after", type=float, default=firmware.Settings.sleep_after)
-    parser.add_argument("--advertise-for", type=float, default=firmware.Settings.advertise_for)
-    parser.add_argument("--rate", type=float, default=firmware.Settings.rate)
-    parser.add_argument("--first-seq", type=int, default=1)
-    parser.add_argument("--control", required=True)
-    parser.add_argument("--sent-log")
-    parser.add_argument("--event-log")
-    parser.add_argument("--log-level", default="WARNING")
+    Air.add_arguments(parser, dongle_address="00:AA:01:03:00:02")
     return parser.parse_args(argv)
 
 

@@ -695,6 +695,110 @@ async def subprocess_run(work, link_air, central):
         transport.server.close()
 
 
+async def usb_bridge_run(work):
+    """usb_controller.py's bridge over pipes standing in for FunctionFS's
+    files: ep0 events and an HCI command's data stage in, events on the
+    interrupt endpoint, ACL on the bulk ones (split across reads), and the
+    faults: the first Reset ignored, stop-answering until a re-enumeration,
+    a new address after one."""
+    import struct
+    import usb_controller as usb
+    options = argparse_namespace(control=os.path.join(work, "usb-dongle.sock"), dongle_address="00:AA:01:04:00:02",
+                                 name=SETTINGS.name, sleep_after=60, advertise_for=60, rate=0, first_seq=1,
+                                 sent_log=None, event_log=None)
+    air = usb.Air(options)
+    await air.start()
+    ep0_in, ep0 = os.pipe()
+    events, ep1 = os.pipe()
+    acl_in, ep2 = os.pipe()
+    ep3, acl_out = os.pipe()
+
+    class Pipes:
+        eps = {"ep1": ep1, "ep2": ep2, "ep3": ep3}
+
+        def attached(self):
+            return True
+
+    gadget = Pipes()
+    gadget.ep0 = ep0_in
+    address = hci.Address("00:AA:01:04:00:01", hci.Address.PUBLIC_DEVICE_ADDRESS)
+    bridge = usb.Bridge(air, gadget, address, ignore_first_reset=True)
+    usb.say = lambda _text: None  # its progress lines
+    bridge.start_threads()
+    loop = asyncio.get_running_loop()
+
+    def ep0_event(kind, request_type=0, length=0):
+        os.write(ep0, struct.pack("<BBHHHB3x", request_type, 0, 0, 0, length, kind))
+
+    def command(opcode, parameters=b""):
+        data = struct.pack("<HB", opcode, len(parameters)) + parameters
+        ep0_event(4, 0x20, len(data))  # SETUP: class, host to device, recipient device
+        os.write(ep0, data)  # the data stage
+
+    async def event(timeout=2):
+        return await asyncio.wait_for(loop.run_in_executor(None, os.read, events, 300), timeout)
+
+    async def completed(opcode):
+        """The Command Complete for `opcode` (other events skipped)."""
+        while True:
+            packet = await event()
+            if packet[:1] == b"\x0e" and struct.unpack_from("<H", packet, 3)[0] == opcode:
+                return packet
+
+    async def settle(condition, what):
+        for _ in range(50):
+            if condition():
+                return
+            await asyncio.sleep(0.02)
+        check(False, what, json.dumps(bridge.status()))
+
+    try:
+        ep0_event(2)  # ENABLE
+        command(0x0C03)
+        await settle(lambda: bridge.counts["ignored"] == 1, "bridge: the first HCI_Reset ignored")
+        command(0x0C03)
+        check(await event() == bytes.fromhex("0e0401030c00"), "bridge: HCI_Reset answered on the interrupt endpoint")
+        command(0x1009)
+        check((await completed(0x1009))[6:12] == bytes(address.address_bytes), "bridge: Read BD_ADDR")
+        command(0x0C01, bytes.fromhex("ffffffffffffff3f"))
+        await completed(0x0C01)
+        command(0x2001, bytes.fromhex("ff0f000000000000"))
+        await completed(0x2001)
+        peer = bytes(hci.Address("00:AA:01:04:00:02").address_bytes)
+        command(0x200D, struct.pack("<HHBB6sBHHHHHH", 0x60, 0x30, 0, 0, peer, 0, 0x18, 0x28, 0, 0x1F4, 0, 0))
+        check((await event())[:1] == b"\x0f", "bridge: LE Create Connection status")
+        complete = await event()
+        check(complete[:1] == b"\x3e" and complete[3] == 0, "bridge: LE Connection Complete", complete.hex())
+        handle = struct.unpack_from("<H", complete, 4)[0]
+        l2cap = struct.pack("<HH", 3, 4) + bytes([0x02, 0x00, 0x02])  # ATT Exchange MTU request
+        acl = struct.pack("<HH", handle, len(l2cap)) + l2cap
+        os.write(acl_out, acl[:5])
+        await asyncio.sleep(0.05)
+        os.write(acl_out, acl[5:])
+        answer = await asyncio.wait_for(loop.run_in_executor(None, os.read, acl_in, 300), 2)
+        check(answer[8:9] == b"\x03", "bridge: ACL both ways (ATT MTU answered on the bulk IN endpoint)", answer.hex())
+        bridge.stop_answering()
+        command(0x1009)
+        await settle(lambda: bridge.counts["ignored"] == 2, "bridge: stop-answering ignores commands")
+        bridge.new_address("00:AA:01:04:00:03")
+        ep0_event(3)  # DISABLE (a USB reset)
+        ep0_event(2)  # ENABLE again
+        await settle(lambda: bridge.counts["enables"] == 2, "bridge: enabled again")
+        await settle(lambda: air.dongle.status()["state"] == "advertising", "bridge: the dongle's link ended with the reset")
+        command(0x1009)
+        check((await completed(0x1009))[6:12] == bytes(hci.Address("00:AA:01:04:00:03").address_bytes),
+              "bridge: answering again after the reset, under the new address")
+    finally:
+        await air.close()
+    passed("usb_controller.py's bridge over pipes: first Reset ignored, commands, events, ACL both ways, "
+           "stop-answering, a reset with a new address")
+
+
+def argparse_namespace(**values):
+    import argparse
+    return argparse.Namespace(**values)
+
+
 async def main():
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="dongle-selftest-") as work:
@@ -702,6 +806,7 @@ async def main():
             rig = InProcess(work)
             await rig.run()
             await subprocess_run(work, rig.air, rig.central)
+            await usb_bridge_run(work)
         except Failure as failure:
             print(f"FAIL {failure}", flush=True)
             return 1

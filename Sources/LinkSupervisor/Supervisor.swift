@@ -354,13 +354,7 @@ public struct Supervisor: Sendable {
         }
         actions.append(.report(.attemptFailed(attempt: window.attempts, error: failure.description)))
         if cancel { actions.append(.disconnect) }
-        if let after = settings.controllerCheckAfterFailures, window.attempts >= after, !window.controllerChecked,
-           !outstanding.controllerCheck
-        {
-            window.controllerChecked = true
-            outstanding.controllerCheck = true
-            actions.append(.checkController)
-        }
+        checkControllerIfDue(&window)
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
         }
@@ -602,12 +596,18 @@ public struct Supervisor: Sendable {
         silenceEvents += 1
         lastError = what
         actions.append(.report(.silence(silentFor: silent, limit: limit, proven: proven)))
-        if let window {
+        if var window {
             // The attempt that brought the link up never carried data: it
             // failed, and its window (still open) goes on.
             actions.append(.report(.attemptFailed(attempt: window.attempts, error: what)))
+            checkControllerIfDue(&window)
+            return forceReconnect(cause: what, window: window)
         }
-        forceReconnect(cause: what, window: window)
+        // A link that carried data fell silent: a hung application, or a
+        // controller that stopped answering (its link layer may keep the
+        // link up in bluetoothd's eyes). Asking tells them apart at once.
+        requestControllerCheck()
+        forceReconnect(cause: what, window: nil)
     }
 
     // MARK: Escalation and cooldown
@@ -641,18 +641,46 @@ public struct Supervisor: Sendable {
         actions.append(.escalate(step))
     }
 
-    /// The controller's own answer. A wedged one ends the window between two
-    /// attempts: the steps run at once, without the power cycle, which goes
-    /// through the very controller that does not answer (Home Assistant's
-    /// recovery skips the power-off for a frozen one too).
+    /// Asks the controller whether it answers once a window has failed
+    /// `controllerCheckAfterFailures` attempts, once per window.
+    private mutating func checkControllerIfDue(_ window: inout Window) {
+        guard let after = settings.controllerCheckAfterFailures, window.attempts >= after, !window.controllerChecked,
+              !outstanding.controllerCheck
+        else { return }
+        window.controllerChecked = true
+        requestControllerCheck()
+    }
+
+    private mutating func requestControllerCheck() {
+        guard settings.controllerCheckAfterFailures != nil, !outstanding.controllerCheck else { return }
+        outstanding.controllerCheck = true
+        actions.append(.checkController)
+    }
+
+    /// The controller's own answer. A wedged one ends the attempts at once,
+    /// whatever is in flight (it cannot succeed): the steps run without the
+    /// power cycle, which goes through the very controller that does not
+    /// answer (Home Assistant's recovery skips the power-off for a frozen
+    /// one too).
     private mutating func controllerChecked(_ check: ControllerCheck) {
         guard outstanding.controllerCheck else { return }
         outstanding.controllerCheck = false
         guard case .unresponsive(let detail) = check else { return }
         actions.append(.report(.controllerUnresponsive(detail)))
-        guard case .backingOff(let window, _) = current else { return }
-        cancelTimer(.retry)
-        actions.append(.report(.windowExhausted(attempts: window.attempts)))
+        switch current {
+        case .backingOff:
+            cancelTimer(.retry)
+        case .connecting, .resolving, .subscribing, .waitingForData:
+            stopLinkActivity()
+            actions.append(.disconnect)  // cancels a pending Connect, drops a half-made link
+        case .awaitingDisconnect:
+            cancelTimer(.disconnectDeadline)
+        case .online, .waitingForBluez, .waitingForAdapter, .searching, .escalating, .coolingDown:
+            // Online again (it answered after all, late) or already past
+            // attempting: nothing to end.
+            return
+        }
+        if let window = current.window { actions.append(.report(.windowExhausted(attempts: window.attempts))) }
         let steps = settings.escalation.filter { $0 != .powerCycle }
         if steps.isEmpty { return enterCooldown(cause: "the controller does not answer") }
         escalate(steps, reconnectRequested: false, cause: "the controller does not answer")

@@ -263,3 +263,38 @@ import Testing
         }
     }
 }
+
+extension ControllerCheckTests {
+    @Test func anAnswerThatComesDuringTheNextAttemptEndsItToo() {
+        var link = refusing(escalation: [.hciReset, .usbReset])
+        link.advance(by: .seconds(5))
+        #expect(checks(link) == 1)
+        // The next attempt starts before the answer (a check takes up to 5 s).
+        link.connectResult = nil
+        link.advance(by: link.timers[.retry].map { $0 - link.now } ?? .zero)
+        #expect(link.state == .connecting)
+        link.clearLog()
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.log.contains { $0.action == .disconnect })
+        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
+        #expect(link.timers[.attemptDeadline] == nil)
+        #expect(link.state == .escalating)
+    }
+
+    @Test func aLinkThatCarriedDataAndFellSilentAsksTheControllerAtOnce() {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.usbReset]
+        settings.silenceLimit = .seconds(20)
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(1))
+        link.send(.dataReceived)
+        #expect(link.state == .online)
+        link.clearLog()
+        link.advance(by: .seconds(21))
+        #expect(checks(link) == 1)
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.log.contains { $0.action == .escalate(.usbReset) })
+    }
+}

@@ -642,10 +642,19 @@ def restart_dongle(stack):
     notifications timed out, and the kernel hit its hci_chan_del BUG when
     bluetoothd released that link)."""
     stack.guest.stop("dongle", signal.SIGKILL)
-    subprocess.run(["btmgmt", "--index", str(stack.dongle_index), "power", "off"], capture_output=True, timeout=20)
-    wait_until(lambda: subprocess.run(["hciconfig", f"hci{stack.dongle_index}", "down"],
-                                      capture_output=True).returncode == 0, 20)
-    stack.start_dongle(first_seq=max((r["seq"] for r in stack.all_sent()), default=0) + 1)
+    # Released, hci1 goes back to the management interface, and bluetoothd
+    # takes it and powers it on (its AutoEnable): the user channel's bind
+    # then fails with EBUSY until it is powered off and down again.
+    for attempt in range(3):
+        time.sleep(1 + attempt)
+        subprocess.run(["btmgmt", "--index", str(stack.dongle_index), "power", "off"], capture_output=True, timeout=20)
+        wait_until(lambda: subprocess.run(["hciconfig", f"hci{stack.dongle_index}", "down"],
+                                          capture_output=True).returncode == 0, 20)
+        try:
+            return stack.start_dongle(first_seq=max((r["seq"] for r in stack.all_sent()), default=0) + 1)
+        except SetupFailure:
+            if attempt == 2:
+                raise
 
 
 def rfkill_soft_block(stack):
@@ -1456,6 +1465,7 @@ def start_usb_bridge(stack, *options):
         PYTHON, str(ROOT / "Tests/E2E/peripheral/usb_controller.py"), "--address", USB_ADDRESS,
         "--control", str(USB_DONGLE_CONTROL), "--usb-control", str(USB_CONTROL),
         "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
+        "--first-seq", str(max((r["seq"] for r in stack.all_sent()), default=0) + 1 if stack.sent_log.name == "usb-sent.jsonl" else 1),
         "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(OUT / "usb-events.jsonl"), "--trace", *options],
         watch=True)
     ready = stack.guest.watches[name].wait_for(r"^ready (\S+) (\S+)", 60, since)
@@ -1512,6 +1522,112 @@ def usb_back(address, since, timeout=40):
     """(index, seconds) once a btusb controller with `address` is initialised again."""
     index = wait_until(lambda: usb_index(address), timeout, step=0.25)
     return index, (round(time.monotonic() - since, 1) if index is not None else None)
+
+
+def escalation_steps(stack, since):
+    """The escalation steps Tether logged since `since`, in order."""
+    return [re.search(r"escalating: (\S+)", line).group(1)
+            for _, line in stack.tether_log.matching(r"escalating: \S+ on", since)]
+
+
+def usb_lockup(stack):
+    """The USB controller wedges while Tether is online: the bridge stops
+    answering HCI commands and passing events and ACL, and its radio stops
+    (the dongle sees a supervision timeout, 0x08, and advertises, as a real
+    one does for ~180 s). bluetoothd still shows the adapter powered and,
+    for a while, the link up. Tether, with escalate = ["power-cycle",
+    "hci-reset", "usb-reset"], must leave online (silence), find the
+    controller unresponsive (its own HCI Read Local Version unanswered),
+    skip the power cycle, reach usb-reset (USBDEVFS_RESET), find the
+    controller again by its address and read again, all before the dongle
+    stops advertising."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS,
+                                 escalate='["power-cycle", "hci-reset", "usb-reset"]')
+    if stack.state_line("online", 90, started) is None:
+        return False, figures, f"not online on the USB controller: {attempt_summary(stack, started)}"
+    index = usb_index(USB_ADDRESS)
+    figures["controller"] = f"hci{index}"
+    timeouts_before = len(kernel_log(r"command 0x\w+ tx timeout"))
+    wedged = time.monotonic()
+    usb_command("stop-answering radio-off")
+    left = stack.tether_log.wait_for(r"event=state-changed.* state=(?!online)", 60, wedged)
+    if left is None:
+        return False, figures, "Tether stayed online on a wedged controller for 60 s"
+    figures["detect_s"] = round(left[0] - wedged, 1)
+    unresponsive = stack.tether_log.wait_for(r"event=controller-unresponsive", 150, wedged)
+    if unresponsive is None:
+        problems.append("no controller-unresponsive within 150 s")
+    else:
+        figures["unresponsive_s"] = round(unresponsive[0] - wedged, 1)
+    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 170, wedged)
+    if reset is None:
+        problems.append("no usb-reset within 170 s")
+    else:
+        figures["usb_reset_s"] = round(reset[0] - wedged, 1)
+    online = stack.state_line("online", 175, wedged)
+    figures["steps"] = ",".join(escalation_steps(stack, wedged)) or "none"
+    figures["tx_timeouts"] = len(kernel_log(r"command 0x\w+ tx timeout")) - timeouts_before
+    if online is None:
+        return False, figures, "; ".join(problems + ["not online again within 175 s"])
+    figures["recovered_s"] = round(online[0] - wedged, 1)
+    after = usb_index(USB_ADDRESS)
+    figures["controller_after"] = f"hci{after}" if after is not None else None
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("online again, but no reading")
+    else:
+        figures["reading_s"] = round(reading - wedged, 1)
+    if "power-cycle" in figures["steps"].split(","):
+        problems.append("a power cycle on a controller known not to answer")
+    stack.loss_windows.append((wedged - IN_FLIGHT, online[0], "usb lockup"))
+    return not problems, figures, "; ".join(problems)
+
+
+def usb_init_failed(stack):
+    """The gadget ignores the HCI Reset of its first initialisation: the
+    kernel gives up ("Opcode 0x0c03 failed: -110"), keeps the controller
+    registered without an address and never announces it to bluetoothd.
+    Tether, on that controller by its address with escalate = ["usb-reset"],
+    must say controller-init-failed, reset it over USB, find it and read."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    stack.guest.stop("usb-controller")
+    wait_until(lambda: not usb_controllers(), 20)
+    pattern = r"hci(\d+): Opcode 0x0c03 failed"
+    seen = len(kernel_log(pattern))
+    bridge_started = time.monotonic()
+    stack.usb_dongle = start_usb_bridge(stack, "--ignore-first-reset")
+    failed = wait_until(lambda: kernel_log(pattern)[seen:], 40)
+    if not failed:
+        return False, figures, "the kernel did not give up on the first HCI_Reset within 40 s"
+    figures["init_failed_s"] = round(time.monotonic() - bridge_started, 1)
+    figures["kernel"] = failed[-1].split("] ", 1)[-1]
+    if USB_ADDRESS in bluetoothctl_list():
+        problems.append("bluetoothd lists the controller whose initialisation failed")
+    started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS,
+                                 escalate='["usb-reset"]')
+    said = stack.tether_log.wait_for(r"event=controller-init-failed\b", 60, started)
+    if said is None:
+        return False, figures, "; ".join(problems + ["no controller-init-failed within 60 s"])
+    figures["said_s"] = round(said[0] - started, 1)
+    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 30, said[0])
+    if reset is None:
+        return False, figures, "; ".join(problems + ["no usb-reset within 30 s of controller-init-failed"])
+    figures["usb_reset_s"] = round(reset[0] - started, 1)
+    online = stack.state_line("online", 120, reset[0])
+    if online is None:
+        return False, figures, "; ".join(problems + [f"not online within 120 s of the USB reset: "
+                                                     f"{attempt_summary(stack, reset[0])}"])
+    figures["recovered_s"] = round(online[0] - started, 1)
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("online, but no reading")
+    else:
+        figures["reading_s"] = round(reading - started, 1)
+    figures["resets"] = len(escalation_steps(stack, started))
+    return not problems, figures, "; ".join(problems)
 
 
 def usb_faults(stack):
@@ -1720,6 +1836,8 @@ SCENARIOS = [
     ("usb-stack-up", usb_stack_up),
     ("usb-keep-alive", keep_alive),
     ("usb-link-drop", link_drop),
+    ("usb-lockup", usb_lockup),
+    ("usb-init-failed", usb_init_failed),
     ("usb-faults", usb_faults),
     ("probe-gatt-interrupted", probe_gatt_interrupted),
     ("probe-vanish", probe_vanish),

@@ -19,9 +19,11 @@ its peer (the dongle) sees its link end with 0x08.
 Faults, on the bridge's control socket (--usb-control; one command a line,
 one JSON line back, as the dongle's):
   status                   the gadget's state, the address, the counters
-  stop-answering           HCI commands get no answer, no event or ACL data
+  stop-answering [radio-off]
+                           HCI commands get no answer, no event or ACL data
                            leaves, until the next USB reset or re-attach
-                           (the kernel logs "hciN: command 0x.... tx timeout")
+                           (the kernel logs "hciN: command 0x.... tx timeout");
+                           radio-off: the dongle's link ends too (0x08)
   new-address ADDR         the next enumeration (after a USB reset or a
                            re-attach) comes back with this public address
   drop-off-bus [SECONDS]   the gadget leaves the UDC (writes "" to its UDC
@@ -404,11 +406,17 @@ class Bridge:
                 "answering": self.answering, "address": plain(self.address), "next_address": plain(self.next_address),
                 "ignore_resets": self.ignore_resets, "generation": self.generation, **self.counts}
 
-    def stop_answering(self):
+    def stop_answering(self, radio_off=False):
+        """Wedged firmware. `radio_off`: its link layer stopped too, so the
+        dongle's link ends as a supervision timeout ends it (0x08) and the
+        dongle advertises again, as a real one does; without it the dongle
+        keeps a link that carries nothing (until its idle sleep)."""
         was = self.answering
         self.answering = False
-        say("not answering")
-        return {"was_answering": was}
+        if radio_off and self.controller is not None:
+            leave_air(self.air.link, self.controller, [self.air.dongle_controller])
+        say("not answering" + (", radio off" if radio_off else ""))
+        return {"was_answering": was, "radio_off": radio_off}
 
     def new_address(self, text):
         self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
@@ -435,7 +443,7 @@ class Bridge:
 class BridgeControl:
     """The bridge's control socket: dongle.py's protocol, the bridge's commands."""
 
-    HELP = "status | stop-answering | new-address ADDR | drop-off-bus [SECONDS] | attach | quit"
+    HELP = "status | stop-answering [radio-off] | new-address ADDR | drop-off-bus [SECONDS] | attach | quit"
 
     def __init__(self, bridge, quit_event):
         self.bridge, self.quit = bridge, quit_event
@@ -446,8 +454,8 @@ class BridgeControl:
         bridge = self.bridge
         if name == "status" and not arguments:
             return bridge.status()
-        if name == "stop-answering" and not arguments:
-            return bridge.stop_answering()
+        if name == "stop-answering" and arguments in ([], ["radio-off"]):
+            return bridge.stop_answering(radio_off=bool(arguments))
         if name == "new-address" and len(arguments) == 1:
             return bridge.new_address(arguments[0])
         if name == "drop-off-bus" and len(arguments) <= 1:

@@ -358,6 +358,55 @@ def rfkill_unblock(c):
     return ok, figures, "" if ok else f"escalation lines: {lines}"
 
 
+def usb_reset(c):
+    """The daemon resets a USB controller from inside its unit's sandbox
+    (user tether, no capability for it, /dev/bus/usb bound into a private
+    /dev, the udev rule's group): a real USB controller (FunctionFS gadget,
+    btusb) fails its first initialisation; tether@usb, configured for it by
+    address with escalate = ["usb-reset"], says controller-init-failed,
+    issues USBDEVFS_RESET, finds it and reads."""
+    figures, problems = {}, []
+    pattern = r"hci(\d+): Opcode 0x0c03 failed"
+    seen = len(kernel_log(pattern))
+    started = time.monotonic()
+    run(["systemctl", "start", "e2e-usb-controller.service"], timeout=90)
+    failed = wait_until(lambda: kernel_log(pattern)[seen:], 60)
+    if not failed:
+        run(["systemctl", "stop", "e2e-usb-controller.service"])
+        raise SetupFailure("the USB controller's first initialisation did not fail within 60 s")
+    index = int(re.search(pattern, failed[-1]).group(1))
+    figures["init_failed_s"] = round(time.monotonic() - started, 1)
+    device = Path(f"/sys/class/bluetooth/hci{index}/device").resolve().parent
+    node = Path("/dev/bus/usb/%03d/%03d" % (int((device / "busnum").read_text()), int((device / "devnum").read_text())))
+    info = os.stat(node)
+    figures["node"] = f"{node} {grp.getgrgid(info.st_gid).gr_name} {oct(info.st_mode & 0o777)}"
+    try:
+        began = time.monotonic()
+        run(["systemctl", "start", "tether@usb.service"])
+        unit = "tether@usb.service"
+        said = wait_until(lambda: journal("TETHER_EVENT=controller-init-failed", unit=unit), 60)
+        done = wait_until(lambda: [e for e in journal("TETHER_EVENT=escalation", unit=unit)
+                                   if "usb-reset: done" in str(e.get("MESSAGE"))], 90)
+        back = wait_until(lambda: prop(unit, "StatusText").startswith("online"), 120, step=0.5)
+        figures.update({"said": bool(said), "usb_reset": bool(done),
+                        "online_s": round(time.monotonic() - began, 1) if back else None})
+        if done:
+            entry = done[0]
+            figures["by"] = f"{entry.get('_SYSTEMD_UNIT')} uid {entry.get('_UID')}"
+            if entry.get("_SYSTEMD_UNIT") != unit or entry.get("_UID") == "0":
+                problems.append(f"the reset was not the sandboxed unit's: {figures['by']}")
+        else:
+            steps = [e.get("MESSAGE") for e in journal("TETHER_EVENT=escalation", unit=unit)]
+            problems.append(f"no usb-reset done: {steps}")
+        if not back:
+            problems.append(f"not online: {prop(unit, 'StatusText')}")
+        figures["tether_uid"] = prop(unit, "User")
+    finally:
+        run(["systemctl", "stop", "tether@usb.service"])
+        run(["systemctl", "stop", "e2e-usb-controller.service"])
+    return not problems, figures, "; ".join(problems)
+
+
 def journal_quiet(c):
     """A healthy run's journal holds no line from libdispatch or the runtime:
     every entry of the two units comes through Tether's journald protocol.
@@ -467,6 +516,7 @@ CHECKS = [
     ("systemd-rfkill-unblock", rfkill_unblock),
     ("systemd-sigkill", sigkill),
     ("systemd-journal-quiet", journal_quiet),
+    ("systemd-usb-reset", usb_reset),
     ("systemd-stop", stop),
     ("systemd-forward", forward),
     ("systemd-security", security),

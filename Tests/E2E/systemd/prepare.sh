@@ -71,6 +71,33 @@ forward_textfile = "/var/lib/prometheus/node-exporter/tether-forward.prom"
 interval = "2s"
 TOML
 
+# Instance "usb" (tether@usb), for the systemd-usb-reset check: the USB
+# controller by its address, its dongle, and the usb-reset step.
+cat > /etc/tether/usb.toml <<'TOML'
+[bluez]
+adapter = "00:AA:01:04:00:01"
+
+[dongle]
+address = "00:AA:01:04:00:02"
+
+[keepalive]
+interval = "2s"
+timeout = "2s"
+sleep_after = "8s"
+
+[reconnect]
+initial_backoff = "500ms"
+max_backoff = "4s"
+connect_timeout = "10s"
+window = "20s"
+window_attempts = 4
+cooldown = "15s"
+escalate = ["usb-reset"]
+
+[readings]
+flush_interval = "500ms"
+TOML
+
 # Metrics, as docs/operations.md's "Metrics" section says.
 for unit in tether tether-forward; do
     install -D -m 0644 /usr/share/doc/tether/examples/metrics-textfile.conf \

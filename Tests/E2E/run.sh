@@ -112,7 +112,7 @@ if wants systemd; then
         echo "e2e: building the Debian package (make deb)"
         deb=$(flock /tmp/tether-build.lock make -C "$root" --no-print-directory deb | tail -n 1)
     fi
-    [ -f "$deb" ] || { echo "e2e: make deb made no package" >&2; exit 2; }
+    [ -f "$deb" ] || { echo "e2e: no package at '$deb' (E2E_DEB or make deb)" >&2; exit 2; }
     deb=$(realpath --relative-to="$root" "$deb")
 fi
 

@@ -248,6 +248,14 @@ def read_jsonl(path):
         return [json.loads(line) for line in file]
 
 
+async def eventually(condition, seconds, step=0.05):
+    """Whether `condition()` holds within `seconds`, asked every `step`."""
+    deadline = time.monotonic() + seconds
+    while not condition() and time.monotonic() < deadline:
+        await asyncio.sleep(step)
+    return condition()
+
+
 async def connect_fails(central, address, timeout=0.6):
     """How a connect failed: it never completed, or the dongle dropped the
     link at once. None if the link held."""
@@ -557,12 +565,11 @@ class InProcess:
     async def advertise_timeout(self):
         check(await self.status_becomes(lambda r: r["state"] == "asleep", SETTINGS.advertise_for + 1),
               "asleep after advertise_for")
-        # The event line may follow the state by a moment (seen 1 run in ~20).
-        deadline = time.monotonic() + 2
-        while (causes := [e["cause"] for e in self.events() if e["event"] == "sleep"]) != ["idle", "advertise-timeout"] \
-                and time.monotonic() < deadline:
-            await asyncio.sleep(0.05)
-        check(causes == ["idle", "advertise-timeout"], "sleep causes", str(causes))
+        # The dongle writes the event line once it has gone quiet, a moment
+        # after its state says asleep (seen 1 run in ~20).
+        def causes():
+            return [e["cause"] for e in self.events() if e["event"] == "sleep"]
+        check(await eventually(lambda: causes() == ["idle", "advertise-timeout"], 2), "sleep causes", str(causes()))
         check(await self.central.scan(self.address, 0.5) is None, "not advertising after advertise-timeout")
         passed(f"advertise_for: asleep {SETTINGS.advertise_for} s after the last disconnect, not advertising")
 
@@ -764,11 +771,7 @@ async def usb_bridge_run(work):
                 return packet
 
     async def settle(condition, what):
-        for _ in range(50):
-            if condition():
-                return
-            await asyncio.sleep(0.02)
-        check(False, what, json.dumps(bridge.status()))
+        check(await eventually(condition, 1, step=0.02), what, json.dumps(bridge.status()))
 
     try:
         ep0_event(2)  # ENABLE

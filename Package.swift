@@ -158,7 +158,7 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["HCI"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
         .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
-        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor"]),
+        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor", "TestSupport"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),

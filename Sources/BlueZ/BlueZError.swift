@@ -73,6 +73,10 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
             DBusErrorName.serviceUnknown, DBusErrorName.nameHasNoOwner, DBusErrorName.disconnected,
             DBusErrorName.noMemory:
             return .transient
+        case BlueZ.ErrorName.authenticationFailed, BlueZ.ErrorName.authenticationRejected:
+            // A pairing the dongle refuses (a wrong passkey, a method it
+            // will not accept) is refused the same way next time.
+            return .fatal
         case BlueZ.ErrorName.notPermitted, BlueZ.ErrorName.notAuthorized, BlueZ.ErrorName.notSupported,
             BlueZ.ErrorName.invalidArguments, BlueZ.ErrorName.invalidOffset, BlueZ.ErrorName.invalidValueLength,
             DBusErrorName.accessDenied, DBusErrorName.invalidArgs, DBusErrorName.unknownInterface,

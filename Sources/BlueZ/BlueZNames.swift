@@ -1,3 +1,5 @@
+import DBus
+
 /// Names from BlueZ's D-Bus API (doc/org.bluez.*.rst), shared by the client
 /// and the simulator so the two cannot drift apart.
 public enum BlueZ {
@@ -7,6 +9,10 @@ public enum BlueZ {
     public static let gattServiceInterface = "org.bluez.GattService1"
     public static let gattCharacteristicInterface = "org.bluez.GattCharacteristic1"
     public static let gattDescriptorInterface = "org.bluez.GattDescriptor1"
+    public static let agentManagerInterface = "org.bluez.AgentManager1"
+    public static let agentInterface = "org.bluez.Agent1"
+    /// Where bluetoothd serves AgentManager1.
+    public static let managerPath: ObjectPath = "/org/bluez"
 
     /// Error names (src/error.c).
     public enum ErrorName {
@@ -22,6 +28,15 @@ public enum BlueZ {
         public static let invalidOffset = "org.bluez.Error.InvalidOffset"
         public static let invalidValueLength = "org.bluez.Error.InvalidValueLength"
         public static let doesNotExist = "org.bluez.Error.DoesNotExist"
+        public static let alreadyExists = "org.bluez.Error.AlreadyExists"
+        /// Pairing failed: every SMP failure, a wrong passkey, an agent's refusal.
+        public static let authenticationFailed = "org.bluez.Error.AuthenticationFailed"
+        public static let authenticationRejected = "org.bluez.Error.AuthenticationRejected"
+        /// The link dropped during pairing, or CancelPairing.
+        public static let authenticationCanceled = "org.bluez.Error.AuthenticationCanceled"
+        public static let authenticationTimeout = "org.bluez.Error.AuthenticationTimeout"
+        /// An agent's refusal (Agent1 replies).
+        public static let rejected = "org.bluez.Error.Rejected"
     }
 
     /// Messages that come with `org.bluez.Error.Failed` on Connect (src/device.c,

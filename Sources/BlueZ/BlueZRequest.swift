@@ -23,7 +23,16 @@ public enum BlueZRequest: Sendable, Equatable {
     /// (and its bond, if any); discovery makes it anew.
     case removeDevice(adapter: ObjectPath, device: ObjectPath)
     case getManagedObjects
-
+    /// Device1.Pair: bonds with the device through the caller's agent (or
+    /// the default one), connecting first if need be.
+    case pair(ObjectPath, timeout: Duration)
+    /// Device1.Trusted = value.
+    case setTrusted(ObjectPath, Bool)
+    /// AgentManager1.RegisterAgent(agent, capability), on the caller's connection.
+    case registerAgent(ObjectPath, capability: String)
+    /// AgentManager1.RequestDefaultAgent(agent): pairings the kernel starts
+    /// (a characteristic that needs encryption) go to the default agent.
+    case requestDefaultAgent(ObjectPath)
 }
 
 extension BlueZClient {
@@ -74,6 +83,15 @@ extension BlueZClient {
             (adapter, BlueZ.adapterInterface, "RemoveDevice", [.objectPath(device)], callTimeout)
         case .getManagedObjects:
             (.root, StandardInterface.objectManager, "GetManagedObjects", [], callTimeout)
+        case .pair(let device, let timeout):
+            (device, BlueZ.deviceInterface, "Pair", [], timeout)
+        case .setTrusted(let device, let value):
+            (device, StandardInterface.properties, "Set",
+             [.string(BlueZ.deviceInterface), .string("Trusted"), .variant(.boolean(value))], callTimeout)
+        case .registerAgent(let agent, let capability):
+            (BlueZ.managerPath, BlueZ.agentManagerInterface, "RegisterAgent", [.objectPath(agent), .string(capability)], callTimeout)
+        case .requestDefaultAgent(let agent):
+            (BlueZ.managerPath, BlueZ.agentManagerInterface, "RequestDefaultAgent", [.objectPath(agent)], callTimeout)
         }
     }
 }

@@ -5,7 +5,8 @@
 public enum ConfigKeys {
     public static let bluez: Set<String> = ["adapter"]
     public static let dongle: Set<String> = [
-        "address", "name_prefix", "service_uuid", "notify", "notify_path", "silence_limit",
+        "address", "name_prefix", "service_uuid", "notify", "notify_path", "silence_limit", "pairing",
+        "passkey_file",
     ]
     public static let keepalive: Set<String> = [
         "enabled", "interval", "characteristic", "write", "write_type", "timeout", "sleep_after",

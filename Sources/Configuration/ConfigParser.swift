@@ -125,6 +125,7 @@ extension TetherConfig {
                 result.silenceLimit = .after(limit)
             }
         }
+        result.pairing = try parsePairing(section)
         guard result.address != nil || result.namePrefix != nil || result.serviceUUID != nil else {
             throw section.context.error("dongle", "identify the dongle with address, name_prefix and/or service_uuid")
         }

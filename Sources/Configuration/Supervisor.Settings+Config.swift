@@ -11,5 +11,6 @@ extension Supervisor.Settings {
         )
         silenceLimit = config.silenceLimit
         staleDeviceRemoval = config.reconnect.removeStaleDevice
+        pairs = config.dongle.pairing.pairs
     }
 }

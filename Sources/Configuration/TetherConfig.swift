@@ -36,6 +36,9 @@ public struct TetherConfig: Sendable, Equatable {
         /// `dongle.silence_limit`: how long the dongle may go without a
         /// notification while subscribed (`TetherConfig.silenceLimit`).
         public var silenceLimit: SilenceLimit
+        /// `dongle.pairing` (with `dongle.passkey_file`): whether Tether
+        /// pairs with the dongle, and how.
+        public var pairing: Pairing = .never
 
         public init(
             address: String? = nil, namePrefix: String? = nil, serviceUUID: String? = nil,
@@ -49,6 +52,32 @@ public struct TetherConfig: Sendable, Equatable {
             self.notifyPath = notifyPath
             self.silenceLimit = silenceLimit
         }
+    }
+
+    /// `dongle.pairing`: whether Tether pairs with the dongle (registering an
+    /// Agent1 of its own, calling Device1.Pair when the device holds no bond,
+    /// and pairing again once when the dongle lost its keys), and how.
+    public enum Pairing: Sendable, Equatable {
+        /// Tether never pairs: a dongle that needs encryption must be paired
+        /// by hand (bluetoothctl), and a lost bond is only reported.
+        case never
+        /// LE Just Works: no passkey; the agent's capability is NoInputNoOutput.
+        case justWorks
+        /// Passkey entry: the dongle displays (or has printed on it) a fixed
+        /// six-digit passkey, read from `file` when the config is loaded;
+        /// the agent's capability is KeyboardOnly.
+        case passkey(UInt32, file: String)
+
+        /// The config's spelling.
+        public var name: String {
+            switch self {
+            case .never: "never"
+            case .justWorks: "just-works"
+            case .passkey: "passkey-file"
+            }
+        }
+
+        public var pairs: Bool { self != .never }
     }
 
     /// `dongle.silence_limit`. Only notifications prove the dongle works: its

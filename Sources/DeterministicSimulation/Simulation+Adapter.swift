@@ -32,6 +32,11 @@ extension Simulation {
                 return deliver(.subscribeFinished(attempt: id, .success(())))
             }
             startNotify(id)
+        case .pair(let id, _):
+            // The model's dongle needs no bond and the simulated config does
+            // not pair (`Supervisor.Settings.pairs` is false), so this is
+            // never decided; if it were, it fails loudly in the trace.
+            deliver(.pairFinished(attempt: id, .failure(LinkFailure(.fatal, "the simulation does not model pairing"))))
         case .poll(let id, let timeout):
             guard world.observation.characteristicsReady else {
                 return deliver(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))

@@ -23,6 +23,9 @@ extension Supervisor {
         case connecting(LinkSetup, connect: Int)
         /// Connected; waiting for ServicesResolved and the characteristics.
         case resolving(LinkSetup)
+        /// Device1.Pair (operation `pair`) is in flight: the dongle holds no
+        /// bond and Tether pairs (`Settings.pairs`).
+        case pairing(LinkSetup, pair: Int)
         /// StartNotify (operation `subscribe`) is in flight.
         case subscribing(LinkSetup, subscribe: Int)
         /// Subscribed and polled; no notification yet in this session. The
@@ -49,6 +52,7 @@ extension Supervisor {
             case .searching: .searching
             case .connecting: .connecting
             case .resolving: .resolving
+            case .pairing: .pairing
             case .subscribing: .subscribing
             case .waitingForData: .waitingForData
             case .online: .online
@@ -61,7 +65,8 @@ extension Supervisor {
         /// The retry window in force, if attempts are being made.
         var window: Window? {
             switch self {
-            case .connecting(let setup, _), .resolving(let setup), .subscribing(let setup, _): setup.window
+            case .connecting(let setup, _), .resolving(let setup), .pairing(let setup, _), .subscribing(let setup, _):
+                setup.window
             case .waitingForData(_, let window, _), .backingOff(let window, _): window
             case .awaitingDisconnect(let wait): wait.window
             case .waitingForBluez, .waitingForAdapter, .searching, .online, .escalating, .coolingDown: nil
@@ -120,6 +125,9 @@ extension Supervisor {
         /// A notification already came (bluetoothd re-arms its notify
         /// sessions on reconnect, before we subscribe again).
         var lastDataAt: Duration?
+        /// Device1.Pair succeeded on this link: no second one, whatever
+        /// `Paired` says until its PropertiesChanged arrives.
+        var paired = false
     }
 
     /// A link that is up: subscribed and polled.
@@ -194,6 +202,23 @@ extension Supervisor {
         var adapterRecoveries = 0
         /// Since when the adapter is usable (nil while it is not).
         var adapterUsableSince: Duration?
+        /// What became of a bond the dongle refused, since the link was last
+        /// online: the bond is renewed (removed, paired again) once per
+        /// outage, so a dongle that refuses every bond costs one removal and
+        /// one pairing, not a loop of them.
+        var bondLoss: BondLoss = .none
+        /// Connects in a row that came up and dropped before services
+        /// resolved, on a bonded device: the D-Bus-only sign of a refused
+        /// bond where the kernel's reason cannot be heard.
+        var dropsBeforeResolve = 0
+    }
+
+    enum BondLoss: Sendable, Equatable {
+        case none
+        /// Removed to pair again, in this outage.
+        case renewed
+        /// Reported, and not renewed (already renewed, or Tether does not pair).
+        case reported
     }
 
     /// Effects asked for and not yet answered, whatever the state: the

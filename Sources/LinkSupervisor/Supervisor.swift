@@ -77,6 +77,17 @@ public struct Supervisor: Sendable {
         /// keeps the link): disconnect and reconnect. Nil: never; then
         /// `online` comes with the subscription, data or not.
         public var silenceLimit: Duration?
+        /// Tether pairs with the dongle (`dongle.pairing` is not "never"):
+        /// Device1.Pair when the device holds no bond, and once per outage
+        /// again when the dongle refuses its bond.
+        public var pairs = false
+        /// Caps a Device1.Pair: bluetoothd's own bonding timeout is 120 s,
+        /// but a pairing that works takes seconds (the agent answers at once).
+        public var pairingTimeout: Duration = .seconds(30)
+        /// Connects in a row that drop before services resolve, on a bonded
+        /// device, taken for a refused bond when the kernel's reason is not
+        /// heard.
+        public var dropsBeforeResolveForBondLoss = 2
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -103,6 +114,9 @@ public struct Supervisor: Sendable {
         public var connectedSince: Duration?
         /// Times the silence limit passed while subscribed.
         public var silenceEvents = 0
+        /// The dongle refuses its bond and Tether does not (or no longer)
+        /// pair again: what an operator must do. Nil once online.
+        public var bondProblem: String?
 
         public init() {}
     }
@@ -116,6 +130,7 @@ public struct Supervisor: Sendable {
     private var lastError: String?
     private var reconnects = 0
     private var silenceEvents = 0
+    private var bondProblem: String?
     private var random: SplitMix64
     /// The time of the event being handled, and the actions it produced.
     private var now: Duration = .zero
@@ -142,6 +157,7 @@ public struct Supervisor: Sendable {
         status.lastError = lastError
         status.reconnects = reconnects
         status.silenceEvents = silenceEvents
+        status.bondProblem = bondProblem
         return status
     }
 
@@ -158,6 +174,8 @@ public struct Supervisor: Sendable {
         case .advertising: dongleAdvertising()
         case .connectFinished(let id, let result): connectFinished(id, result)
         case .subscribeFinished(let id, let result): subscribeFinished(id, result)
+        case .pairFinished(let id, let result): pairFinished(id, result)
+        case .bondRejected(let detail): bondRejected(detail)
         case .pollFinished(let id, let result): pollFinished(id, result)
         case .escalationFinished(let step, let result): escalationFinished(step, result)
         case .discoveryFailed(let failure): discoveryFailed(failure)
@@ -251,6 +269,8 @@ public struct Supervisor: Sendable {
             } else {
                 current = .resolving(setup)
             }
+        case .pairing:
+            if !new.connected { linkLost(cause: "the link dropped while pairing") }
         case .subscribing, .waitingForData, .online:
             if !new.connected { linkLost(cause: "the link dropped") }
         case .awaitingDisconnect(let wait):
@@ -336,7 +356,13 @@ public struct Supervisor: Sendable {
                 enter(.resolving(setup), "connected; waiting for services")
             }
         case .failure(let failure):
+            let droppedBeforeResolve = setup.connectedSeen && !observation.connected && observation.deviceBonded
             attemptFailed(setup.window, failure, cancel: failure.kind == .needsCancel)
+            if droppedBeforeResolve {
+                droppedBeforeResolving(failure.description)
+            } else {
+                history.dropsBeforeResolve = 0
+            }
         }
     }
 
@@ -362,6 +388,9 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func startSubscribing(_ setup: LinkSetup, cause: String = "services resolved") {
+        if settings.pairs, !observation.deviceBonded, !setup.paired {
+            return startPairing(setup, cause: cause)
+        }
         let subscribe = nextOperation()
         enter(.subscribing(setup, subscribe: subscribe), cause)
         actions.append(.subscribe(attempt: subscribe))
@@ -409,6 +438,9 @@ public struct Supervisor: Sendable {
         case .resolving(var setup):
             setup.lastDataAt = now
             current = .resolving(setup)
+        case .pairing(var setup, let pair):
+            setup.lastDataAt = now
+            current = .pairing(setup, pair: pair)
         case .subscribing(var setup, let subscribe):
             setup.lastDataAt = now
             current = .subscribing(setup, subscribe: subscribe)
@@ -424,6 +456,9 @@ public struct Supervisor: Sendable {
     /// `polling`: the keep-alive already runs (from waiting-for-data).
     private mutating func goOnline(_ session: Session, window: Window, resubscribing: Bool, polling: Bool) {
         cancelTimer(.attemptDeadline)
+        history.bondLoss = .none
+        history.dropsBeforeResolve = 0
+        bondProblem = nil
         if history.hasBeenOnline && !resubscribing { reconnects += 1 }
         history.hasBeenOnline = true
         history.removedStaleDevice = false
@@ -486,6 +521,80 @@ public struct Supervisor: Sendable {
         default:
             break
         }
+    }
+
+    // MARK: Pairing and bonds
+
+    /// Services resolved on a device without a bond, and Tether pairs: the
+    /// pairing gets its own deadline (an agent's answer, a passkey entry).
+    private mutating func startPairing(_ setup: LinkSetup, cause: String) {
+        let pair = nextOperation()
+        cancelTimer(.attemptDeadline)
+        startTimer(.attemptDeadline, after: settings.pairingTimeout)
+        enter(.pairing(setup, pair: pair), "\(cause); the dongle holds no bond: pairing")
+        actions.append(.pair(attempt: pair, timeout: settings.pairingTimeout))
+    }
+
+    private mutating func pairFinished(_ id: Int, _ result: Result<Void, LinkFailure>) {
+        guard case .pairing(var setup, let pair) = current, pair == id else { return }
+        switch result {
+        case .success:
+            actions.append(.report(.paired))
+            setup.paired = true
+            cancelTimer(.attemptDeadline)
+            startTimer(.attemptDeadline, after: policy.connectTimeout)
+            startSubscribing(setup, cause: "paired")
+        case .failure(let failure):
+            actions.append(.report(.pairingFailed(error: failure.description)))
+            attemptFailed(setup.window, LinkFailure(failure.kind, "pairing failed: \(failure.description)"), cancel: true)
+        }
+    }
+
+    /// The dongle refused the bond bluetoothd holds. Tether renews it once
+    /// per outage when it pairs: RemoveDevice takes the object and its keys,
+    /// discovery finds the dongle anew, and the next attempt pairs. A second
+    /// refusal in the same outage, or one while Tether does not pair, is
+    /// reported once and left to the operator (status says what to do);
+    /// attempts go on in their windows, never as a loop of re-pairings.
+    private mutating func bondRejected(_ detail: String) {
+        guard observation.devicePresent, observation.deviceBonded else { return }
+        history.dropsBeforeResolve = 0
+        lastError = "the dongle refused its bond (\(detail)): it has lost its keys (a factory reset?)"
+        switch history.bondLoss {
+        case .reported:
+            return
+        case .renewed:
+            // Renewed already in this outage and refused again: said once,
+            // then left to the windows and the operator.
+            history.bondLoss = .reported
+            let why = "Tether removed the bond and paired again once in this outage already, and does not loop: check the dongle, then `tether reconnect`"
+            bondProblem = "the dongle refuses its new bond too; \(why)"
+            return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
+        case .none:
+            break
+        }
+        guard settings.pairs else {
+            history.bondLoss = .reported
+            let why = "dongle.pairing is \"never\": remove the bond (bluetoothctl remove <address>) and pair again, or set dongle.pairing"
+            bondProblem = "the dongle refuses its bond; \(why)"
+            return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
+        }
+        history.bondLoss = .renewed
+        outstanding.removal = true
+        actions.append(.report(.bondLost(detail: detail, repairing: true, why: nil)))
+        actions.append(.removeDevice)
+    }
+
+    /// A connect on a bonded device came up and dropped before services
+    /// resolved: a refused bond shows so on D-Bus alone (bluetoothd 5.66
+    /// answers Connect with "br-connection-canceled" or
+    /// "le-connection-abort-by-local"), but so does a bad radio moment, so
+    /// only a run of them counts.
+    private mutating func droppedBeforeResolving(_ error: String) {
+        history.dropsBeforeResolve += 1
+        let drops = history.dropsBeforeResolve
+        guard drops >= settings.dropsBeforeResolveForBondLoss else { return }
+        bondRejected("\(drops) connects in a row dropped before services resolved, last: \(error)")
     }
 
     // MARK: Keep-alive
@@ -561,7 +670,7 @@ public struct Supervisor: Sendable {
     private mutating func characteristicsChanged() {
         let connectedSeen: Bool
         switch current {
-        case .resolving(let setup), .subscribing(let setup, _): connectedSeen = setup.connectedSeen
+        case .resolving(let setup), .pairing(let setup, _), .subscribing(let setup, _): connectedSeen = setup.connectedSeen
         case .waitingForData, .online: connectedSeen = observation.connected
         default: return
         }
@@ -670,7 +779,7 @@ public struct Supervisor: Sendable {
         switch current {
         case .backingOff:
             cancelTimer(.retry)
-        case .connecting, .resolving, .subscribing, .waitingForData:
+        case .connecting, .resolving, .pairing, .subscribing, .waitingForData:
             stopLinkActivity()
             actions.append(.disconnect)  // cancels a pending Connect, drops a half-made link
         case .awaitingDisconnect:
@@ -874,6 +983,8 @@ public struct Supervisor: Sendable {
                     LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried),
                     cancel: true
                 )
+            case .pairing(let setup, _):
+                attemptFailed(setup.window, LinkFailure(.needsCancel, "pairing did not finish within \(settings.pairingTimeout.roundedText)"), cancel: true)
             case .resolving(let setup), .subscribing(let setup, _):
                 let why = observation.gattProblem.map { ": \($0)" } ?? ""
                 attemptFailed(setup.window, LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)\(why)"), cancel: true)
@@ -930,7 +1041,7 @@ public struct Supervisor: Sendable {
                 cancelTimer(.adapterRecovery)
                 runRecovery(steps)
             }
-        case .online, .waitingForData, .subscribing, .resolving:
+        case .online, .waitingForData, .subscribing, .pairing, .resolving:
             history.shortSessions = 0
             // A person's request starts a fresh window.
             forceReconnect(cause: "reconnect requested", window: nil)

@@ -30,7 +30,8 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
 public enum SupervisorTimer: String, Sendable, CaseIterable {
     /// The next attempt of a window, or the blind attempt of a cooldown.
     case retry
-    /// Caps a connect attempt (and the resolve that follows) at `connect_timeout`.
+    /// Caps a connect attempt (and the resolve that follows) at
+    /// `connect_timeout`, and a pairing at `Settings.pairingTimeout`.
     case attemptDeadline
     /// The next keep-alive poll.
     case keepalive
@@ -61,6 +62,14 @@ public enum SupervisorEvent: Sendable {
     case advertising
     case connectFinished(attempt: Int, Result<Void, LinkFailure>)
     case subscribeFinished(attempt: Int, Result<Void, LinkFailure>)
+    /// Device1.Pair (and Trusted) returned.
+    case pairFinished(attempt: Int, Result<Void, LinkFailure>)
+    /// The dongle refused the bond bluetoothd holds for it: the kernel
+    /// ended a link for an authentication failure (its Device Disconnected
+    /// reason 4, or BlueZ ≥ 5.83's `org.bluez.Reason.Authentication`). A
+    /// dongle that lost its keys (a factory reset) does this on every
+    /// connect while bluetoothd keeps `Paired`.
+    case bondRejected(String)
     case pollFinished(poll: Int, Result<Void, LinkFailure>)
     case escalationFinished(EscalationStep, Result<Void, LinkFailure>)
     /// StartDiscovery (or its filter) failed; discovery is not running.
@@ -151,6 +160,13 @@ public enum SupervisorReport: Sendable, Equatable {
     /// The controller did not answer a command of its own while connects
     /// failed: wedged, whatever bluetoothd's `Powered` says.
     case controllerUnresponsive(String)
+    /// Device1.Pair succeeded: the dongle is bonded (and trusted).
+    case paired
+    case pairingFailed(error: String)
+    /// The dongle refused its bond (`detail` says how that showed). With
+    /// `repairing`, Tether removes the device object (and its keys) to pair
+    /// again; otherwise `why` says why it does not.
+    case bondLost(detail: String, repairing: Bool, why: String?)
 
     /// The journald TETHER_EVENT value.
     public var eventName: String {
@@ -174,6 +190,9 @@ public enum SupervisorReport: Sendable, Equatable {
         case .radioUnblocked: "rfkill-unblocked"
         case .adapterNotRecovered: "adapter-not-recovered"
         case .controllerUnresponsive: "controller-unresponsive"
+        case .paired: "paired"
+        case .pairingFailed: "pairing-failed"
+        case .bondLost: "bond-lost"
         }
     }
 }
@@ -184,13 +203,17 @@ public enum SupervisorAction: Sendable, Equatable {
     /// Device1.Disconnect: cancels a pending connect or drops the link.
     case disconnect
     case subscribe(attempt: Int)
+    /// Device1.Pair with Tether's agent, then Trusted = true; answered by
+    /// `.pairFinished`.
+    case pair(attempt: Int, timeout: Duration)
     case poll(Int, timeout: Duration)
     case startDiscovery
     case stopDiscovery
     case escalate(EscalationStep)
     /// Adapter1.Powered = true, after an escalation left the adapter off.
     case powerOn
-    /// Adapter1.RemoveDevice of the dongle's (stale) device object.
+    /// Adapter1.RemoveDevice of the dongle's device object: a stale one, or
+    /// one whose bond the dongle refuses (its keys go with it).
     case removeDevice
     /// Asks the controller itself, below bluetoothd, whether it answers (a
     /// bounded informational HCI command); answered by `.controllerChecked`.

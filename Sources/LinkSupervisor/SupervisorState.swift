@@ -11,6 +11,9 @@ public enum SupervisorState: String, Sendable, CaseIterable {
     case connecting
     /// Connected; waiting for ServicesResolved and the characteristics.
     case resolving
+    /// Device1.Pair: the dongle holds no bond and the config says Tether
+    /// pairs (`dongle.pairing`).
+    case pairing
     /// StartNotify on the notify characteristics.
     case subscribing
     /// Subscribed and polled by the keep-alive, but no notification has

@@ -37,13 +37,18 @@ public struct LinkStatus: Sendable, Equatable {
     /// What is wrong with the controller beyond bluetoothd's view (one that
     /// failed its initialisation, one that moved to another index), if anything.
     public var adapterProblem: String?
+    /// The dongle refuses its bond and Tether does not (or no longer) pair
+    /// again: what an operator must do.
+    public var bondProblem: String?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
         lastReadingAt: Date? = nil, readingsWritten: UInt64 = 0, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
-        lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil
+        lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
+        bondProblem: String? = nil
     ) {
+        self.bondProblem = bondProblem
         self.silenceLimit = silenceLimit
         self.silenceEvents = silenceEvents
         self.lastDisconnectReason = lastDisconnectReason
@@ -79,7 +84,11 @@ public struct LinkStatus: Sendable, Equatable {
             if let nextAttemptIn {
                 text += ", next attempt in \(DurationText.rounded(nextAttemptIn))"
             }
-            if let lastError { text += ", last error: \(lastError)" }
+            if let bondProblem {
+                text += ", \(bondProblem)"
+            } else if let lastError {
+                text += ", last error: \(lastError)"
+            }
         case .connecting where windowAttempt > 0:
             text += ", attempt \(windowAttempt)"
         case .waitingForAdapter:
@@ -112,6 +121,7 @@ public struct LinkStatus: Sendable, Equatable {
             "LastDisconnectReason": .string(lastDisconnectReason ?? ""),
             "LastDisconnectAt": .uint64(Self.microseconds(lastDisconnectAt)),
             "AdapterProblem": .string(adapterProblem ?? ""),
+            "BondProblem": .string(bondProblem ?? ""),
         ]
     }
 
@@ -157,6 +167,7 @@ public struct LinkStatus: Sendable, Equatable {
         lastDisconnectReason = try text("LastDisconnectReason")
         lastDisconnectAt = try instant("LastDisconnectAt")
         adapterProblem = try text("AdapterProblem")
+        bondProblem = try text("BondProblem")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {

@@ -139,6 +139,7 @@ struct StatusReport {
             row("last drop", reason + (s.lastDisconnectAt.map { ", \(LinkStatus.age(now.timeIntervalSince($0))) ago" } ?? ""))
         }
         if let problem = s.adapterProblem { row("adapter", problem) }
+        if let problem = s.bondProblem { row("bond", problem) }
         row("reconnects", "\(s.reconnects)")
         if s.windowAttempt > 0 || s.nextAttemptIn != nil {
             var window = s.windowAttempt > 0 ? "attempt \(s.windowAttempt)" : "no attempt yet"
@@ -214,6 +215,7 @@ struct StatusReport {
                 ("last_disconnect_reason", s.lastDisconnectReason.map(quote) ?? "null"),
                 ("last_disconnect_at", s.lastDisconnectAt.map { quote(Self.iso($0)) } ?? "null"),
                 ("adapter_problem", s.adapterProblem.map(quote) ?? "null"),
+                ("bond_problem", s.bondProblem.map(quote) ?? "null"),
             ]
         }
         fields.append(("forwarder", forwarderJSON()))

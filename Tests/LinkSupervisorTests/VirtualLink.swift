@@ -12,6 +12,10 @@ struct VirtualLink {
     var connectResult: Result<Void, LinkFailure>?
     var answerSubscribes = true
     var pollResult: Result<Void, LinkFailure>? = .success(())
+    /// What the next pair returns, if answered automatically; a success
+    /// shows the device bonded first (bluetoothd signals Paired before it
+    /// replies).
+    var pairResult: Result<Void, LinkFailure>? = .success(())
 
     init(settings: Supervisor.Settings, seed: UInt64 = 1) {
         supervisor = Supervisor(settings: settings, seed: seed)
@@ -37,8 +41,22 @@ struct VirtualLink {
             switch action {
             case .connect(let id, _):
                 if let result = connectResult {
-                    if case .success = result { observe(VirtualLink.up) }
+                    if case .success = result {
+                        // Connecting changes no bond.
+                        var up = VirtualLink.up
+                        up.deviceBonded = supervisor.observation.deviceBonded
+                        observe(up)
+                    }
                     send(.connectFinished(attempt: id, result))
+                }
+            case .pair(let id, _):
+                if let result = pairResult {
+                    if case .success = result {
+                        var bonded = supervisor.observation
+                        bonded.deviceBonded = true
+                        observe(bonded)
+                    }
+                    send(.pairFinished(attempt: id, result))
                 }
             case .subscribe(let id) where answerSubscribes:
                 send(.subscribeFinished(attempt: id, .success(())))

@@ -28,9 +28,9 @@ import Readings
 final class ActionLane: @unchecked Sendable {
     private let client: BlueZClient
     private let loop: EventLoop
-    private let config: TetherConfig
-    private let finish: (SupervisorEvent) -> Void
-    private let logger: Logger
+    let config: TetherConfig
+    let finish: (SupervisorEvent) -> Void
+    let logger: Logger
     /// What bluetoothd's tree resolves to now; set by the service on every change.
     var resolution = LinkResolver.Resolution()
     /// A reading taken by a read-mode keep-alive poll.
@@ -72,7 +72,7 @@ final class ActionLane: @unchecked Sendable {
 
     /// Sends `request` now; `completion` runs on the loop with its reply,
     /// unless the lane was cancelled meanwhile.
-    private func send(_ request: BlueZRequest, _ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void) {
+    func send(_ request: BlueZRequest, _ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void) {
         let sent = generation
         let box = LoopBound(completion)
         client.send(request) { [weak self] result in
@@ -99,6 +99,8 @@ final class ActionLane: @unchecked Sendable {
             }
         case .subscribe(let id):
             subscribe(id)
+        case .pair(let id, let timeout):
+            pair(id, timeout: timeout)
         case .poll(let id, let timeout):
             poll(id, timeout: timeout)
         case .startDiscovery:
@@ -205,6 +207,9 @@ final class ActionLane: @unchecked Sendable {
     /// which only a bluetoothd restart clears. Transient: an attempt that
     /// raced the release of our own earlier socket succeeds next time.
     static func notifyFailure(_ error: BlueZError, _ characteristic: GattCharacteristic) -> LinkFailure {
+        if error.name == BlueZ.ErrorName.notPermitted, error.message == "Not paired" {
+            return LinkFailure(.fatal, "the notifications of \(characteristic.uuid) need an encrypted link and bluetoothd could not pair (NotPermitted \"Not paired\"): set dongle.pairing, or pair the dongle by hand (bluetoothctl pair)")
+        }
         guard error.name == BlueZ.ErrorName.notPermitted, error.description.contains("Notify acquired") else {
             return failure(error)
         }

@@ -12,6 +12,8 @@ import Logging
 /// TETHER_DEVICE…), so `journalctl TETHER_EVENT=disconnected` finds every drop.
 struct LinkReportLog: Sendable {
     let logger: Logger
+    /// How Tether pairs (`dongle.pairing`), named in the `paired` line.
+    var pairingMethod = "just-works"
 
     /// Seconds with millisecond precision, for machine-read fields.
     static func seconds(_ duration: Duration) -> String {
@@ -99,6 +101,20 @@ struct LinkReportLog: Sendable {
                 "adapter recovery round \(rounds) did not bring the adapter back (\(problem)); next round in \(retryIn.roundedText)",
                 metadata: with(["rounds": "\(rounds)", "retry_in": "\(Self.seconds(retryIn))"])
             )
+        case .paired:
+            logger.notice("paired with the dongle (\(pairingMethod)) and marked it trusted", metadata: with(["method": "\(pairingMethod)"]))
+        case .pairingFailed(let error):
+            logger.warning("pairing failed: \(error)", metadata: with(["error": "\(error)"]))
+        case .bondLost(let detail, let repairing, let why):
+            if repairing {
+                logger.error(
+                    "the dongle refuses its bond (\(detail)): it has lost its keys; removing the device and its keys from bluetoothd (Adapter1.RemoveDevice) to pair again, once in this outage",
+                    metadata: with(["repairing": "true", "error": "\(detail)"]))
+            } else {
+                logger.error(
+                    "the dongle refuses its bond (\(detail)); not pairing again: \(why ?? "")",
+                    metadata: with(["repairing": "false", "error": "\(detail)"]))
+            }
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

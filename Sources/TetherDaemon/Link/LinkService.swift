@@ -128,6 +128,8 @@ public final class LinkService: @unchecked Sendable {
     /// A kernel controller that failed its initialisation (see `ControllerInitCheck`).
     private var initCheck: ControllerInitCheck
     private var initCheckTimer: EventLoop.TimerID?
+    /// Tether's Agent1, when it pairs (`dongle.pairing`).
+    private let agent: PairingAgent?
     private var adapterProblem: String?
     /// `/dev/rfkill` (nil: not watched), its switches, and why it is not
     /// watched when it is not.
@@ -158,7 +160,7 @@ public final class LinkService: @unchecked Sendable {
         self.config = config
         client = BlueZClient(bus: bus)
         self.recorder = recorder
-        report = LinkReportLog(logger: logger)
+        report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.name == "passkey-file" ? "passkey" : config.dongle.pairing.name)
         resolver = LinkResolver(config: config)
         adapterWatch = AdapterWatch(config: config.bluez)
         supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
@@ -168,6 +170,7 @@ public final class LinkService: @unchecked Sendable {
         (changes, changeInput) = AsyncStream.makeStream(of: LinkStatusChange.self, bufferingPolicy: .bufferingNewest(32))
         (blockingJobs, blockingInput) = AsyncStream.makeStream(of: BlockingJob.self, bufferingPolicy: .unbounded)
         shared.withLock { $0.device = config.dongle.address }
+        agent = config.dongle.pairing.pairs ? PairingAgent(pairing: config.dongle.pairing, logger: logger) : nil
     }
 
     // MARK: Running
@@ -189,6 +192,13 @@ public final class LinkService: @unchecked Sendable {
             turnEndHook = loop.addTurnEndHook { [unowned self] in writeTurnReadings() }
             if kernelReasons { openManagementSocket() }
             openRfkill()
+        }
+        if let agent {
+            do {
+                try await client.bus.export(PairingAgent.path, [agent.interface])
+            } catch {
+                report.logger.error("cannot export Tether's pairing agent: \(error); pairing will fail")
+            }
         }
         do {
             try await monitor.start { [unowned self] message in monitor.handle(message) }
@@ -278,7 +288,8 @@ public final class LinkService: @unchecked Sendable {
                 nextAttemptIn: s.supervisor.nextAttemptAt.map { max(.zero, $0 - sinceStart) },
                 lastError: s.supervisor.lastError, silenceLimit: config.silenceLimit,
                 silenceEvents: s.supervisor.silenceEvents, lastDisconnectReason: s.lastDisconnectReason,
-                lastDisconnectAt: s.lastDisconnectAt, adapterProblem: s.adapterProblem
+                lastDisconnectAt: s.lastDisconnectAt, adapterProblem: s.adapterProblem,
+                bondProblem: s.supervisor.bondProblem
             )
         }
     }
@@ -345,12 +356,17 @@ public final class LinkService: @unchecked Sendable {
         case .deviceDisconnected(let path, let reason, _):
             bluezSendsReasons = true
             if path == resolution.device?.path {
-                reasons.heard(.init(bluezReason: reason), address: deviceAddress, at: start.duration(to: .now))
+                let heard = DisconnectReasons.Reason(bluezReason: reason)
+                reasons.heard(heard, address: deviceAddress, at: start.duration(to: .now))
                 resolvePendingDrop()
+                if heard == .authenticationFailure { deliver(.bondRejected("bluetoothd: \(reason)")) }
             }
             return
         case .serviceAppeared:
             bluezPresent = true
+            // Agents die with bluetoothd: register (again) before anything
+            // else is sent to this one.
+            if let agent { lane.registerAgent(agent) }
         case .serviceVanished:
             bluezPresent = false
         default:
@@ -378,6 +394,7 @@ public final class LinkService: @unchecked Sendable {
         }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
         if let address = resolution.device?.address { deviceAddress = address }
+        agent?.setDongle(resolution.device?.path)
         let gattMoved = !previous.notify.isEmpty && previous.notify.map(\.path) != resolution.notify.map(\.path)
             && previous.device?.path == resolution.device?.path && resolution.observation.connected
         shared.withLock { s in
@@ -495,8 +512,12 @@ public final class LinkService: @unchecked Sendable {
         let index = resolution.adapter.flatMap { Int($0.interfaceName.dropFirst(3)) }
         for case .deviceDisconnected(let controller, let address, _, let code) in socket.readEvents() {
             guard index == nil || Int(controller) == index, address == deviceAddress.uppercased() else { continue }
-            reasons.heard(.init(managementCode: code), address: address, at: start.duration(to: .now))
+            let heard = DisconnectReasons.Reason(managementCode: code)
+            reasons.heard(heard, address: address, at: start.duration(to: .now))
             resolvePendingDrop()
+            if heard == .authenticationFailure {
+                deliver(.bondRejected("the kernel ended the link for an authentication failure (Device Disconnected reason 4)"))
+            }
         }
         if let failure = socket.failure {
             managementUnavailable = failure

@@ -48,6 +48,8 @@ public final class LinkMetrics: @unchecked Sendable {
     private let connectToOnline: CoreMetrics.Timer
     private let silenceEvents: CoreMetrics.Counter
     private let staleDeviceRemovals: CoreMetrics.Counter
+    private let pairings: [Bool: CoreMetrics.Counter]
+    private let bondsLost: CoreMetrics.Counter
     private let disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter]
     private let controllerInitFailures: Meter
     private let radioBlocks: [RadioBlock: Meter]
@@ -176,6 +178,19 @@ public final class LinkMetrics: @unchecked Sendable {
             "tether_stale_device_removals_total",
             help: "Times the dongle's device object was removed (Adapter1.RemoveDevice) after a retry window failed with errors pointing at a stale object."
         )
+        var pairings: [Bool: CoreMetrics.Counter] = [:]
+        for ok in [true, false] {
+            pairings[ok] = registry.counter(
+                "tether_pairings_total",
+                help: "Device1.Pair calls Tether made (dongle.pairing), by result.",
+                labels: [("result", ok ? "ok" : "failed")]
+            )
+        }
+        self.pairings = pairings
+        bondsLost = registry.counter(
+            "tether_bonds_lost_total",
+            help: "Times the dongle refused the bond bluetoothd holds for it (it lost its keys), once per outage."
+        )
         var disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter] = [:]
         for reason in DisconnectReasons.Reason.allCases {
             disconnects[reason] = registry.counter(
@@ -257,6 +272,12 @@ public final class LinkMetrics: @unchecked Sendable {
                 silenceEvents.increment()
             case .report(.staleDeviceRemoved):
                 staleDeviceRemovals.increment()
+            case .report(.paired):
+                pairings[true]?.increment()
+            case .report(.pairingFailed):
+                pairings[false]?.increment()
+            case .report(.bondLost):
+                bondsLost.increment()
             default:
                 break
             }

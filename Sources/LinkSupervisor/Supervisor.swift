@@ -738,9 +738,12 @@ public struct Supervisor: Sendable {
 
     /// Runs the first of `steps`; with none left, one attempt to see whether
     /// the escalation helped (or the reconnect someone asked for meanwhile).
+    /// `rfkill-unblock` is skipped while nothing is soft-blocked: it would
+    /// change nothing and only log a step "done".
     private mutating func escalate(
         _ steps: [EscalationStep], reconnectRequested: Bool, cause: String = "retry window exhausted"
     ) {
+        let steps = steps.drop { $0 == .rfkillUnblock && observation.radioBlock != .soft }
         guard let step = steps.first else {
             if reconnectRequested { return attempt(window: Window(start: now), cause: "reconnect requested") }
             return attempt(window: Window(start: now, blind: true), cause: "escalation done")

@@ -196,3 +196,19 @@ import Testing
         #expect(bondLosses(link, repairing: true) + bondLosses(link, repairing: false) == 0)
     }
 }
+
+/// An exhausted window's escalation skips `rfkill-unblock` while nothing is
+/// soft-blocked (it would log a step "done" that did nothing).
+@Suite struct UnblockStepTests {
+    @Test func anExhaustedWindowSkipsRfkillUnblockWithoutABlock() {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.rfkillUnblock, .powerCycle, .rfkillUnblock]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(SupervisorTests.abort)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(400))
+        let steps = link.log.compactMap { if case .escalate(let step) = $0.action { step } else { nil } }
+        #expect(steps.first == .powerCycle)
+        #expect(!steps.contains(.rfkillUnblock))
+    }
+}

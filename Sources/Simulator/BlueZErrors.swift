@@ -30,6 +30,36 @@ enum BlueZFault {
         .remote(name: BlueZ.ErrorName.notPermitted, message: message)
     }
 
+    // MARK: Agents and pairing (src/error.c, src/device.c's bonding errors)
+
+    /// RegisterAgent from a client that has one; Pair on a bonded device.
+    static let alreadyExists = DBusError.remote(name: "org.bluez.Error.AlreadyExists", message: "Already Exists")
+    /// Every SMP failure: a wrong passkey, an agent's refusal, no agent, the
+    /// dongle refusing a pairing without MITM protection.
+    static let authenticationFailed = DBusError.remote(
+        name: "org.bluez.Error.AuthenticationFailed", message: "Authentication Failed"
+    )
+    /// The link dropped during pairing, or CancelPairing.
+    static let authenticationCanceled = DBusError.remote(
+        name: "org.bluez.Error.AuthenticationCanceled", message: "Authentication Canceled"
+    )
+    /// SMP's own timeout (30 s) ran out: the peer never answered.
+    static let authenticationTimeout = DBusError.remote(
+        name: "org.bluez.Error.AuthenticationTimeout", message: "Authentication Timeout"
+    )
+    /// Pair on an unconnected device whose connection failed (MGMT status
+    /// CONNECT_FAILED).
+    static let connectionAttemptFailed = DBusError.remote(
+        name: "org.bluez.Error.ConnectionAttemptFailed", message: "Page Timeout"
+    )
+    /// An ATT request the dongle refused for want of encryption, when
+    /// bluetoothd could not raise the link's security (create_gatt_dbus_error).
+    static let notPaired = notPermitted("Not paired")
+    /// 5.66's answer to a Connect whose link the kernel dropped for an
+    /// authentication failure (the peer lost its keys): device_remove_connection
+    /// uses the BR/EDR string even for LE.
+    static let brConnectionCanceled = failed("br-connection-canceled")
+
     /// What GATT calls get on a device without a link.
     static let gattNotConnected = failed(BlueZ.FailedMessage.notConnected)
     /// What a Connect gets when the dongle does not answer (asleep, or a

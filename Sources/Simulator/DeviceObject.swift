@@ -32,6 +32,9 @@ enum DeviceObject {
         var connected: Bool
         var rssi: Int16?
         var adapter: ObjectPath
+        var paired = false
+        var bonded = false
+        var trusted = false
     }
 
     static let writable: Set<String> = ["Alias", "Trusted"]
@@ -42,9 +45,9 @@ enum DeviceObject {
             "AddressType": .string("random"),
             "Name": .string(snapshot.name),
             "Alias": .string(snapshot.name),
-            "Paired": .boolean(false),
-            "Bonded": .boolean(false),
-            "Trusted": .boolean(false),
+            "Paired": .boolean(snapshot.paired),
+            "Bonded": .boolean(snapshot.bonded),
+            "Trusted": .boolean(snapshot.trusted),
             "Blocked": .boolean(false),
             "LegacyPairing": .boolean(false),
             "Connected": .boolean(snapshot.connected),
@@ -65,6 +68,10 @@ enum DeviceObject {
                 },
                 "Disconnect": .init { call in
                     try await simulator.disconnectDevice(client: call.sender)
+                    return []
+                },
+                "Pair": .init { call in
+                    try await simulator.pairDevice(client: call.sender)
                     return []
                 },
             ],

@@ -53,6 +53,10 @@ extension Simulator {
         if notifyAcquisitions[path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         if !(notifySessions[path]?.isEmpty ?? true) { throw BlueZFault.inProgress }
         guard characteristic.flags.contains("notify") else { throw BlueZFault.notSupported }
+        // The CCCD write is an ATT request: the dongle may want encryption.
+        try await ensureEncryption()
+        if notifyAcquisitions[path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
+        if !(notifySessions[path]?.isEmpty ?? true) { throw BlueZFault.inProgress }
         let link = linkID
         notifyAcquisitions[path] = NotifyAcquisition(client: client, link: link)
         // The CCCD is written now: the dongle starts notifying.

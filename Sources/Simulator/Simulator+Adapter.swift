@@ -93,7 +93,9 @@ extension Simulator {
         case ("Alias", .string(let alias)):
             // An empty alias resets it to the name, as bluetoothd does.
             await setDeviceProperties(["Alias": .string(alias.isEmpty ? options.name : alias)])
-        case ("Trusted", .boolean):
+        case ("Trusted", .boolean(let on)):
+            // Kept with the bond: it survives restarts, RemoveDevice deletes it.
+            trusted = on
             await setDeviceProperties([name: value])
         default:
             throw BlueZFault.invalidArguments()
@@ -222,6 +224,9 @@ extension Simulator {
         deviceExported = false
         deviceKnown = false
         rssiPublished = false
+        // The keys go with the device (MGMT Unpair Device); the dongle keeps
+        // whatever it had.
+        forgetBond()
         dropAllNotifySessions(reason: "device-removed")
         try? await bluez?.unexport(devicePath)
     }
@@ -261,6 +266,10 @@ extension Simulator {
     }
 
     private func clientLeft(_ name: String) async {
+        // Its agent goes with it (agent_disconnect); a Pair() it was waiting
+        // on is cancelled (create_bond_req_exit).
+        removeAgent(name, reason: "client-left")
+        if pairCall?.client == name { abortAgentRequest(reason: "caller-left", tellAgent: true) }
         discoveryFilters[name] = nil
         if discoveryClients.remove(name) != nil {
             log.record(.discoveryStop) {

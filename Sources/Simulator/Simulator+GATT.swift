@@ -34,6 +34,7 @@ extension Simulator {
         try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: self.options.attTimeout)
         try await awaitHungPeer(client)
         guard characteristic.isReadable else { throw BlueZFault.notPermitted("Read not permitted") }
+        try await ensureEncryption()
         let value = currentValue(of: characteristic)
         let offset = options["offset"]?.int64 ?? 0
         guard offset >= 0, offset <= Int64(value.count) else { throw BlueZFault.invalidOffset }
@@ -66,6 +67,13 @@ extension Simulator {
             if type == "command" { return }
             try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: self.options.attTimeout)
         }
+        if type == "command" {
+            // Never raised (no response, no error): a dongle that wants
+            // encryption drops it, and it is no activity to the firmware.
+            if dongleDropsWriteCommands { return }
+        } else {
+            try await ensureEncryption()
+        }
         // A write command needs no answer: the radio takes it, hung or not.
         if type != "command" { try await awaitHungPeer(client) }
         dongle.noteActivity(at: .now)
@@ -91,6 +99,7 @@ extension Simulator {
         guard !sessions.contains(client) else { return }
         // A new session writes the CCCD: an ATT request.
         try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: options.attTimeout)
+        if sessions.isEmpty { try await ensureEncryption() }
         sessions = notifySessions[characteristic.path] ?? []
         guard sessions.insert(client).inserted else { return }
         notifySessions[characteristic.path] = sessions
@@ -168,7 +177,9 @@ extension Simulator {
     /// Runs the telemetry task exactly while it should: link up, GATT
     /// resolved, a notify session on TX and a rate above zero.
     func updateTelemetry() {
+        // A dongle that wants encryption notifies only on an encrypted link.
         let wanted = !stopped && dongle.state == .connected && servicesResolved && notifyRate > 0 && applicationHung == nil
+            && (linkEncrypted || !options.pairing.requiresEncryption)
             && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || isLiveAcquisition(gatt.tx.path))
         if wanted, telemetryTask == nil {
             let link = linkID

@@ -18,6 +18,8 @@ extension Simulator {
             await bus.enableObjectManager(at: .root)
             try await watchClients(on: bus)
             try await bus.requestName(BlueZ.service)
+            // src/agent.c's AgentManager1, there before any adapter.
+            try await bus.export(AgentManagerObject.path, [AgentManagerObject.interface(simulator: self)])
             guard adapterPresent else { return }
             try await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
             if deviceKnown {
@@ -70,6 +72,8 @@ extension Simulator {
     private func forgetBluetoothdState(reason: String) {
         clientWatchTask?.cancel()
         clientWatchTask = nil
+        // Agents lived in its memory; bonds are on disk and stay.
+        forgetAgents(reason: reason)
         forgetAdapterState(reason: reason)
     }
 

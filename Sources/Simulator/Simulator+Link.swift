@@ -20,7 +20,8 @@ extension Simulator {
         }
     }
 
-    private func performConnect(client: String) async throws(DBusError) {
+    /// Connect's work after the request is logged; Pair() connects with it too.
+    func performConnect(client: String) async throws(DBusError) {
         // bluetoothd checks these before it starts a connection.
         guard powered else { throw BlueZFault.notReady }
         guard pendingConnect == nil else { throw BlueZFault.connectInProgress }
@@ -65,6 +66,9 @@ extension Simulator {
         // bluetoothd crashed or restarted while this call waited: the
         // connection it asked for died with it.
         guard bluez != nil, generation == startGeneration else { throw BlueZFault.abortByLocal }
+        // bluetoothd holds a key the dongle no longer has: the encryption
+        // that comes before GATT fails and the kernel drops the link.
+        if paired, !dongleHasKey { throw await connectWithoutPeerKey(client: client) }
         await linkEstablished()
     }
 
@@ -75,6 +79,9 @@ extension Simulator {
         dongle.linkUp(at: .now)
         linkID += 1
         let link = linkID
+        // A bonded device's link is encrypted with the stored key before its
+        // ATT channel is used ("Elevating security level since LTK is available").
+        linkEncrypted = paired && dongleHasKey
         // bluetoothd stores a device it has connected to: it survives restarts.
         deviceKnown = true
         advertisingTask?.cancel()
@@ -190,6 +197,7 @@ extension Simulator {
     func loseLink(reason: String, asleep: Bool, client: String? = nil) async {
         guard dongle.state == .connected else { return }
         let removedGatt = exportedGatt
+        let wasPaired = paired
         let hadGatt = markLinkLost(reason: reason, asleep: asleep, client: client)
         if let bus = bluez {
             await bus.announceLinkLoss(
@@ -198,6 +206,8 @@ extension Simulator {
                 removing: hadGatt ? (removedGatt ?? gatt).removalOrder : []
             )
         }
+        // A pairing without bonding lasted this connection (device_remove_connection).
+        if wasPaired, !paired { await setDeviceProperties(["Paired": .boolean(false)]) }
         await announceReleased()
         await publishControl()
     }
@@ -228,6 +238,11 @@ extension Simulator {
         guard dongle.state == .connected else { return false }
         dongle.linkDown(asleep: asleep)
         linkID += 1
+        linkEncrypted = false
+        // A pairing waiting on its agent ends with the link (the agent gets
+        // Cancel()); one that was not bonded ends here too (Paired=false).
+        abortAgentRequest(reason: "link-lost", tellAgent: true)
+        if paired, !bonded { paired = false }
         for task in [resolveTask, telemetryTask, idleTask] { task?.cancel() }
         resolveTask = nil
         telemetryTask = nil

@@ -127,6 +127,35 @@ public actor Simulator {
         let client: String
     }
 
+    // MARK: Agents, pairing and bonds (Simulator+Pairing.swift)
+
+    /// bluetoothd's agents, by their owner's unique name (one each).
+    var agents: [String: RegisteredAgent] = [:]
+    /// Owners of the default agents, the default first (src/agent.c's
+    /// `default_agents`): the first agent registered, or the last to call
+    /// RequestDefaultAgent.
+    var defaultAgentOwners: [String] = []
+    /// What bluetoothd keeps about the device "on disk": it survives clients
+    /// leaving, link losses and bluetoothd restarts; RemoveDevice deletes it.
+    var paired = false
+    /// The key is persistent (both sides asked for bonding, which bluetoothd
+    /// does only while a default agent exists). A pairing without it lasts
+    /// one connection.
+    var bonded = false
+    var trusted = false
+    /// The dongle holds the key of its bond with this adapter (false after
+    /// `forgetKeys()`, its factory reset).
+    var dongleHasKey = false
+    /// The current link is encrypted (with a stored key or a fresh pairing).
+    var linkEncrypted = false
+    /// A Device1.Pair being served (connecting first, or pairing).
+    var pairCall: (id: Int, client: String)?
+    /// The SMP pairing under way, Pair's or bluetoothd's security
+    /// elevation; GATT requests that need encryption wait for it.
+    var pairing: (id: Int, task: Task<PairingOutcome, Never>)?
+    /// The agent call bluetoothd is waiting on (one at a time).
+    var agentRequest: PendingAgentRequest?
+
     // MARK: Log and published state
 
     var log: EventLog
@@ -150,6 +179,9 @@ public actor Simulator {
 
     private init(busAddress: String, options: SimulatorOptions) throws {
         let now = ContinuousClock.now
+        if case .passkey(let passkey) = options.pairing, passkey > DonglePairing.maximumPasskey {
+            throw SimulatorError.invalidPasskey(passkey)
+        }
         self.options = options
         self.busAddress = busAddress
         devicePath = try DeviceObject.path(adapter: AdapterObject.path, address: options.address)
@@ -210,6 +242,7 @@ public actor Simulator {
         for (_, wait) in waits { wait.cancel() }
         waits.removeAll()
         pendingConnect = nil
+        abortAgentRequest(reason: "stopped", tellAgent: false)
         releaseAllAcquisitions(reason: "stopped")
         releasedToAnnounce.removeAll()
         resumeServicesResolvedWaiters(false)
@@ -339,7 +372,11 @@ public actor Simulator {
         adapterAddress = address.uppercased()
         devicePath = try DeviceObject.path(adapter: path, address: options.address)
         gatt = try GattDatabase(devicePath: devicePath, layout: gatt.layout)
-        if !sameController { deviceKnown = false }
+        if !sameController {
+            // Another controller: bluetoothd has no record of the dongle under it.
+            deviceKnown = false
+            forgetBond()
+        }
         adapterPresent = true
         powered = true
         log.record(.adapterAdded) { $0.reason = "\(name) \(adapterAddress)" }
@@ -395,7 +432,7 @@ public actor Simulator {
         DeviceObject.interface(
             DeviceObject.Snapshot(
                 address: options.address, name: options.name, connected: dongle.state == .connected, rssi: rssi,
-                adapter: adapterPath
+                adapter: adapterPath, paired: paired, bonded: bonded, trusted: trusted
             ),
             simulator: self
         )

@@ -106,6 +106,30 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         /// answers again (on: false; reason: lockup-off, power-cycle,
         /// adapter-removed).
         case controllerLockup = "controller-lockup"
+        /// An agent registered (client: its owner; type: its capability;
+        /// on: whether it became the default agent).
+        case agentRegistered = "agent-registered"
+        /// An agent went (client; reason: unregistered, client-left, or
+        /// bluetoothd's exit); or became the default (reason: default).
+        case agentUnregistered = "agent-unregistered"
+        /// A Device1.Pair call, logged as it is served (client: the caller).
+        case pairRequest = "pair-request"
+        /// Pairing succeeded (client: the agent's owner, if one answered;
+        /// type: just-works or passkey; reason: pair, or security-elevation
+        /// for bluetoothd raising a GATT request's security; on: bonded,
+        /// i.e. the keys are persistent).
+        case paired
+        /// Pairing failed (reason: no-agent, wrong-passkey, agent-rejected,
+        /// agent-timeout, agent-gone, mitm-required, just-works-repairing,
+        /// link-lost, smp-timeout; error and message: what Pair() answers).
+        case pairingFailed = "pairing-failed"
+        /// The dongle forgot its bond (a factory reset); bluetoothd still
+        /// has its key.
+        case keysForgotten = "keys-forgotten"
+        /// A reconnect found the dongle without the key bluetoothd holds
+        /// (LTK Request Negative Reply: Encryption Change 0x06 PIN or Key
+        /// Missing); the kernel drops the link for authentication failure.
+        case bondRejected = "bond-rejected"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

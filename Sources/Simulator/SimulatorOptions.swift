@@ -76,6 +76,14 @@ public struct SimulatorOptions: Sendable {
     /// its path is a socket) and the class directory `DIR/class-rfkill`,
     /// whose `rfkillN/name` names the controller (`hci0`). Nil: none.
     public var rfkillDirectory: String?
+    /// What the dongle asks before its GATT works: nothing (`.none`), an
+    /// encrypted link paired with Just Works, or one paired by passkey entry
+    /// (the dongle displays the passkey). See `DonglePairing`.
+    public var pairing: DonglePairing = .none
+    /// How long bluetoothd waits for an agent's answer (RequestPasskey,
+    /// RequestAuthorization) before it gives up and sends the agent
+    /// `Cancel()`: bluetoothd's REQUEST_TIMEOUT, 60 s.
+    public var agentTimeout: Duration = .seconds(60)
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
 

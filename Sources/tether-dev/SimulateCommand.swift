@@ -18,7 +18,8 @@ struct SimulateCommand: AsyncParsableCommand {
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
               Crash(u restart_after_ms), Restart(u restart_after_ms),
               HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b),
-              RemoveAdapter(), AddAdapter(s name, s address), Rfkill(s blocks), Lockup(b on, b clears_on_power_cycle)
+              RemoveAdapter(), AddAdapter(s name, s address), Rfkill(s blocks), Lockup(b on, b clears_on_power_cycle),
+              ForgetKeys()
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \
@@ -43,7 +44,13 @@ struct SimulateCommand: AsyncParsableCommand {
             Connected in bluetoothd while the dongle loses it, no notifications, calls that need the \
             controller fail after --hci-command-timeout (GATT requests after --att-timeout) or, for \
             Disconnect, wait; Lockup(false, _) ends it, and with clears true so does a power cycle \
-            through Adapter1.Powered (the simulator sees no HCI or USB reset; RemoveAdapter ends it too).
+            through Adapter1.Powered (the simulator sees no HCI or USB reset; RemoveAdapter ends it too). \
+            With --pairing just-works or passkey=NNNNNN the dongle's GATT requests need an encrypted link: \
+            bluetoothd pairs when asked (Device1.Pair, with the caller's or the default agent registered \
+            through org.bluez.AgentManager1 on /org/bluez) or by itself when a request needs it (the \
+            default agent's RequestAuthorization or RequestPasskey), and keeps the bond across restarts. \
+            ForgetKeys() is the dongle's factory reset: bluetoothd stays Paired, and every Connect from \
+            then on fails with br-connection-canceled right after Connected=true, until RemoveDevice.
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """
@@ -115,6 +122,12 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Serve a simulated /dev/rfkill in this directory (DIR/rfkill, a socket, and DIR/class-rfkill).")
     var rfkill: String?
 
+    @Option(help: "What the dongle asks before its GATT works: none, just-works or passkey=NNNNNN (it displays that passkey).")
+    var pairing = "none"
+
+    @Option(help: "How long bluetoothd waits for an agent's answer before it gives up and sends Cancel() (real bluetoothd: 60s).")
+    var agentTimeout = DurationArgument(.seconds(60))
+
     @Option(help: "Append every event (JSON Lines) to this file.")
     var eventLog: String?
 
@@ -124,6 +137,11 @@ struct SimulateCommand: AsyncParsableCommand {
         }
         guard notifyRate >= 0, notifyRate <= 100_000 else { throw ValidationError("--notify-rate must be 0…100000") }
         if let acquireSendBuffer, acquireSendBuffer < 1 { throw ValidationError("--acquire-send-buffer must be at least 1") }
+        do {
+            _ = try DonglePairing(parsing: pairing)
+        } catch {
+            throw ValidationError("--" + error.description)
+        }
     }
 
     func run() async throws {
@@ -149,6 +167,8 @@ struct SimulateCommand: AsyncParsableCommand {
         options.hciCommandTimeout = hciCommandTimeout.duration
         options.rfkillDirectory = rfkill
         options.eventLogPath = eventLog
+        options.pairing = try DonglePairing(parsing: pairing)
+        options.agentTimeout = agentTimeout.duration
 
         var daemon: BusDaemonProcess?
         let address: String

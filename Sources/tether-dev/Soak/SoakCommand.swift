@@ -14,7 +14,8 @@ struct SoakCommand: AsyncParsableCommand {
             restarts, adapter power off/on, connect latency spikes, a hung dongle application (its link \
             dropped within the silence limit), a GATT layout change, a stale device object, the controller \
             renumbered, rfkill soft blocks (cleared by Tether, or held and lifted by the soak), a brief rfkill \
-            hard block, a controller lockup cleared by Tether's power-cycle step; kills the daemon with SIGKILL and restarts \
+            hard block, a controller lockup cleared by Tether's power-cycle step, a dongle that lost its keys (the \
+            simulated dongle needs an encrypted link; Tether pairs Just Works, and pairs again once); kills the daemon with SIGKILL and restarts \
             it a few times; and, when run as root, fills the readings directory (a small tmpfs) for a few \
             seconds. At the end it checks and prints: the dongle never fell asleep; no reading lost or \
             doubled outside the kill windows; RSS growth of the daemon from minute 2 (or a third of its \

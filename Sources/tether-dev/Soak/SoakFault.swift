@@ -35,6 +35,11 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// hanging, no notifications): Tether's window runs out and its
     /// `power-cycle` step clears it.
     case lockup
+    /// The dongle forgets its keys (a factory reset) and drops the link:
+    /// bluetoothd keeps the bond it refuses, every connect drops at once;
+    /// Tether removes the bond and pairs again (the soak's dongle needs an
+    /// encrypted link, and Tether pairs Just Works).
+    case bondLost = "bond-lost"
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

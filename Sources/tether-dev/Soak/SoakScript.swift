@@ -101,7 +101,7 @@ final class SoakScript: @unchecked Sendable {
         bus = busDaemon
         simulatorProcess = try ChildProcess(executable: devTool, arguments: [
             "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "\(notifyRate)",
-            "--event-log", eventLogPath, "--rfkill", rfkillDirectory,
+            "--event-log", eventLogPath, "--rfkill", rfkillDirectory, "--pairing", "just-works",
         ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
         let control = SimulatorRemote(bus: try await Bus.connect(address: busDaemon.address))
         remote = control
@@ -152,6 +152,7 @@ final class SoakScript: @unchecked Sendable {
         [dongle]
         address = "AA:BB:CC:DD:EE:FF"
         silence_limit = "\(DurationText.format(Self.silenceLimit))"
+        pairing = "just-works"
 
         [keepalive]
         interval = "2s"
@@ -233,6 +234,21 @@ final class SoakScript: @unchecked Sendable {
             recoveries.append(took)
             say("\(fault.rawValue): online again after \(DurationText.rounded(took))")
             if fault == .lockup { try await checkLockupCleared() }
+            if fault == .bondLost { checkPairedAgain() }
+        }
+    }
+
+    /// After a lost bond: online again means paired again (the dongle
+    /// refuses the old bond), never more than once for it.
+    private func checkPairedAgain() {
+        let events = simulatorEvents()
+        guard let forgotten = events.last(where: { $0.ev == "keys-forgotten" }) else { return }
+        let pairings = events.filter { $0.ev == "paired" && $0.t > forgotten.t }.count
+        if pairings != 1 {
+            violations.append("\(pairings) pairings after the dongle lost its keys (expected one)")
+            say("VIOLATION: \(pairings) pairings after the lost bond")
+        } else {
+            say("bond-lost: paired again once")
         }
     }
 
@@ -375,6 +391,10 @@ final class SoakScript: @unchecked Sendable {
                     say("VIOLATION: \(attempts) connect attempts during the hard block")
                 }
             }
+        case .bondLost:
+            say("the dongle forgets its keys and drops the link; Tether must remove the bond and pair again")
+            try await remote.knob("ForgetKeys", [])
+            try await remote.knob("DropLink", [.string("remote")])
         case .lockup:
             say("the controller locks up (calls fail or hang, Powered stays true) until a power cycle")
             try await remote.knob("Lockup", [.boolean(true), .boolean(true)])

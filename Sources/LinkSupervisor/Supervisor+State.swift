@@ -215,9 +215,17 @@ extension Supervisor {
 
     enum BondLoss: Sendable, Equatable {
         case none
+        /// Refused; its removal is asked for and not confirmed yet. No
+        /// connect goes out while the device still holds the refused bond:
+        /// each one is refused again (and on Debian 12's kernel each refusal
+        /// has oopsed the kernel and killed bluetoothd in `make e2e`), so the
+        /// attempts of the window ask for the removal instead until it is done.
+        case removing
         /// Removed to pair again, in this outage.
         case renewed
-        /// Reported, and not renewed (already renewed, or Tether does not pair).
+        /// Reported, and not renewed (already renewed, or Tether does not
+        /// pair): the windows go straight to cooling down, one blind attempt
+        /// per cooldown, since every connect is refused.
         case reported
     }
 

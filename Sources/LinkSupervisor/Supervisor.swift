@@ -335,6 +335,17 @@ public struct Supervisor: Sendable {
             return enter(.waitingForAdapter(offByEscalation: false), "\(cause); but the adapter is not powered")
         }
         guard observation.devicePresent else { return enterSearching(cause: cause) }
+        if history.bondLoss == .removing {
+            if observation.deviceBonded {
+                var window = window
+                window.attempts += 1
+                removeRefusedBond()
+                return attemptFailed(window, LinkFailure(.transient, "the dongle refuses the bond bluetoothd holds; removing it before connecting"), cancel: false)
+            }
+            // Found again without it: the removal happened (its answer may
+            // have been lost with bluetoothd).
+            history.bondLoss = .renewed
+        }
         var window = window
         window.attempts += 1
         let connect = nextOperation()
@@ -383,6 +394,9 @@ public struct Supervisor: Sendable {
         checkControllerIfDue(&window)
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
+        }
+        if history.bondLoss == .reported, let bondProblem {
+            return enterCooldown(cause: bondProblem)
         }
         scheduleAttempt(window: window, cause: "attempt failed: \(failure.description)")
     }
@@ -561,7 +575,7 @@ public struct Supervisor: Sendable {
         history.dropsBeforeResolve = 0
         lastError = "the dongle refused its bond (\(detail)): it has lost its keys (a factory reset?)"
         switch history.bondLoss {
-        case .reported:
+        case .reported, .removing:
             return
         case .renewed:
             // Renewed already in this outage and refused again: said once,
@@ -579,9 +593,15 @@ public struct Supervisor: Sendable {
             bondProblem = "the dongle refuses its bond; \(why)"
             return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
         }
-        history.bondLoss = .renewed
-        outstanding.removal = true
+        history.bondLoss = .removing
         actions.append(.report(.bondLost(detail: detail, repairing: true, why: nil)))
+        removeRefusedBond()
+    }
+
+    /// Asks for the removal of the refused bond, unless one is in flight.
+    private mutating func removeRefusedBond() {
+        guard !outstanding.removal else { return }
+        outstanding.removal = true
         actions.append(.removeDevice)
     }
 
@@ -937,6 +957,7 @@ public struct Supervisor: Sendable {
     private mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>) {
         guard outstanding.removal else { return }
         outstanding.removal = false
+        if history.bondLoss == .removing, case .success = result { history.bondLoss = .renewed }
         guard case .failure(let failure) = result else { return }
         actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))
     }

@@ -32,7 +32,7 @@ import TetherDaemon
             "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
             "last_reading_at", "last_reading_age_seconds", "readings_written", "reconnects", "window_attempt",
             "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
-            "last_disconnect_reason", "last_disconnect_at", "adapter_problem",
+            "last_disconnect_reason", "last_disconnect_at", "adapter_problem", "bond_problem",
         ]
         #expect(Set(json.keys) == keys)
         #expect(json["device"] as? String == DaemonHarness.address)

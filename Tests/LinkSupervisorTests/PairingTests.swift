@@ -212,3 +212,70 @@ import Testing
         #expect(!steps.contains(.rfkillUnblock))
     }
 }
+
+/// A refused bond whose removal fails (on Debian 12's kernel the refusal
+/// oopsed the kernel and bluetoothd died with it, in `make e2e`): no connect
+/// goes out while the refused bond is there; the removal is asked again.
+@Suite struct RefusedBondRemovalTests {
+    static func bondedDown() -> LinkObservation {
+        var down = VirtualLink.down
+        down.deviceBonded = true
+        return down
+    }
+
+    func connects(_ link: VirtualLink) -> Int { link.count { if case .connect = $0 { true } else { false } } }
+    func removals(_ link: VirtualLink) -> Int { link.count { if case .removeDevice = $0 { true } else { false } } }
+
+    @Test func aFailedRemovalIsAskedAgainBeforeAnyConnect() {
+        var link = VirtualLink(settings: PairingTests.settings(pairs: true))
+        link.connectResult = nil
+        link.observe(Self.bondedDown())
+        link.send(.bondRejected("reason 4"))
+        link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
+        // bluetoothd died with the kernel's oops: the removal got no reply.
+        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply"))))
+        var gone = Self.bondedDown()
+        gone.bluezPresent = false
+        link.observe(gone)
+        link.clearLog()
+        // Back, still holding the refused bond: removal, not connect.
+        link.observe(Self.bondedDown())
+        link.advance(by: .seconds(3))
+        #expect(connects(link) == 0)
+        #expect(removals(link) == 1)
+        #expect(link.supervisor.status.lastError?.contains("removing it before connecting") == true)
+        // Removed: found again without a bond, connected, paired, online.
+        link.send(.removeDeviceFinished(.success(())))
+        var removed = VirtualLink.down
+        removed.devicePresent = false
+        link.observe(removed)
+        link.advance(by: .seconds(5))
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .online)
+        #expect(link.count { if case .pair = $0 { true } else { false } } == 1)
+    }
+
+    @Test func aRemovalWhoseAnswerWasLostCountsOnceTheBondIsGone() {
+        var link = VirtualLink(settings: PairingTests.settings(pairs: true))
+        link.connectResult = nil
+        link.observe(Self.bondedDown())
+        link.send(.bondRejected("reason 4"))
+        link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
+        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply"))))
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)  // the bond is gone after all
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+    }
+
+    @Test func withoutPairingARefusedBondCoolsDownInsteadOfConnectingAgainAndAgain() {
+        var link = VirtualLink(settings: PairingTests.settings(pairs: false))
+        link.connectResult = nil
+        link.observe(Self.bondedDown())
+        link.send(.bondRejected("reason 4"))
+        link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
+        #expect(link.state == .coolingDown)
+        #expect(connects(link) == 1)
+    }
+}

@@ -244,6 +244,7 @@ install: $(BIN_PREREQ) $(if $(TETHER_BIN),,man) completions
 	  echo "install -D -m 0644 $(GEN_DIR)/$$name $(DESTDIR)$(UNITDIR)/$$name"; \
 	  install -D -m 0644 $(GEN_DIR)/$$name "$(DESTDIR)$(UNITDIR)/$$name"; \
 	done
+	install -D -m 0644 systemd/bluetooth-restart.conf "$(DESTDIR)$(UNITDIR)/bluetooth.service.d/tether.conf"
 	install -D -m 0644 systemd/tether.sysusers "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	install -D -m 0644 systemd/io.tether.Tether.conf "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
@@ -298,6 +299,8 @@ uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/tether"
 	rm -f "$(DESTDIR)$(UNITDIR)/tether.service" "$(DESTDIR)$(UNITDIR)/tether@.service"
 	rm -f "$(DESTDIR)$(UNITDIR)/tether-forward.service" "$(DESTDIR)$(UNITDIR)/tether-forward@.service"
+	rm -f "$(DESTDIR)$(UNITDIR)/bluetooth.service.d/tether.conf"
+	rmdir "$(DESTDIR)$(UNITDIR)/bluetooth.service.d" 2>/dev/null || true
 	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"

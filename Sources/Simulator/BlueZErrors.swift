@@ -56,9 +56,12 @@ enum BlueZFault {
     /// bluetoothd could not raise the link's security (create_gatt_dbus_error).
     static let notPaired = notPermitted("Not paired")
     /// 5.66's answer to a Connect whose link the kernel dropped for an
-    /// authentication failure (the peer lost its keys): device_remove_connection
-    /// uses the BR/EDR string even for LE.
-    static let brConnectionCanceled = failed("br-connection-canceled")
+    /// authentication failure (the peer lost its keys), as `make e2e` saw it:
+    /// att_connect_cb's socket error (EACCES) mapped to an abort, about 60 ms
+    /// after the kernel's reason 4. (Its sources also allow
+    /// "br-connection-canceled", from device_remove_connection, which the
+    /// real stack never gave.)
+    static let keyRefused = failed(BlueZ.FailedMessage.abortByLocal)
 
     /// What GATT calls get on a device without a link.
     static let gattNotConnected = failed(BlueZ.FailedMessage.notConnected)

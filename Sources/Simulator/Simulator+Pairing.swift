@@ -25,7 +25,7 @@ import DBus
 /// - A reconnect to a bonded device is encrypted with the stored key. If
 ///   the dongle forgot it (`forgetKeys()`), the kernel drops every new link
 ///   for authentication failure (reason 4 on the management socket) right
-///   after Connected=true, and Connect() fails "br-connection-canceled";
+///   after Connected=true, and Connect() fails "le-connection-abort-by-local";
 ///   Paired stays true until RemoveDevice.
 extension Simulator {
     struct RegisteredAgent: Sendable, Equatable {
@@ -411,6 +411,6 @@ extension Simulator {
             $0.reason = "key-missing"
         }
         await loseLink(reason: "authentication", asleep: false)
-        return BlueZFault.brConnectionCanceled
+        return BlueZFault.keyRefused
     }
 }

@@ -50,7 +50,7 @@ struct SimulateCommand: AsyncParsableCommand {
             through org.bluez.AgentManager1 on /org/bluez) or by itself when a request needs it (the \
             default agent's RequestAuthorization or RequestPasskey), and keeps the bond across restarts. \
             ForgetKeys() is the dongle's factory reset: bluetoothd stays Paired, and every Connect from \
-            then on fails with br-connection-canceled right after Connected=true, until RemoveDevice.
+            then on fails with le-connection-abort-by-local right after Connected=true, until RemoveDevice.
             Example: busctl --address=ADDRESS call io.tether.Simulator /io/tether/Simulator \
             io.tether.Simulator1 DropLink s timeout
             """

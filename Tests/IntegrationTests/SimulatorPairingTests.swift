@@ -252,7 +252,7 @@ import Testing
 
             for _ in 0..<2 {
                 let signals = try await f.record()
-                await #expect(throws: DBusError.remote(name: BlueZ.ErrorName.failed, message: "br-connection-canceled")) {
+                await #expect(throws: DBusError.remote(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.abortByLocal)) {
                     try await f.call(Self.device, BlueZ.deviceInterface, "Connect")
                 }
                 let all = await signals.messages

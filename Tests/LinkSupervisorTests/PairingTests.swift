@@ -11,7 +11,7 @@ import Testing
         return settings
     }
 
-    static let refused = LinkFailure(.transient, "org.bluez.Error.Failed: br-connection-canceled")
+    static let refused = LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local", staleDevice: true)
 
     func pairs(_ link: VirtualLink) -> Int { link.count { if case .pair = $0 { true } else { false } } }
     func removals(_ link: VirtualLink) -> Int { link.count { if case .removeDevice = $0 { true } else { false } } }

@@ -43,6 +43,7 @@ import Testing
         // Copied as they are.
         let copies = [
             "usr/lib/sysusers.d/tether.conf": "systemd/tether.sysusers",
+            "usr/lib/systemd/system/bluetooth.service.d/tether.conf": "systemd/bluetooth-restart.conf",
             "usr/share/dbus-1/system.d/io.tether.Tether.conf": "systemd/io.tether.Tether.conf",
             "usr/lib/udev/rules.d/70-tether.rules": "udev/70-tether.rules",
             "etc/tether/tether.toml": "config/tether.toml",

@@ -22,6 +22,12 @@ The firmware it imitates:
   GATT layout that changes (`gatt extra|base`: a service inserted before NUS
   or taken out, announced with a Service Changed indication while connected,
   or across a reboot with `drop`).
+- Pairing (`--pairing`, off by default): with `just-works` or
+  `passkey:NNNNNN` the CCC descriptor of TX and writes of RX need an
+  encrypted link (ATT error 0x0F before; a write without response is
+  dropped), Secure Connections with bonding, the passkey shown by a
+  display-only dongle. Keys live as long as the process (a MemoryKeyStore);
+  `forget-keys` forgets them, as a factory reset does.
 - A control socket (`--control`) for the tests: one command per line, one
   JSON reply line each (see Control.HELP and the README).
 
@@ -46,9 +52,11 @@ import time
 from bumble.att import ATT_Error, Attribute, ErrorCode
 from bumble.core import UUID, AdvertisingData
 from bumble.device import AdvertisingType, Device
-from bumble.gatt import (GATT_BATTERY_LEVEL_CHARACTERISTIC, GATT_BATTERY_SERVICE, Characteristic,
-                         CharacteristicValue, Service)
+from bumble.gatt import (GATT_BATTERY_LEVEL_CHARACTERISTIC, GATT_BATTERY_SERVICE,
+                         GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR, Characteristic,
+                         CharacteristicValue, Descriptor, Service)
 from bumble.hci import Address, HCI_Error, HCI_LE_Set_Random_Address_Command, OwnAddressType
+from bumble.pairing import PairingConfig, PairingDelegate
 from bumble.transport import open_transport
 
 NUS_SERVICE = UUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
@@ -86,25 +94,44 @@ WRITE_PERMISSIONS = (Attribute.WRITEABLE | Attribute.WRITE_REQUIRES_ENCRYPTION
                      | Attribute.WRITE_REQUIRES_AUTHENTICATION | Attribute.WRITE_REQUIRES_AUTHORIZATION)
 
 
-def enforce_permissions(attribute):
+# What Bumble's own checks raise on an unencrypted or unpaired link
+# (Attribute.read_value / write_value): logged as `att-refused`.
+SECURITY_ERRORS = (ErrorCode.INSUFFICIENT_ENCRYPTION, ErrorCode.INSUFFICIENT_AUTHENTICATION)
+
+
+def enforce_permissions(attribute, refused=None):
     """Answer as a real GATT server does where Bumble 0.0.236 does not: a read
     of an attribute without read permission gets Read Not Permitted (Bumble
     raises inside the request and never answers, which stalls the central's
     ATT queue until its 30 s timeout), and a write of one without write
     permission gets Write Not Permitted (Bumble overwrites the value, even a
     characteristic declaration's). bluetoothd does both with a stale cache
-    after the layout changed."""
+    after the layout changed. Bumble's own encryption and authentication
+    checks pass through; `refused(attribute, bearer, operation, code)` hears
+    of each they refuse."""
     read, write = attribute.read_value, attribute.write_value
+
+    def report(bearer, operation, error):
+        if refused is not None and error.error_code in SECURITY_ERRORS:
+            refused(attribute, bearer, operation, error.error_code)
 
     async def read_value(bearer):
         if not attribute.permissions & READ_PERMISSIONS:
             raise ATT_Error(ErrorCode.READ_NOT_PERMITTED, attribute.handle)
-        return await read(bearer)
+        try:
+            return await read(bearer)
+        except ATT_Error as error:
+            report(bearer, "read", error)
+            raise
 
     async def write_value(bearer, value):
         if not attribute.permissions & WRITE_PERMISSIONS:
             raise ATT_Error(ErrorCode.WRITE_NOT_PERMITTED, attribute.handle)
-        return await write(bearer, value)
+        try:
+            return await write(bearer, value)
+        except ATT_Error as error:
+            report(bearer, "write", error)
+            raise
 
     attribute.read_value, attribute.write_value = read_value, write_value
 
@@ -137,6 +164,37 @@ class Settings:
     advertise_for: float = 180.0
     rate: float = 10.0
     first_seq: int = 1  # a dongle started again continues its numbering
+    pairing: str = "none"  # none | just-works | passkey (then `passkey` is the number it shows)
+    passkey: int = 0
+
+
+PAIRING_MODES = ("none", "just-works", "passkey:NNNNNN")
+
+
+def parse_pairing(text):
+    """`--pairing`: (mode, passkey) from none | just-works | passkey:NNNNNN."""
+    if text in ("none", "just-works"):
+        return text, 0
+    kind, _, digits = text.partition(":")
+    if kind == "passkey" and len(digits) == 6 and digits.isdigit():
+        return "passkey", int(digits)
+    raise ValueError(f"--pairing: {' | '.join(PAIRING_MODES)}, got {text!r}")
+
+
+class DongleDelegate(PairingDelegate):
+    """The dongle's side of pairing: no input and no output (Just Works), or
+    a display that shows the fixed passkey (the central types it)."""
+
+    def __init__(self, dongle, passkey=None):
+        super().__init__(PairingDelegate.IoCapability.NO_OUTPUT_NO_INPUT if passkey is None
+                         else PairingDelegate.IoCapability.DISPLAY_OUTPUT_ONLY)
+        self.dongle, self.passkey = dongle, passkey
+
+    async def generate_passkey(self):
+        return self.passkey
+
+    async def display_number(self, number, digits):
+        self.dongle.events.write(event="passkey-displayed", passkey=f"{number:0{digits}d}")
 
 
 class State(enum.Enum):
@@ -188,14 +246,28 @@ class Dongle:
         self.layout = "base"
         self.identity = None  # None: the controller's public address; else the random one advertised
         self.layout_changes = 0
+        self.pairing = settings.pairing
+        secure = self.pairing != "none"
 
         self.rx = Characteristic(
             NUS_RX,
             Characteristic.Properties.WRITE | Characteristic.Properties.WRITE_WITHOUT_RESPONSE,
-            Attribute.WRITEABLE,
+            Attribute.WRITEABLE | (Attribute.WRITE_REQUIRES_ENCRYPTION if secure else 0),
             CharacteristicValue(write=self.on_rx_write),
         )
         self.tx = Characteristic(NUS_TX, Characteristic.Properties.NOTIFY, Attribute.READABLE, b"")
+        if secure:
+            # Bumble adds a CCC descriptor that anyone may write unless the
+            # characteristic has one: this one needs an encrypted link, so
+            # enabling notifications makes the central pair (or encrypt).
+            self.tx.descriptors = [Descriptor(
+                GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR,
+                Attribute.READABLE | Attribute.WRITEABLE | Attribute.WRITE_REQUIRES_ENCRYPTION,
+                device.gatt_server.make_descriptor_value(self.tx))]
+            passkey = settings.passkey if self.pairing == "passkey" else None
+            device.pairing_config_factory = lambda connection: PairingConfig(
+                sc=True, mitm=passkey is not None, bonding=True, delegate=DongleDelegate(self, passkey))
+            self.hook_long_term_key()
         self.nus = Service(NUS_SERVICE, [self.rx, self.tx])
         self.battery = Service(GATT_BATTERY_SERVICE, [Characteristic(
             GATT_BATTERY_LEVEL_CHARACTERISTIC, Characteristic.Properties.READ | Characteristic.Properties.NOTIFY,
@@ -336,6 +408,8 @@ class Dongle:
         self.events.write(event="connected", peer=address_text(connection.peer_address),
                           peer_type=connection.peer_address.address_type)
         connection.on("disconnection", functools.partial(self.on_disconnection, connection))
+        if self.pairing != "none":
+            self.watch_security(connection)
         self.note_activity()
 
     def on_disconnection(self, connection, reason):
@@ -487,7 +561,7 @@ class Dongle:
             if not getattr(attribute, "e2e_read_hooked", False):
                 attribute.e2e_read_hooked = True
                 attribute.on("read", functools.partial(self.on_read, attribute))
-                enforce_permissions(attribute)
+                enforce_permissions(attribute, self.on_refused)
 
     def rebuild_gatt(self, layout):
         """The GATT database anew with `layout`; returns the first handle
@@ -582,6 +656,67 @@ class Dongle:
         if (self.state is State.ADVERTISING and self.connection is None
                 and connectable != self.advertising_connectable):
             await self.advertise(restart_deadline=False)
+
+    # ------------------------------------------------------------- security
+
+    def hook_long_term_key(self):
+        """The central starts encryption with the key it kept: Bumble's host
+        asks the device for it (its keystore) and answers the controller with
+        the key or a negative reply (then the central's controller reports
+        PIN or Key Missing, 0x06). Each answer is an event."""
+        host = self.device.host
+        provider = host.long_term_key_provider
+
+        async def long_term_key(handle, rand, ediv):
+            key = await provider(handle, rand, ediv)
+            self.events.write(event="ltk-request" if key else "ltk-request-negative", handle=handle)
+            return key
+
+        host.long_term_key_provider = long_term_key
+
+    def watch_security(self, connection):
+        """Pairing and encryption on this link, as events."""
+        def paired(keys):
+            # Bumble keeps the keys whether or not the central asked to bond;
+            # a key of Just Works is unauthenticated, of a passkey authenticated.
+            ltk = keys.ltk or keys.ltk_peripheral  # Secure Connections' key, or a legacy one
+            self.events.write(event="paired", peer=address_text(connection.peer_address),
+                              authenticated=bool(ltk and ltk.authenticated), sc=bool(connection.sc))
+
+        def failed(reason):
+            self.events.write(event="pairing-failed", reason=int(reason), reason_name=getattr(reason, "name", None))
+
+        def encryption():
+            self.events.write(event="encrypted", encryption=connection.encryption,
+                              key_size=connection.encryption_key_size)
+
+        def encryption_failed(error):
+            self.events.write(event="encryption-failed", error=str(error))
+
+        connection.on("pairing_start", lambda: self.events.write(event="pairing-started"))
+        connection.on("pairing", paired)
+        connection.on("pairing_failure", failed)
+        connection.on("connection_encryption_change", encryption)
+        connection.on("connection_encryption_failure", encryption_failed)
+
+    def on_refused(self, attribute, bearer, operation, code):
+        self.events.write(event="att-refused", handle=attribute.handle, operation=operation, error=int(code),
+                          current=bearer is self.connection or getattr(bearer, "connection", None) is self.connection)
+
+    async def forget_keys(self):
+        """A factory reset of the bonds: every key the dongle holds goes
+        (the link, if any, stays as it is; the next one needs pairing)."""
+        keystore = self.device.keystore
+        peers = [name for name, _ in await keystore.get_all()] if keystore is not None else []
+        if keystore is not None:
+            await keystore.delete_all()
+            await self.device.refresh_resolving_list()
+        self.events.write(event="keys-forgotten", peers=peers)
+        return {"forgotten": peers}
+
+    async def bonds(self):
+        keystore = self.device.keystore
+        return [name for name, _ in await keystore.get_all()] if keystore is not None else []
 
     # --------------------------------------------------------- GATT traffic
 
@@ -695,7 +830,7 @@ class Control:
     """The control protocol: one command per line in, one JSON line out."""
 
     HELP = ("status | wake | sleep | disconnect [REASON] | refuse SECONDS [silent] | rate N | hang | resume"
-            " | gatt base|extra [drop] | address public|random [ADDRESS] | quit")
+            " | gatt base|extra [drop] | address public|random [ADDRESS] | forget-keys | quit")
 
     def __init__(self, dongle):
         self.dongle = dongle
@@ -717,7 +852,11 @@ class Control:
         name, arguments = words[0].lower(), words[1:]
         dongle = self.dongle
         if name == "status" and not arguments:
-            return dongle.status()
+            if dongle.pairing == "none":
+                return dongle.status()
+            return {**dongle.status(), "pairing": dongle.pairing, "bonds": await dongle.bonds()}
+        if name == "forget-keys" and not arguments:
+            return await dongle.forget_keys()
         if name == "wake" and not arguments:
             return {"was_asleep": await dongle.wake()}
         if name == "sleep" and not arguments:
@@ -792,7 +931,9 @@ class Control:
 
 
 async def main(options):
-    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate, options.first_seq)
+    pairing, passkey = parse_pairing(options.pairing)
+    settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate, options.first_seq,
+                        pairing, passkey)
     sent_log, events = JsonLines(options.sent_log), JsonLines(options.event_log)
     async with await open_transport(options.transport) as (source, sink):
         # The random address Bumble insists on is never used: we advertise
@@ -831,6 +972,9 @@ def parse(argv):
     parser.add_argument("--rate", type=float, default=Settings.rate, help="notifications per second")
     parser.add_argument("--first-seq", type=int, default=Settings.first_seq, metavar="N",
                         help="the first notification's sequence number (a dongle started again continues)")
+    parser.add_argument("--pairing", default="none", metavar="|".join(PAIRING_MODES),
+                        help="none (default): no attribute needs encryption; just-works or passkey:NNNNNN: TX's CCC"
+                             " descriptor and RX writes need an encrypted link, bonds kept while the process lives")
     parser.add_argument("--control", metavar="PATH", help="control socket (unix stream)")
     parser.add_argument("--sent-log", metavar="PATH", help="JSON lines: every notification sent")
     parser.add_argument("--event-log", metavar="PATH", help="JSON lines: every event")
@@ -840,6 +984,10 @@ def parse(argv):
         parser.error("--sleep-after and --advertise-for must be positive, --rate not negative, --first-seq at least 1")
     if len(options.name.encode()) > MAX_NAME_BYTES:
         parser.error(f"--name: at most {MAX_NAME_BYTES} bytes of UTF-8")
+    try:
+        parse_pairing(options.pairing)
+    except ValueError as error:
+        parser.error(str(error))
     return options
 
 

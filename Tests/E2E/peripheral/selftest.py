@@ -14,6 +14,7 @@ import asyncio
 import contextlib
 import dataclasses
 import json
+import logging
 import math
 import os
 import signal
@@ -24,7 +25,8 @@ import time
 import traceback
 
 from bumble import hci
-from bumble.att import ATT_READ_NOT_PERMITTED_ERROR, ATT_WRITE_NOT_PERMITTED_ERROR
+from bumble.att import (ATT_INSUFFICIENT_ENCRYPTION_ERROR, ATT_READ_NOT_PERMITTED_ERROR,
+                        ATT_WRITE_NOT_PERMITTED_ERROR)
 from bumble.controller import Controller
 from bumble.core import AdvertisingData, PhysicalTransport, ProtocolError
 from bumble.device import Device, Peer
@@ -32,6 +34,7 @@ from bumble.gatt import (GATT_BATTERY_SERVICE, GATT_CLIENT_CHARACTERISTIC_CONFIG
                          GATT_DEVICE_NAME_CHARACTERISTIC, GATT_GENERIC_ATTRIBUTE_SERVICE,
                          GATT_SERVICE_CHANGED_CHARACTERISTIC, Characteristic)
 from bumble.link import LocalLink
+from bumble.pairing import PairingConfig, PairingDelegate
 from bumble.transport.common import AsyncPipeSink
 from bumble.transport.tcp_server import open_tcp_server_transport_with_socket
 
@@ -822,6 +825,125 @@ async def usb_bridge_run(work):
            "stop-answering, a reset with a new address")
 
 
+class TypedPasskey(PairingDelegate):
+    """The central's keyboard: it types `passkey` when asked."""
+
+    def __init__(self, passkey):
+        super().__init__(PairingDelegate.IoCapability.DISPLAY_OUTPUT_AND_KEYBOARD_INPUT)
+        self.passkey = passkey
+
+    async def get_number(self):
+        return self.passkey
+
+
+async def pairing_run(work):
+    """`--pairing passkey:NNNNNN` in process, on an air of its own: TX's CCC
+    descriptor (the dongle's own, not Bumble's) and RX writes refuse an
+    unencrypted link with Insufficient Encryption (0x0F), a write without
+    response is dropped; a wrong passkey fails, the right one pairs (an
+    authenticated key, the passkey displayed); the key encrypts the next
+    link; after `forget-keys` the dongle answers the central's key with a
+    negative reply and the central's controller reports PIN or Key Missing."""
+    passkey = 123456
+    # What is refused here on purpose Bumble logs as errors (a traceback for
+    # the dropped write without response, each failed pairing): not for the console.
+    for name in ("bumble.gatt_server", "bumble.smp"):
+        logging.getLogger(name).setLevel(logging.CRITICAL)
+    air = FaithfulLink()
+    central = Central(device_on(air, "pairing-central"))
+    events_path = os.path.join(work, "pairing-events.jsonl")
+    settings = dataclasses.replace(SETTINGS, sleep_after=30.0, advertise_for=30.0, pairing="passkey", passkey=passkey)
+    dongle = firmware.Dongle(device_on(air, "pairing-dongle", DONGLE_ADDRESS), settings,
+                             firmware.JsonLines(None), firmware.JsonLines(events_path))
+    control = firmware.Control(dongle)
+    address = hci.Address(DONGLE_ADDRESS, hci.Address.PUBLIC_DEVICE_ADDRESS)
+    typed = TypedPasskey(passkey)
+    central.device.pairing_config_factory = lambda connection: PairingConfig(sc=True, mitm=True, bonding=True,
+                                                                             delegate=typed)
+    await central.device.power_on()
+    await dongle.start()
+
+    def events(kind):
+        return [e for e in read_jsonl(events_path) if e["event"] == kind]
+
+    async def attempt(request):
+        try:
+            await request()
+        except ProtocolError as error:
+            return error.error_code
+        return None
+
+    link = await central.connect(address)
+    await link.discover()
+    cccd = link.tx.get_descriptor(GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR)
+    server = dongle.device.gatt_server
+    served = [a for a in server.attributes if dongle.tx.handle < a.handle <= dongle.tx.end_group_handle
+              and a.type == GATT_CLIENT_CHARACTERISTIC_CONFIGURATION_DESCRIPTOR]
+    check(cccd is not None and served == list(dongle.tx.descriptors), "TX's one CCC descriptor is the dongle's",
+          str(served))
+    errors = [await attempt(lambda: cccd.write_value(b"\x01\x00", with_response=True)),
+              await attempt(lambda: link.rx.write_value(b"\x01", with_response=True))]
+    check(errors == [ATT_INSUFFICIENT_ENCRYPTION_ERROR] * 2, "unencrypted CCC and RX writes refused with 0x0F",
+          str(errors))
+    await link.rx.write_value(b"\x02", with_response=False)
+    await asyncio.sleep(0.2)
+    check(not dongle.subscribed and not events("write"), "nothing subscribed or written unencrypted",
+          json.dumps(read_jsonl(events_path)[-5:]))
+    refused = events("att-refused")
+    check(len(refused) == 3 and all(e["error"] == 0x0F for e in refused), "att-refused events", json.dumps(refused))
+
+    typed.passkey = 654321  # a wrong passkey first
+    try:
+        await asyncio.wait_for(link.connection.pair(), 5)
+        wrong = "paired"
+    except Exception as error:  # bumble's ProtocolError (SMP Confirm Value Failed)
+        wrong = type(error).__name__
+    check(wrong != "paired" and events("pairing-failed"), "a wrong passkey fails", wrong)
+    # Again on a new link (Bumble's central does not pair twice on one).
+    await link.connection.disconnect()
+    await link.wait_closed(2)
+    typed.passkey = passkey
+    link = await central.connect(address)
+    await link.discover()
+    await asyncio.wait_for(link.connection.pair(), 5)
+    check(await eventually(lambda: events("paired"), 1), "paired event")
+    paired, shown = events("paired")[-1], events("passkey-displayed")
+    check(paired["authenticated"] and paired["sc"], "an authenticated Secure Connections key", json.dumps(paired))
+    check(shown and shown[-1]["passkey"] == f"{passkey:06d}", "the passkey displayed", json.dumps(shown))
+    await link.tx.subscribe(central.on_notification)
+    await link.rx.write_value(b"\x03", with_response=True)
+    check(await eventually(lambda: dongle.subscribed and events("write"), 1), "subscribed and written once encrypted")
+    status = await control.reply("status")
+    check(status["pairing"] == "passkey" and len(status["bonds"]) == 1, "status names the bond", json.dumps(status))
+    await link.connection.disconnect()
+    await link.wait_closed(2)
+
+    # The next link: encrypted with the key both kept.
+    link = await central.connect(address)
+    await asyncio.wait_for(link.connection.encrypt(), 5)
+    check(link.connection.encryption and events("ltk-request"), "the bond encrypts the next link")
+    reply = await control.reply("forget-keys")
+    check(reply["ok"] and len(reply["forgotten"]) == 1 and events("keys-forgotten"), "forget-keys", json.dumps(reply))
+    await link.connection.disconnect()
+    await link.wait_closed(2)
+
+    # The dongle forgot: the central's key gets a negative reply, 0x06.
+    link = await central.connect(address)
+    try:
+        await asyncio.wait_for(link.connection.encrypt(), 5)
+        status = "encrypted"
+    except hci.HCI_Error as error:
+        status = error.error_code
+    check(status == hci.HCI_ErrorCode.PIN_OR_KEY_MISSING_ERROR and events("ltk-request-negative"),
+          "a forgotten bond: PIN or Key Missing", str(status))
+    await link.connection.disconnect()
+    await link.wait_closed(2)
+    await dongle.close()
+    passed("--pairing passkey: unencrypted CCC and RX writes refused with 0x0F (write without response dropped), "
+           "a wrong passkey fails, the right one pairs (authenticated, SC); the bond encrypts the next link; "
+           "after forget-keys the central's key gets PIN or Key Missing (0x06)")
+
+
 def argparse_namespace(**values):
     import argparse
     return argparse.Namespace(**values)
@@ -834,6 +956,7 @@ async def main():
             rig = InProcess(work)
             await rig.run()
             await subprocess_run(work, rig.air, rig.central)
+            await pairing_run(work)
             await usb_bridge_run(work)
         except Failure as failure:
             print(f"FAIL {failure}", flush=True)

@@ -607,8 +607,8 @@ public struct Supervisor: Sendable {
 
     /// A connect on a bonded device came up and dropped before services
     /// resolved: a refused bond shows so on D-Bus alone (bluetoothd 5.66
-    /// answers Connect with "br-connection-canceled" or
-    /// "le-connection-abort-by-local"), but so does a bad radio moment, so
+    /// answers Connect with "le-connection-abort-by-local" in `make e2e`, or
+    /// "br-connection-canceled" by its sources), but so does a bad radio moment, so
     /// only a run of them counts.
     private mutating func droppedBeforeResolving(_ error: String) {
         history.dropsBeforeResolve += 1

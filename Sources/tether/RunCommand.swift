@@ -102,7 +102,12 @@ struct CheckConfigCommand: ParsableCommand {
             for warning in config.warnings {
                 StandardError.emit("warning: \(warning)\n")
             }
-            print("\(path): OK (dongle \(dongle), keep-alive every \(DurationText.format(config.keepalive.interval)), \(silence), readings in \(config.readings.directory))")
+            let pairing = switch config.dongle.pairing {
+            case .never: ""
+            case .justWorks: ", pairs Just Works"
+            case .passkey(_, let file): ", pairs with the passkey in \(file)"
+            }
+            print("\(path): OK (dongle \(dongle)\(pairing), keep-alive every \(DurationText.format(config.keepalive.interval)), \(silence), readings in \(config.readings.directory))")
         } catch {
             StandardError.emit("\(error)\n")
             throw ExitCode(DaemonRunner.Exit.config)

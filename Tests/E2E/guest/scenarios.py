@@ -801,9 +801,12 @@ def dongle_hung(stack):
     within 5 s of that."""
     if not stack.wait_online():
         return False, {}, "Tether was not online before the hang"
-    before = stack.dongle.status()
     hung = time.monotonic()
     stack.dongle.command("hang")
+    # Read after the hang, not before: between two commands on the control
+    # socket a notification can go out (10 a second), and was once counted
+    # as "notified while hung" (a clean-clone run, 2026-11-27).
+    before = stack.dongle.status()
     figures = {"silence_limit_s": SILENCE_LIMIT}
     problems = []
     try:

@@ -78,6 +78,14 @@ public struct TetherConfig: Sendable, Equatable {
         }
 
         public var pairs: Bool { self != .never }
+
+        /// How a pairing is made, as the `paired` log line names it.
+        public var method: String {
+            switch self {
+            case .never, .justWorks: "just-works"
+            case .passkey: "passkey"
+            }
+        }
     }
 
     /// `dongle.silence_limit`. Only notifications prove the dongle works: its

@@ -225,8 +225,9 @@ extension Supervisor {
         case renewed
         /// Reported, and not renewed (already renewed, or Tether does not
         /// pair): the windows go straight to cooling down, one blind attempt
-        /// per cooldown, since every connect is refused.
-        case reported
+        /// per cooldown, since every connect is refused. `problem`: what an
+        /// operator must do (`Status.bondProblem`).
+        case reported(problem: String)
     }
 
     /// Effects asked for and not yet answered, whatever the state: the

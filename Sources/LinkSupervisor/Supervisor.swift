@@ -130,7 +130,6 @@ public struct Supervisor: Sendable {
     private var lastError: String?
     private var reconnects = 0
     private var silenceEvents = 0
-    private var bondProblem: String?
     private var random: SplitMix64
     /// The time of the event being handled, and the actions it produced.
     private var now: Duration = .zero
@@ -157,7 +156,7 @@ public struct Supervisor: Sendable {
         status.lastError = lastError
         status.reconnects = reconnects
         status.silenceEvents = silenceEvents
-        status.bondProblem = bondProblem
+        if case .reported(let problem) = history.bondLoss { status.bondProblem = problem }
         return status
     }
 
@@ -395,8 +394,8 @@ public struct Supervisor: Sendable {
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
         }
-        if history.bondLoss == .reported, let bondProblem {
-            return enterCooldown(cause: bondProblem)
+        if case .reported(let problem) = history.bondLoss {
+            return enterCooldown(cause: problem)
         }
         scheduleAttempt(window: window, cause: "attempt failed: \(failure.description)")
     }
@@ -472,7 +471,6 @@ public struct Supervisor: Sendable {
         cancelTimer(.attemptDeadline)
         history.bondLoss = .none
         history.dropsBeforeResolve = 0
-        bondProblem = nil
         if history.hasBeenOnline && !resubscribing { reconnects += 1 }
         history.hasBeenOnline = true
         history.removedStaleDevice = false
@@ -580,17 +578,15 @@ public struct Supervisor: Sendable {
         case .renewed:
             // Renewed already in this outage and refused again: said once,
             // then left to the windows and the operator.
-            history.bondLoss = .reported
             let why = "Tether removed the bond and paired again once in this outage already, and does not loop: check the dongle, then `tether reconnect`"
-            bondProblem = "the dongle refuses its new bond too; \(why)"
+            history.bondLoss = .reported(problem: "the dongle refuses its new bond too; \(why)")
             return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
         case .none:
             break
         }
         guard settings.pairs else {
-            history.bondLoss = .reported
             let why = "dongle.pairing is \"never\": remove the bond (bluetoothctl remove <address>) and pair again, or set dongle.pairing"
-            bondProblem = "the dongle refuses its bond; \(why)"
+            history.bondLoss = .reported(problem: "the dongle refuses its bond; \(why)")
             return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
         }
         history.bondLoss = .removing

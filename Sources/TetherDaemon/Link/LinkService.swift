@@ -160,7 +160,7 @@ public final class LinkService: @unchecked Sendable {
         self.config = config
         client = BlueZClient(bus: bus)
         self.recorder = recorder
-        report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.name == "passkey-file" ? "passkey" : config.dongle.pairing.name)
+        report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.method)
         resolver = LinkResolver(config: config)
         adapterWatch = AdapterWatch(config: config.bluez)
         supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)

@@ -9,7 +9,7 @@ DESTDIR    ?=
 # useradd (passwd) and setpriv (util-linux) for the D-Bus policy test, and
 # mosquitto (the broker) for the MQTT client's tests, dpkg-dev (dpkg-shlibdeps)
 # and lintian for the Debian package's.
-APT_PACKAGES = libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp
+APT_PACKAGES = libstdc++-12-dev libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp
 
 # Where `make install` puts things ($(DESTDIR) is prepended to each). With
 # PREFIX=/usr they are Debian's own places; with the default /usr/local,
@@ -57,7 +57,31 @@ STRIP ?= $(if $(filter $(HOST_ARCH),$(ARCH)),strip,$(STRIP_FOR_$(ARCH)))
 # SWIFT_BUILD_FLAGS: more for that build, e.g. the static libraries a musl link
 # needs beyond what pkg-config names (-Xlinker -lssl -Xlinker -lcrypto).
 SWIFT_BUILD_FLAGS ?=
-RELEASE_FLAGS = -c release $(if $(SWIFT_SDK),--swift-sdk $(SWIFT_SDK) --product tether,--static-swift-stdlib) $(SWIFT_BUILD_FLAGS)
+# The host's release build lays the code `tether run` executes out together
+# (docs/development.md, "Footprint"):
+# - every function in its own section, and TEXT_ORDER (a linker script that
+#   `make text-order` writes) gathering the ones the daemon runs into one
+#   output section, so it faults in under 1 MiB of code in a row instead of
+#   64 KiB pages all over an 11 MB .text;
+# - GNU ld, for that script and for packed relative relocations (DT_RELR,
+#   glibc >= 2.36): 9 KiB of them instead of 1 MiB of RELA entries that the
+#   loader reads at every start;
+# - RELRO, as gold gave by default: with WRITABLE_RODATA, the second script,
+#   putting the writable .rodata input sections Swift emits after it;
+# - no exported symbols (nothing loads the executable as a library);
+# - libstdc++ (toml++ under TOMLKit, and the Swift runtime) from libstdc++.a:
+#   only the functions used, laid out with the rest, instead of mapping and
+#   relocating all of libstdc++.so and running its iostream set-up.
+#   STATIC_CXX_DIR holds a libstdc++.so that is a linker script naming the
+#   archive, found before the toolchain's own through the -L given to swiftc.
+TEXT_ORDER     = packaging/text-order.ld
+WRITABLE_RODATA = packaging/writable-rodata.ld
+STATIC_CXX_DIR = $(CURDIR)/.build/static-libstdc++
+LAYOUT_FLAGS = -Xswiftc -Xfrontend -Xswiftc -function-sections -Xcc -ffunction-sections -Xcxx -ffunction-sections \
+               -Xswiftc -use-ld=bfd -Xswiftc -L$(STATIC_CXX_DIR) \
+               -Xlinker -T -Xlinker $(abspath $(TEXT_ORDER)) -Xlinker -T -Xlinker $(abspath $(WRITABLE_RODATA)) \
+               -Xlinker -z -Xlinker pack-relative-relocs -Xlinker -z -Xlinker relro -Xlinker --no-export-dynamic
+RELEASE_FLAGS = -c release $(if $(SWIFT_SDK),--swift-sdk $(SWIFT_SDK) --product tether,--static-swift-stdlib $(LAYOUT_FLAGS)) $(SWIFT_BUILD_FLAGS)
 
 # The tether binary that `install`, `man` and `completions` use. Empty (the
 # default): build one with `swift build -c release`. Given, e.g.
@@ -103,8 +127,27 @@ build: deps
 # The Swift runtime and Foundation are linked in statically, so the installed
 # binary runs on a gateway without the toolchain (only glibc, libdbus-1 and
 # libbluetooth from Debian are needed there, and libmosquitto1 for `tether forward`).
-release: deps check-arch
+release: deps check-arch $(if $(SWIFT_SDK),,static-libstdc++)
+	@# SwiftPM relinks only when an object changed, not when the order file did.
+	@bin="$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/tether"; [ ! "$(TEXT_ORDER)" -nt "$$bin" ] || rm -f "$$bin"
 	$(SWIFT) build $(RELEASE_FLAGS)
+
+# The linker script LAYOUT_FLAGS points at: libstdc++.a, wherever the
+# toolchain's clang finds it (libstdc++-12-dev on Debian 12).
+.PHONY: static-libstdc++
+static-libstdc++:
+	@archive=$$("$$(dirname "$$(realpath "$$(command -v $(SWIFT))")")/clang" -print-file-name=libstdc++.a); \
+	case "$$archive" in /*) ;; *) echo "libstdc++.a not found: apt-get install libstdc++-12-dev" >&2; exit 1;; esac; \
+	mkdir -p "$(STATIC_CXX_DIR)"; \
+	echo "INPUT($$archive)" > "$(STATIC_CXX_DIR)/libstdc++.so.new"; \
+	cmp -s "$(STATIC_CXX_DIR)/libstdc++.so.new" "$(STATIC_CXX_DIR)/libstdc++.so" && rm "$(STATIC_CXX_DIR)/libstdc++.so.new" || \
+	  mv "$(STATIC_CXX_DIR)/libstdc++.so.new" "$(STATIC_CXX_DIR)/libstdc++.so"
+
+# Rewrites TEXT_ORDER from a callgrind run of `tether run` against the
+# simulator (packaging/text-order.sh; needs valgrind). Commit the result.
+.PHONY: text-order
+text-order: deps
+	flock /tmp/tether-build.lock packaging/text-order.sh
 
 # For ARCH other than the host's: the SDK (when building) and the strip
 # program must be here, or the build stops at once saying what to install.

@@ -8,24 +8,15 @@ import Testing
 struct ConfigErrorDisplayTests {
     static let file = "/etc/tether/fuzz.toml"
 
-    static func error(_ text: String) -> ConfigError? {
-        do {
-            _ = try TetherConfig.parse(text, file: file)
-            return nil
-        } catch {
-            return error
-        }
-    }
-
     /// Found: `""=""`, an empty quoted key, printed as "fuzz.toml:1: : unknown key".
     @Test func anEmptyKeyIsShownQuoted() throws {
-        let error = try #require(Self.error("\"\"=\"\""))
+        let error = try #require(configRefusal("\"\"=\"\"", file: Self.file))
         #expect(error.key == "")
         #expect(error.description.hasPrefix(Self.file + ":1: \"\": unknown key"))
     }
 
     @Test func aKeyWithANewlineStaysOnOneLine() throws {
-        let error = try #require(Self.error("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\n\"a\\nb c\" = 1\n"))
+        let error = try #require(configRefusal("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\n\"a\\nb c\" = 1\n", file: Self.file))
         #expect(error.key == "dongle.a\nb c")
         #expect(error.description.contains(#""dongle.a\nb c": unknown key"#))
         #expect(!error.description.contains("\n"))
@@ -34,7 +25,7 @@ struct ConfigErrorDisplayTests {
     /// Found: `=+2\u{0F}`: the prescreen's message quoted the bare value with its
     /// control character as it was.
     @Test func controlCharactersInMessagesAreEscaped() throws {
-        let error = try #require(Self.error("=+2\u{0F}\n"))
+        let error = try #require(configRefusal("=+2\u{0F}\n", file: Self.file))
         #expect(error.message.hasPrefix("TOML syntax error"))
         #expect(error.description.contains(#"+2\u{f}"#))
         #expect(!error.description.unicodeScalars.contains { $0.value < 0x20 || $0.value == 0x7f })

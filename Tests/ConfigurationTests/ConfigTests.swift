@@ -5,17 +5,6 @@ import Testing
 
 private let file = "/etc/tether/tether.toml"
 
-/// Parses `text`, expecting a ConfigError; returns it for inspection.
-private func parseError(_ text: String, sourceLocation: SourceLocation = #_sourceLocation) -> ConfigError? {
-    do {
-        let config = try TetherConfig.parse(text, file: file)
-        Issue.record("expected an error, parsed \(config)", sourceLocation: sourceLocation)
-        return nil
-    } catch {
-        return error
-    }
-}
-
 /// Lines 1-3; whatever is appended starts on line 4.
 private let minimal = "[dongle]\naddress = \"aa:bb:cc:dd:ee:ff\"\n\n"
 
@@ -121,7 +110,7 @@ struct ConfigParsingTests {
         let config = try TetherConfig.parse(minimal + "[keepalive]\nwrite = \"\"\ncharacteristic = \"2a19\"\n", file: file)
         #expect(config.keepalive.write == nil)
         // NUS RX, the default characteristic, cannot be read.
-        let error = try #require(parseError(minimal + "[keepalive]\nwrite = \"\"\n"))
+        let error = try #require(configRefusal(minimal + "[keepalive]\nwrite = \"\"\n"))
         #expect(error.key == "keepalive.write")
     }
 
@@ -133,40 +122,40 @@ struct ConfigParsingTests {
 
     @Test func badDurationNamesFileLineKeyAndValue() throws {
         let text = minimal + "[keepalive]\ninterval = \"5 parsecs\"\n"
-        let error = try #require(parseError(text))
+        let error = try #require(configRefusal(text))
         #expect(error.line == 5)
         #expect(error.key == "keepalive.interval")
         #expect(error.description == #"/etc/tether/tether.toml:5: keepalive.interval: expected a duration such as "250ms", "5s" or "3m", got "5 parsecs""#)
     }
 
     @Test func unknownKeyIsNamed() throws {
-        let error = try #require(parseError(minimal + "[keepalive]\ninterval = \"5s\"\nintervall = \"5s\"\n"))
+        let error = try #require(configRefusal(minimal + "[keepalive]\ninterval = \"5s\"\nintervall = \"5s\"\n"))
         #expect(error.key == "keepalive.intervall")
         #expect(error.line == 6)
         #expect(error.message.contains("unknown key"))
     }
 
     @Test func firstUnknownKeyInTheFileIsReported() throws {
-        let error = try #require(parseError(minimal + "[readings]\nzzz = 1\naaa = 2\n"))
+        let error = try #require(configRefusal(minimal + "[readings]\nzzz = 1\naaa = 2\n"))
         #expect(error.key == "readings.zzz")
         #expect(error.line == 5)
     }
 
     @Test func unknownTableIsNamed() throws {
-        let error = try #require(parseError(minimal + "[keepalives]\ninterval = \"5s\"\n"))
+        let error = try #require(configRefusal(minimal + "[keepalives]\ninterval = \"5s\"\n"))
         #expect(error.key == "keepalives")
         #expect(error.line == 4)
         #expect(error.message.contains("unknown table [keepalives]"))
     }
 
     @Test func topLevelKeyIsUnknown() throws {
-        let error = try #require(parseError("verbose = true\n" + minimal))
+        let error = try #require(configRefusal("verbose = true\n" + minimal))
         #expect(error.key == "verbose")
         #expect(error.line == 1)
     }
 
     @Test func nestedTableIsAnUnknownKey() throws {
-        let error = try #require(parseError(minimal + "[dongle.extra]\nx = 1\n"))
+        let error = try #require(configRefusal(minimal + "[dongle.extra]\nx = 1\n"))
         #expect(error.key == "dongle.extra")
         #expect(error.line == 4)
     }
@@ -182,12 +171,12 @@ struct ConfigParsingTests {
             ("[readings]\nrotate_size = 1.5\n", "readings.rotate_size", 5, "got a floating-point number"),
         ]
         for (snippet, key, line, message) in cases {
-            let error = try #require(parseError(minimal + snippet))
+            let error = try #require(configRefusal(minimal + snippet))
             #expect(error.key == key, "\(snippet)")
             #expect(error.line == line, "\(snippet)")
             #expect(error.message.contains(message), "\(error)")
         }
-        let notATable = try #require(parseError("keepalive = 3\n" + minimal))
+        let notATable = try #require(configRefusal("keepalive = 3\n" + minimal))
         #expect(notATable.key == "keepalive")
         #expect(notATable.line == 1)
         #expect(notATable.message == "expected a table [keepalive], got an integer")
@@ -195,7 +184,7 @@ struct ConfigParsingTests {
 
     @Test func intervalMustBeAtMostHalfOfSleepAfter() throws {
         let text = minimal + "[keepalive]\nsleep_after = \"30s\"\ninterval = \"20s\"\ntimeout = \"1s\"\n"
-        let error = try #require(parseError(text))
+        let error = try #require(configRefusal(text))
         #expect(error.key == "keepalive.interval")
         #expect(error.line == 6)
         #expect(error.message.contains("20s"))
@@ -207,7 +196,7 @@ struct ConfigParsingTests {
 
     @Test func crossFieldErrorBlamesTheKeyPresentInTheFile() throws {
         // interval keeps its default 5s; the edited key is sleep_after.
-        let error = try #require(parseError(minimal + "[keepalive]\nsleep_after = \"8s\"\n"))
+        let error = try #require(configRefusal(minimal + "[keepalive]\nsleep_after = \"8s\"\n"))
         #expect(error.key == "keepalive.sleep_after")
         #expect(error.line == 5)
         #expect(error.message.contains("5s") && error.message.contains("8s"))
@@ -215,7 +204,7 @@ struct ConfigParsingTests {
 
     @Test func badAddressIsRejected() throws {
         for address in ["AA:BB:CC:DD:EE", "AA:BB:CC:DD:EE:GG", "AABBCCDDEEFF", "AA:BB:CC:DD:EE:FF:00", "A:BB:CC:DD:EE:FFF"] {
-            let error = try #require(parseError("[dongle]\n\naddress = \"\(address)\"\n"))
+            let error = try #require(configRefusal("[dongle]\n\naddress = \"\(address)\"\n"))
             #expect(error.key == "dongle.address")
             #expect(error.line == 3)
             #expect(error.message.contains(address))
@@ -223,17 +212,17 @@ struct ConfigParsingTests {
     }
 
     @Test func syntaxErrorGivesTheParserLine() throws {
-        let error = try #require(parseError(minimal + "[keepalive]\ninterval = \"5s\n"))
+        let error = try #require(configRefusal(minimal + "[keepalive]\ninterval = \"5s\n"))
         #expect(error.line == 5)
         #expect(error.key == nil)
         #expect(error.description.hasPrefix("/etc/tether/tether.toml:5: TOML syntax error"))
     }
 
     @Test func dongleMustBeIdentified() throws {
-        let missingKeys = try #require(parseError("[bluez]\n\n[dongle]\nnotify = [\"2a19\"]\n"))
+        let missingKeys = try #require(configRefusal("[bluez]\n\n[dongle]\nnotify = [\"2a19\"]\n"))
         #expect(missingKeys.key == "dongle")
         #expect(missingKeys.line == 3)
-        let missingTable = try #require(parseError(""))
+        let missingTable = try #require(configRefusal(""))
         #expect(missingTable.key == "dongle")
         #expect(missingTable.line == nil)
         #expect(missingTable.description == "/etc/tether/tether.toml: dongle: identify the dongle with address, name_prefix and/or service_uuid")
@@ -270,7 +259,7 @@ struct ConfigParsingTests {
             ("[bluez]\nadapter = \"hci0/x\"\n", "bluez.adapter"),
         ]
         for (snippet, key) in cases {
-            let error = try #require(parseError(minimal + snippet))
+            let error = try #require(configRefusal(minimal + snippet))
             #expect(error.key == key, "\(snippet) gave \(error)")
             #expect(error.line != nil, "\(snippet) gave \(error)")
         }
@@ -283,27 +272,27 @@ struct ConfigParsingTests {
             ("[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\nservice_uuid = \"12345\"\n", "dongle.service_uuid"),
         ]
         for (text, key) in dongleCases {
-            let error = try #require(parseError(text))
+            let error = try #require(configRefusal(text))
             #expect(error.key == key, "\(text) gave \(error)")
             #expect(error.line == 3, "\(text) gave \(error)")
         }
     }
 
     @Test func linesAreFoundForDottedKeysAndCRLFFiles() throws {
-        let dotted = try #require(parseError("keepalive.interval = \"soon\"\n" + minimal))
+        let dotted = try #require(configRefusal("keepalive.interval = \"soon\"\n" + minimal))
         #expect(dotted.key == "keepalive.interval")
         #expect(dotted.line == 1)
-        let crlf = try #require(parseError("[dongle]\r\naddress = \"AA:BB:CC:DD:EE:FF\"\r\n[keepalive]\r\ninterval = \"x\"\r\n"))
+        let crlf = try #require(configRefusal("[dongle]\r\naddress = \"AA:BB:CC:DD:EE:FF\"\r\n[keepalive]\r\ninterval = \"x\"\r\n"))
         #expect(crlf.line == 4)
         // Text in a multi-line string is not mistaken for a key.
-        let multiline = try #require(parseError(
+        let multiline = try #require(configRefusal(
             "[dongle]\nname_prefix = \"\"\"\ninterval = 1\n\"\"\"\naddress = \"nope\"\n"))
         #expect(multiline.key == "dongle.address")
         #expect(multiline.line == 5)
     }
 
     @Test func nulByteIsAnErrorNotATruncation() throws {
-        let error = try #require(parseError(minimal + "[keepalive]\u{0}\ninterval = \"bad\"\n"))
+        let error = try #require(configRefusal(minimal + "[keepalive]\u{0}\ninterval = \"bad\"\n"))
         #expect(error.line == 4)
         #expect(error.message.contains("NUL"))
     }
@@ -335,7 +324,7 @@ struct ConfigParsingTests {
         ("x = 1" + String(repeating: "0", count: 80) + "\n", 1),
     ] as [(String, Int)])
     func toxicInputsAreRejectedBeforeTOMLKit(text: String, line: Int) throws {
-        let error = try #require(parseError(text))
+        let error = try #require(configRefusal(text))
         #expect(error.line == line)
         #expect(error.message.hasPrefix("TOML syntax error"))
     }
@@ -356,7 +345,7 @@ struct ConfigParsingTests {
             """#
         #expect(TOMLPrescreen.check(valid) == nil)
         // It gets past toml++ too: the complaint is about content, not syntax.
-        let error = try #require(parseError(valid))
+        let error = try #require(configRefusal(valid))
         #expect(!error.message.hasPrefix("TOML syntax error"), "\(error)")
     }
 

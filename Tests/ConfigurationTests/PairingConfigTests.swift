@@ -13,15 +13,6 @@ import TestSupport
         "[dongle]\naddress = \"aa:bb:cc:dd:ee:ff\"\nnotify_path = \"start-notify\"\n" + extra
     }
 
-    static func error(_ text: String) -> ConfigError? {
-        do {
-            _ = try TetherConfig.parse(text, file: file)
-            return nil
-        } catch {
-            return error
-        }
-    }
-
     /// A passkey file holding `content` with `mode`, in a fresh directory.
     static func passkeyFile(_ content: String, mode: Int = 0o600) throws -> (TemporaryDirectory, String) {
         let directory = try TemporaryDirectory("tether-passkey")
@@ -51,7 +42,7 @@ import TestSupport
     }
 
     @Test func aMissingPasskeyFileIsAnErrorAtItsLine() throws {
-        let error = try #require(Self.error(Self.config("pairing = \"passkey-file\"\npasskey_file = \"/nonexistent/tether-passkey\"\n")))
+        let error = try #require(configRefusal(Self.config("pairing = \"passkey-file\"\npasskey_file = \"/nonexistent/tether-passkey\"\n")))
         #expect(error.file == Self.file)
         #expect(error.line == 5)
         #expect(error.message.contains("/nonexistent/tether-passkey"))
@@ -61,7 +52,7 @@ import TestSupport
     @Test func aPasskeyFileOthersCanReadIsRefused() throws {
         let (directory, path) = try Self.passkeyFile("123456\n", mode: 0o644)
         defer { directory.remove() }
-        let error = try #require(Self.error(Self.config("pairing = \"passkey-file\"\npasskey_file = \"\(path)\"\n")))
+        let error = try #require(configRefusal(Self.config("pairing = \"passkey-file\"\npasskey_file = \"\(path)\"\n")))
         #expect(error.line == 5)
         #expect(error.message.contains("others may read it"))
     }
@@ -70,24 +61,24 @@ import TestSupport
     func aMalformedPasskeyIsRefused(_ content: String) throws {
         let (directory, path) = try Self.passkeyFile(content)
         defer { directory.remove() }
-        let error = try #require(Self.error(Self.config("pairing = \"passkey-file\"\npasskey_file = \"\(path)\"\n")))
+        let error = try #require(configRefusal(Self.config("pairing = \"passkey-file\"\npasskey_file = \"\(path)\"\n")))
         #expect(error.line == 5)
         #expect(error.message.contains("six-digit passkey"))
     }
 
     @Test func passkeyFileWithoutItsModeOrModeWithoutItsFileAreErrors() throws {
-        let withoutFile = try #require(Self.error(Self.config("pairing = \"passkey-file\"\n")))
+        let withoutFile = try #require(configRefusal(Self.config("pairing = \"passkey-file\"\n")))
         #expect(withoutFile.line == 4)
         #expect(withoutFile.message.contains("needs passkey_file"))
-        let withoutMode = try #require(Self.error(Self.config("passkey_file = \"/etc/tether/passkey\"\n")))
+        let withoutMode = try #require(configRefusal(Self.config("passkey_file = \"/etc/tether/passkey\"\n")))
         #expect(withoutMode.line == 4)
         #expect(withoutMode.message.contains("only with pairing = \"passkey-file\""))
-        let relative = try #require(Self.error(Self.config("pairing = \"passkey-file\"\npasskey_file = \"passkey\"\n")))
+        let relative = try #require(configRefusal(Self.config("pairing = \"passkey-file\"\npasskey_file = \"passkey\"\n")))
         #expect(relative.message.contains("absolute path"))
     }
 
     @Test func anUnknownPairingIsAnErrorListingTheChoices() throws {
-        let error = try #require(Self.error(Self.config("pairing = \"yes\"\n")))
+        let error = try #require(configRefusal(Self.config("pairing = \"yes\"\n")))
         #expect(error.line == 4)
         #expect(error.message.contains("\"never\", \"just-works\" or \"passkey-file\""))
     }

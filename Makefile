@@ -132,8 +132,9 @@ build: deps
 # binary runs on a gateway without the toolchain (only glibc, libdbus-1 and
 # libbluetooth from Debian are needed there, and libmosquitto1 for `tether forward`).
 release: deps check-arch $(if $(SWIFT_SDK),,static-libstdc++)
-	@# SwiftPM relinks only when an object changed, not when the order file did.
-	@bin="$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/tether"; [ ! "$(TEXT_ORDER)" -nt "$$bin" ] || rm -f "$$bin"
+	@# SwiftPM relinks only when an object changed, not when a linker script did.
+	@bin="$$($(SWIFT) build $(RELEASE_FLAGS) --show-bin-path)/tether"; \
+	for script in "$(TEXT_ORDER)" "$(WRITABLE_RODATA)"; do [ ! "$$script" -nt "$$bin" ] || rm -f "$$bin"; done
 	$(SWIFT) build $(RELEASE_FLAGS)
 
 # The linker script LAYOUT_FLAGS points at: libstdc++.a, wherever the

@@ -29,9 +29,9 @@ trap cleanup EXIT
 # functions in .text for code, so none may sit in the ordered section. Nor
 # with packaging/writable-rodata.ld: valgrind 3.19 crashes (SIGSEGV in its
 # own code) reading a binary with that output section; the names are the same
-# without it. SwiftPM
-# relinks only when an object changed, hence the removals; the binary is
-# removed again afterwards, so the next `make release` links the new order.
+# without it. SwiftPM relinks only when an object changed, hence the removals;
+# the binary is removed again afterwards, so the next `make release` links the
+# new order.
 bin_dir=$(swift build -c release --show-bin-path)
 bin=$bin_dir/tether
 dev_bin=$bin_dir/tether-dev

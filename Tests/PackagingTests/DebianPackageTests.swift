@@ -103,6 +103,15 @@ import Testing
         let info = try Packaging.run("dpkg-deb", ["-f", package, "Version"])
         #expect(version.output.trimmingCharacters(in: .whitespacesAndNewlines) == info.output.trimmingCharacters(in: .whitespacesAndNewlines),
                 "tether --version is the package's version (both from packaging/version.sh)")
+        // toml++ (under TOMLKit) reports a syntax error by throwing a C++
+        // exception: the release link keeps the unwind tables that needs
+        // while it drops Swift's (packaging/unwind-tables.ld). Without them
+        // this would end in std::terminate, not in a refused config.
+        let broken = "\(directory.path)/broken.toml"
+        try "[dongle\naddress = \"AA:BB:CC:DD:EE:FF\"\n".write(toFile: broken, atomically: true, encoding: .utf8)
+        let refused = try Packaging.run(binary, ["check-config", broken])
+        #expect(refused.status == 78 && refused.output.contains("broken.toml:1: TOML syntax error"),
+                "a broken config is refused with toml++'s message (EX_CONFIG): \(refused)")
         let unit = try String(contentsOfFile: "\(directory.path)/lib/systemd/system/tether.service", encoding: .utf8)
         #expect(unit.contains("\nExecStart=/usr/bin/tether run"), "the units run the packaged binary")
         let bash = try String(contentsOfFile: "\(directory.path)/usr/share/bash-completion/completions/tether", encoding: .utf8)

@@ -40,7 +40,7 @@ public struct StderrLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         let merged = mergedMetadata(for: event)
-        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padded(to: 8))\(event.message)"
+        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padded(to: 9))\(event.message)"
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
             line += " \(key)=\(value)"
         }

@@ -4,6 +4,7 @@ import PackageDescription
 // Layers, lowest first; a target only depends on targets above it in this list.
 //   CDBus, CBluetooth, CMosquitto  C shims over libdbus-1, libbluetooth and libmosquitto
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
+//   CProcess            C shim: process-wide prctl(2) settings (variadic in C, so not callable from Swift)
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers
 //   DBus                a small, general D-Bus binding
@@ -70,6 +71,7 @@ let package = Package(
         // libmosquitto's header (libmosquitto-dev), the library itself loaded with dlopen.
         .target(name: "CMosquitto"),
         .target(name: "CSystemd"),
+        .target(name: "CProcess"),
         .target(name: "ChildProcess", swiftSettings: productSettings),
         .target(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
@@ -128,7 +130,7 @@ let package = Package(
             name: "tether",
             dependencies: [
                 "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
-                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill",
+                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],

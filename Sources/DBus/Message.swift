@@ -119,6 +119,14 @@ final class OutgoingMessage {
         return message
     }
 
+    /// A new message with this one's header fields and body, copied as
+    /// marshalled. Unlike the original it has no serial and is not locked,
+    /// even if the original was sent.
+    func copy() throws(DBusError) -> OutgoingMessage {
+        guard let copied = dbus_message_copy(raw) else { throw .outOfMemory }
+        return OutgoingMessage(raw: copied)
+    }
+
     /// Whether the body carries Unix file descriptors, which only a
     /// connection that negotiated fd passing can send.
     var carriesUnixFDs: Bool { dbus_message_contains_unix_fds(raw) != 0 }

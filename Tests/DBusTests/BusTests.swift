@@ -75,6 +75,44 @@ import Testing
         }
     }
 
+    /// A call made from the same parts as the one before is sent as a copy of
+    /// it (the keep-alive's case): each copy must be a call of its own, with
+    /// its own serial and reply, and a call made from other parts must not
+    /// be answered as the remembered one.
+    @Test func repeatedCallsAreAnsweredOneByOne() async throws {
+        try await withBuses { server, client in
+            try await server.requestName("org.example.Echo")
+            try await server.export("/org/example", [
+                ExportedInterface(name: "org.example.Echo", methods: [
+                    "Echo": .init(in: "v", out: "v") { call in [try call.argument(0)] },
+                ])
+            ])
+            func echo(_ value: DBusValue, path: ObjectPath = "/org/example") async throws -> [DBusValue] {
+                try await client.call(
+                    destination: "org.example.Echo", path: path, interface: "org.example.Echo", method: "Echo",
+                    [.variant(value)]
+                )
+            }
+            let keepalive: DBusValue = .bytes([0x01])
+            // Three identical calls in flight at once: three serials, three replies.
+            try await withThrowingTaskGroup(of: [DBusValue].self) { group in
+                for _ in 0..<3 { group.addTask { try await echo(keepalive) } }
+                var replies = 0
+                for try await reply in group {
+                    #expect(reply == [.variant(keepalive)])
+                    replies += 1
+                }
+                #expect(replies == 3)
+            }
+            #expect(try await echo(.bytes([0x02])) == [.variant(.bytes([0x02]))])
+            #expect(try await echo(keepalive) == [.variant(keepalive)])
+            await #expect(throws: DBusError.self, "another path is another call, not a copy of the last") {
+                _ = try await echo(keepalive, path: "/org/elsewhere")
+            }
+            #expect(try await echo(keepalive) == [.variant(keepalive)])
+        }
+    }
+
     @Test func invalidNamesAreErrorsNotAborts() async throws {
         try await withBuses { _, client in
             await #expect(throws: DBusError.self) {

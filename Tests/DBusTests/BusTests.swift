@@ -26,6 +26,20 @@ import Testing
         await server.close(); await client.close(); daemon.stop(); directory.remove()
     }
 
+    /// `org.example.Echo` at /org/example on `server`: `Echo` answers with
+    /// its argument, `Fail` with a BlueZ error.
+    private func serveEcho(on server: Bus) async throws {
+        try await server.requestName("org.example.Echo")
+        try await server.export("/org/example", [
+            ExportedInterface(name: "org.example.Echo", methods: [
+                "Echo": .init(in: "v", out: "v") { call in [try call.argument(0)] },
+                "Fail": .init { _ in
+                    throw DBusError.remote(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
+                },
+            ])
+        ])
+    }
+
     @Test func helloGivesUniqueNames() async throws {
         try await withBuses { server, client in
             let a = await server.uniqueName
@@ -38,15 +52,7 @@ import Testing
 
     @Test func exportedMethodRoundTripsEveryType() async throws {
         try await withBuses { server, client in
-            try await server.requestName("org.example.Echo")
-            try await server.export("/org/example", [
-                ExportedInterface(name: "org.example.Echo", methods: [
-                    "Echo": .init(in: "v", out: "v") { call in [try call.argument(0)] },
-                    "Fail": .init { _ in
-                        throw DBusError.remote(name: "org.bluez.Error.Failed", message: "le-connection-abort-by-local")
-                    },
-                ])
-            ])
+            try await serveEcho(on: server)
             let samples: [DBusValue] = [
                 .byte(7), .boolean(true), .int16(-3), .uint16(9), .int32(-70000), .uint32(70000),
                 .int64(-1 << 40), .uint64(1 << 50), .double(2.5), .string("héllo"), .objectPath("/a/b_c"),
@@ -81,12 +87,7 @@ import Testing
     /// be answered as the remembered one.
     @Test func repeatedCallsAreAnsweredOneByOne() async throws {
         try await withBuses { server, client in
-            try await server.requestName("org.example.Echo")
-            try await server.export("/org/example", [
-                ExportedInterface(name: "org.example.Echo", methods: [
-                    "Echo": .init(in: "v", out: "v") { call in [try call.argument(0)] },
-                ])
-            ])
+            try await serveEcho(on: server)
             func echo(_ value: DBusValue, path: ObjectPath = "/org/example") async throws -> [DBusValue] {
                 try await client.call(
                     destination: "org.example.Echo", path: path, interface: "org.example.Echo", method: "Echo",

@@ -373,8 +373,34 @@ def recache_in_small_pages(path):
         os.close(fd)
 
 
+def wake_floor(seconds):
+    """bench/wake_floor.c's figure: the CPU a minute that the keep-alive's
+    two wake-ups a second (a timer, then a reply) cost on this machine with
+    no work between them, the floor under the idle figure."""
+    swift = shutil.which("swift")
+    compiler = shutil.which("cc") or (swift and os.path.join(os.path.dirname(os.path.realpath(swift)), "clang"))
+    if not compiler:
+        return None
+    os.makedirs(OUT, exist_ok=True)
+    binary = os.path.join(OUT, "wake_floor")
+    subprocess.run([compiler, "-O2", "-o", binary, os.path.join(ROOT, "bench/wake_floor.c")], check=True)
+    out = subprocess.run([binary, str(max(1, round(seconds)))], capture_output=True, text=True, check=True).stdout
+    return json.loads(out)
+
+
 def bench_footprint():
+    # The floor is measured in the sides' idle window, under the same load.
+    floor = {}
+    online, idle = duration("BENCH_FOOTPRINT_DURATION", "60s"), duration("BENCH_IDLE_DURATION", "20s")
+
+    def measure_floor():
+        time.sleep(online + 4)
+        floor["figures"] = wake_floor(idle - 2)
+    floor_thread = threading.Thread(target=measure_floor)
+    floor_thread.start()
     t, p = in_parallel(footprint_side, ("tether",), ("peer",))
+    floor_thread.join()
+    floor = floor.get("figures") or {}
     off = footprint_side("tether", keepalive=False)
     recache_in_small_pages(BIN)
     small = footprint_side("tether")
@@ -387,13 +413,16 @@ def bench_footprint():
             ("CPU seconds over that time", t["cpu_seconds"], p["cpu_seconds"], "", None),
             ("idle CPU ms per minute (keep-alive 1 s, no notifications)", t["idle_cpu_ms_per_minute"],
              p["idle_cpu_ms_per_minute"], "≤ 10", t["idle_cpu_ms_per_minute"] <= 10),
+            ("  the floor: those two wake-ups a second with no work (bench/wake_floor.c), ms per minute",
+             floor.get("cpu_ms_per_minute"), None, "", None),
             ("wake-ups/s idle, all threads (keep-alive 1 s, no notifications)", t["idle_wakeups_per_s"],
              p["idle_wakeups_per_s"], "≤ 4", t["idle_wakeups_per_s"] <= 4),
             ("wake-ups/s idle, keep-alive off", off["idle_wakeups_per_s"], None, "≤ 1", off["idle_wakeups_per_s"] <= 1),
             ("PSS of 4 instances side by side (sum), MiB", t4["pss_total_mib"], p4["pss_total_mib"], "", None),
             ("  RSS of each of the 4, MiB", max(t4["rss_each_mib"]), max(p4["rss_each_mib"]), "", None)]
     table("Footprint (keep-alive 1 s, 10 notifications/s; both run at once, one simulator each)", rows)
-    return {"tether": t, "peer": p, "tether_keepalive_off": off, "tether_small_pages": small, "tether_4": t4, "peer_4": p4}
+    return {"tether": t, "peer": p, "tether_keepalive_off": off, "tether_small_pages": small, "tether_4": t4, "peer_4": p4,
+            "wake_floor": floor}
 
 
 def bus_daemon_pid(sim):

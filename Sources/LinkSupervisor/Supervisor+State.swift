@@ -106,10 +106,11 @@ extension Supervisor {
         var staleFailures = 0
         var lastStaleError: String?
 
-        init(start: Duration, attempts: Int = 0, blind: Bool = false) {
+        init(start: Duration, attempts: Int = 0, blind: Bool = false, controllerChecked: Bool = false) {
             self.start = start
             self.attempts = attempts
             self.blind = blind
+            self.controllerChecked = controllerChecked
         }
     }
 
@@ -200,6 +201,9 @@ extension Supervisor {
         /// program that blocks the radio again as soon as Tether unblocks
         /// it meets one unblock per paced round, not a tug of war.
         var adapterRecoveries = 0
+        /// Power-ons retried since an escalation last left the adapter off:
+        /// they pace the next one (`powerOnRetry`, doubling).
+        var powerOnRetries = 0
         /// Since when the adapter is usable (nil while it is not).
         var adapterUsableSince: Duration?
         /// What became of a bond the dongle refused, since the link was last

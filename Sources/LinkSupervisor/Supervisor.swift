@@ -50,7 +50,11 @@ public struct Supervisor: Sendable {
         public var stableLink: Duration = .seconds(10)
         /// Wait before trying discovery again after it failed to start.
         public var discoveryRetry: Duration = .seconds(5)
-        /// How often to power the adapter on again after an escalation left it off.
+        /// The first pause before powering the adapter on again after an
+        /// escalation left it off; it doubles after each try up to
+        /// `adapterRecoveryDelayCap`, so a controller that refuses for good
+        /// (wedged, and no USB step configured or none helped) costs a few
+        /// journal lines an hour, not one every 10 s.
         public var powerOnRetry: Duration = .seconds(10)
         /// The pause after an adapter recovery round (rfkill unblock, USB
         /// reset or rebind of a controller that failed its initialisation)
@@ -762,7 +766,10 @@ public struct Supervisor: Sendable {
         let steps = steps.drop { $0 == .rfkillUnblock && observation.radioBlock != .soft }
         guard let step = steps.first else {
             if reconnectRequested { return attempt(window: Window(start: now), cause: "reconnect requested") }
-            return attempt(window: Window(start: now, blind: true), cause: "escalation done")
+            // Not asked about the controller if it fails: the steps just
+            // dealt with it, and asking again would run them again at once.
+            // The next cooldown's blind attempt asks.
+            return attempt(window: Window(start: now, blind: true, controllerChecked: true), cause: "escalation done")
         }
         let escalation = Escalation(purpose: .exhaustedWindow, step: step, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(cause); \(step.rawValue)")
@@ -770,10 +777,13 @@ public struct Supervisor: Sendable {
     }
 
     /// Asks the controller whether it answers once a window has failed
-    /// `controllerCheckAfterFailures` attempts, once per window.
+    /// `controllerCheckAfterFailures` attempts, or a cooldown's blind attempt
+    /// failed (nothing else would notice a controller that wedged while the
+    /// dongle slept: with it, the dongle's adverts never arrive), once per
+    /// window.
     private mutating func checkControllerIfDue(_ window: inout Window) {
-        guard let after = settings.controllerCheckAfterFailures, window.attempts >= after, !window.controllerChecked,
-              !outstanding.controllerCheck
+        guard let after = settings.controllerCheckAfterFailures, window.attempts >= after || window.blind,
+              !window.controllerChecked, !outstanding.controllerCheck
         else { return }
         window.controllerChecked = true
         requestControllerCheck()
@@ -803,7 +813,15 @@ public struct Supervisor: Sendable {
             actions.append(.disconnect)  // cancels a pending Connect, drops a half-made link
         case .awaitingDisconnect:
             cancelTimer(.disconnectDeadline)
-        case .online, .waitingForBluez, .waitingForAdapter, .searching, .escalating, .coolingDown:
+        case .coolingDown:
+            // Its blind attempt failed on a controller that does not answer:
+            // waiting for adverts it cannot hear would last for good. The
+            // steps run now, once per cooldown (their own blind attempt does
+            // not ask again).
+            guard settings.escalation.contains(where: { $0 != .powerCycle }) else { return }
+            cancelTimer(.retry)
+            stopDiscoveryIfRunning()
+        case .online, .waitingForBluez, .waitingForAdapter, .searching, .escalating:
             // Online again (it answered after all, late) or already past
             // attempting: nothing to end.
             return
@@ -850,7 +868,8 @@ public struct Supervisor: Sendable {
         // will switch it on.
         actions.append(.report(.adapterLeftOff))
         actions.append(.powerOn)
-        startTimer(.powerOn, after: settings.powerOnRetry)
+        history.powerOnRetries = 0
+        startTimer(.powerOn, after: powerOnDelay)
         enter(.waitingForAdapter(offByEscalation: true), cause)
     }
 
@@ -906,6 +925,13 @@ public struct Supervisor: Sendable {
         guard let since = history.adapterUsableSince else { return }
         history.adapterUsableSince = nil
         if now - since >= settings.adapterRecoveryDelay { history.adapterRecoveries = 0 }
+    }
+
+    /// The pause before the next power-on, after `history.powerOnRetries` retries.
+    private var powerOnDelay: Duration {
+        var delay = settings.powerOnRetry
+        for _ in 0..<min(history.powerOnRetries, 16) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
+        return min(delay, settings.adapterRecoveryDelayCap)
     }
 
     /// The pause before the next round, after `history.adapterRecoveries` rounds.
@@ -988,16 +1014,18 @@ public struct Supervisor: Sendable {
         case .attemptDeadline:
             switch current {
             case .connecting(let setup, _):
-                // A stale-object sign when the Connect outlived the kernel's
-                // own LE connection timeout: the kernel ends a connection it
-                // is making to a silent peer with le-connection-abort-by-local
+                // A stale-object sign when the Connect lasted the kernel's own
+                // LE connection timeout: the kernel ends a connection it is
+                // making to a silent peer with le-connection-abort-by-local
                 // by then, so one still pending is an object the kernel never
                 // even tried (bluetoothd 5.66 in `make e2e`: the dongle back
                 // under its address as a random one, the object still public,
-                // no LE Create Connection sent). A shorter timeout proves
+                // no LE Create Connection sent). At exactly that timeout (the
+                // default) the kernel may be about to answer, but its answer,
+                // abort-by-local, is the same sign. A shorter timeout proves
                 // nothing: it also cuts off attempts on a dongle that merely
                 // does not accept yet.
-                let neverTried = policy.connectTimeout > Self.kernelLEConnectionTimeout
+                let neverTried = policy.connectTimeout >= Self.kernelLEConnectionTimeout
                 attemptFailed(
                     setup.window,
                     LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried),
@@ -1027,7 +1055,8 @@ public struct Supervisor: Sendable {
         case .powerOn:
             guard case .waitingForAdapter(offByEscalation: true) = current, observation.adapterPresent else { return }
             actions.append(.powerOn)
-            startTimer(.powerOn, after: settings.powerOnRetry)
+            history.powerOnRetries += 1
+            startTimer(.powerOn, after: powerOnDelay)
         case .disconnectDeadline:
             guard case .awaitingDisconnect(let wait) = current else { return }
             scheduleAttempt(

@@ -281,6 +281,53 @@ extension ControllerCheckTests {
         #expect(link.state == .escalating)
     }
 
+    @Test func aControllerThatWedgedDuringACooldownIsFoundByTheBlindAttempt() {
+        // The dongle slept through a window; the controller wedged meanwhile,
+        // so the dongle's adverts would never arrive. The cooldown's blind
+        // attempt fails and asks; the steps run, once per cooldown.
+        var link = refusing(escalation: [.powerCycle, .usbReset])
+        link.advance(by: .seconds(5))
+        #expect(checks(link) == 1)
+        link.send(.controllerChecked(.responsive))
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        link.send(.escalationFinished(.powerCycle, .success(())))
+        link.send(.escalationFinished(.usbReset, .success(())))
+        #expect(link.state == .coolingDown)
+        #expect(checks(link) == 1, "the escalation's own blind attempt does not ask")
+        link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
+        #expect(link.state == .coolingDown)
+        #expect(checks(link) == 2, "the cooldown's blind attempt failed: asked")
+        link.clearLog()
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.state == .escalating)
+        #expect(link.log.map(\.action).contains(.escalate(.usbReset)))
+        #expect(!link.log.map(\.action).contains(.escalate(.powerCycle)))
+        #expect(link.log.map(\.action).contains(.stopDiscovery))
+        #expect(link.timers[.retry] == nil)
+        link.send(.escalationFinished(.usbReset, .success(())))
+        #expect(link.state == .coolingDown)
+        link.advance(by: .seconds(60))
+        #expect(checks(link) == 0, "no loop: the next ask is the next cooldown's (the log was cleared at the answer)")
+    }
+
+    @Test func aBlindAttemptOnAControllerThatAnswersChangesNothing() {
+        var link = refusing(escalation: [.usbReset])
+        link.advance(by: .seconds(5))
+        link.send(.controllerChecked(.responsive))
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        link.send(.escalationFinished(.usbReset, .success(())))
+        link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
+        let asked = checks(link)
+        #expect(asked == 2)
+        link.send(.controllerChecked(.responsive))
+        #expect(link.state == .coolingDown)
+        #expect(link.timers[.retry] != nil)
+        link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
+        #expect(checks(link) == asked + 1, "one ask per cooldown")
+    }
+
     @Test func aLinkThatCarriedDataAndFellSilentAsksTheControllerAtOnce() {
         var settings = SupervisorTests.settings
         settings.escalation = [.usbReset]

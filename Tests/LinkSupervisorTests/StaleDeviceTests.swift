@@ -63,6 +63,11 @@ import Testing
         #expect(neverTried.count {
             if case .report(.staleDeviceRemoved(_, let error)) = $0, error.contains("no connection within 30s") { true } else { false }
         } == 1)
+        // Exactly the kernel's timeout (the default): a Connect still pending
+        // then is one the kernel never tried, or one it is about to end with
+        // abort-by-local, the same sign.
+        let atTheKernelsTimeout = exhausted(connectTimeout: .seconds(20))
+        #expect(removals(atTheKernelsTimeout) == 1)
         // Within it, a timeout is only a dongle that does not accept (yet): no removal.
         #expect(removals(exhausted(connectTimeout: .seconds(10))) == 0)
     }

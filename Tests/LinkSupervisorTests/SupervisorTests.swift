@@ -457,7 +457,7 @@ import Testing
         #expect(link.state == .backingOff, "not a 20 s wait in resolving")
     }
 
-    @Test func anEscalationThatLeavesTheAdapterOffKeepsPoweringItOn() {
+    func adapterLeftOffByEscalation() -> VirtualLink {
         var link = refusingLink(escalation: [.powerCycle], running: .seconds(200))
         #expect(link.state == .escalating)
         var off = VirtualLink.down
@@ -465,14 +465,32 @@ import Testing
         link.observe(off)
         link.send(.escalationFinished(.powerCycle, .failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
         #expect(link.state == .waitingForAdapter)
+        return link
+    }
+
+    @Test func anEscalationThatLeavesTheAdapterOffKeepsPoweringItOn() {
+        var link = adapterLeftOffByEscalation()
         link.advance(by: .seconds(35))
         let powerOns = link.log.filter { $0.action == .powerOn }.map(\.time)
-        #expect(powerOns.count == 4, "\(powerOns)")
+        #expect(powerOns.count == 3, "at once, 10 s later, 20 s after that: \(powerOns)")
         link.connectResult = .success(())
         link.observe(VirtualLink.down)
         #expect(link.state == .online)
         link.advance(by: .seconds(60))
-        #expect(link.log.filter { $0.action == .powerOn }.count == 4)
+        #expect(link.log.filter { $0.action == .powerOn }.count == 3)
+    }
+
+    @Test func anAdapterThatStaysOffIsPoweredOnLessAndLessOften() {
+        // A wedged controller that an escalation left off and that refuses
+        // every power-on: a few tries an hour in the end, not one every 10 s.
+        var link = adapterLeftOffByEscalation()
+        link.advance(by: .seconds(3 * 3600))
+        let powerOns = link.log.filter { $0.action == .powerOn }.map(\.time)
+        let gaps = zip(powerOns.dropFirst(), powerOns).map { ($0 - $1).components.seconds }
+        #expect(Array(gaps.prefix(8)) == [10, 20, 40, 80, 160, 320, 600, 600], "\(gaps)")
+        #expect(gaps.allSatisfy { $0 <= 600 })
+        #expect(powerOns.count <= 25, "\(powerOns.count) power-ons in 3 h")
+        #expect(link.state == .waitingForAdapter)
     }
 
     @Test func aSuccessfulEscalationIsTriedOnceAtOnceThenCoolsDown() {

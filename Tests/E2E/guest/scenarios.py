@@ -1082,14 +1082,16 @@ def stale_device(stack):
     identity, and a Connect on the old one is an LE Create Connection that
     nothing answers (btvirt's controller finds the dongle's controller by
     address but no advertising set of that type), until the kernel gives up.
-    Tether (connect_timeout 30 s here, above the kernel's 20 s, so the
-    kernel's error reaches it) must remove the object (event=device-removed)
-    and find the dongle again by discovery. Tether is restarted with that
-    timeout, and again with the run's config after."""
+    Tether, with the shipped connect_timeout (20 s, the kernel's own LE
+    connection timeout: a Connect still pending then is one the kernel never
+    tried, or one it is ending with abort-by-local, both stale-object signs),
+    must remove the object (event=device-removed) and find the dongle again
+    by discovery. Tether is restarted with that timeout, and again with the
+    run's config after."""
     figures, problems = {}, []
     began = time.monotonic()  # notifications in flight when Tether stops are lost
     stack.guest.stop("tether")
-    started = stack.start_tether(connect_timeout=30)
+    started = stack.start_tether(connect_timeout=20)
     try:
         if stack.state_line("online", 120, started) is None:
             return False, figures, "not online before the fault"

@@ -805,6 +805,7 @@ public struct Supervisor: Sendable {
         outstanding.controllerCheck = false
         guard case .unresponsive(let detail) = check else { return }
         actions.append(.report(.controllerUnresponsive(detail)))
+        let steps = settings.escalation.filter { $0 != .powerCycle }
         switch current {
         case .backingOff:
             cancelTimer(.retry)
@@ -818,7 +819,7 @@ public struct Supervisor: Sendable {
             // waiting for adverts it cannot hear would last for good. The
             // steps run now, once per cooldown (their own blind attempt does
             // not ask again).
-            guard settings.escalation.contains(where: { $0 != .powerCycle }) else { return }
+            guard !steps.isEmpty else { return }
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
         case .online, .waitingForBluez, .waitingForAdapter, .searching, .escalating:
@@ -827,7 +828,6 @@ public struct Supervisor: Sendable {
             return
         }
         if let window = current.window { actions.append(.report(.windowExhausted(attempts: window.attempts))) }
-        let steps = settings.escalation.filter { $0 != .powerCycle }
         if steps.isEmpty { return enterCooldown(cause: "the controller does not answer") }
         escalate(steps, reconnectRequested: false, cause: "the controller does not answer")
     }
@@ -929,15 +929,19 @@ public struct Supervisor: Sendable {
 
     /// The pause before the next power-on, after `history.powerOnRetries` retries.
     private var powerOnDelay: Duration {
-        var delay = settings.powerOnRetry
-        for _ in 0..<min(history.powerOnRetries, 16) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
-        return min(delay, settings.adapterRecoveryDelayCap)
+        pacedDelay(settings.powerOnRetry, doubled: history.powerOnRetries)
     }
 
     /// The pause before the next round, after `history.adapterRecoveries` rounds.
     private var recoveryDelay: Duration {
-        var delay = settings.adapterRecoveryDelay
-        for _ in 1..<max(history.adapterRecoveries, 1) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
+        pacedDelay(settings.adapterRecoveryDelay, doubled: max(history.adapterRecoveries, 1) - 1)
+    }
+
+    /// `first` doubled `times` times, at most `adapterRecoveryDelayCap`: the
+    /// pace of whatever Tether keeps doing for an adapter that stays unusable.
+    private func pacedDelay(_ first: Duration, doubled times: Int) -> Duration {
+        var delay = first
+        for _ in 0..<min(times, 32) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
         return min(delay, settings.adapterRecoveryDelayCap)
     }
 

@@ -73,9 +73,9 @@ int main(int argc, char **argv) {
     int answered = 0;
     for (int tick = 1; tick <= seconds; tick++) {
         struct epoll_event event;
-        int timeout = (int)((start + tick - now_seconds(CLOCK_MONOTONIC)) * 1000);
-        while (timeout > 0 && epoll_wait(poller, &event, 1, timeout) == 0) {
-            timeout = (int)((start + tick - now_seconds(CLOCK_MONOTONIC)) * 1000);
+        int timeout;  // until the tick: a millisecond timeout can end a little early
+        while ((timeout = (int)((start + tick - now_seconds(CLOCK_MONOTONIC)) * 1000)) > 0
+               && epoll_wait(poller, &event, 1, timeout) == 0) {
         }
         if (send(pair[0], call, sizeof call, MSG_NOSIGNAL) != (ssize_t)sizeof call) {
             perror("send");

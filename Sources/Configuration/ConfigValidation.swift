@@ -29,6 +29,17 @@ extension TetherConfig {
                        "polling with a read (write = \"\") needs keepalive.characteristic set to a readable characteristic; \(ConfigUUID.nusRX) (NUS RX) is write-only")
         }
 
+        // bluetoothd announces a read's value as it announces a notification
+        // (PropertiesChanged "Value", src/gatt-client.c): each poll would be
+        // logged as a reading, and the radio stack's answer would keep a
+        // hung dongle's link `online`. Through an acquired socket only
+        // notifications arrive, so there the two cannot be confused.
+        if k.enabled, k.write == nil, dongle.notifyPath != .acquireNotify,
+           dongle.notify.contains(where: { $0.lowercased() == k.characteristic.lowercased() }) {
+            throw fail(blame("keepalive.characteristic", "keepalive.write"),
+                       "polling with a read (write = \"\") of \(k.characteristic), which dongle.notify subscribes to: bluetoothd announces a read's value as it announces a notification, so every poll would be logged as a reading and would keep a hung dongle online; poll another readable characteristic, write to one (keepalive.write), or set dongle.notify_path = \"acquire-notify\"")
+        }
+
         // A dongle that notifies only in answer to a poll is silent between two polls.
         if k.enabled, case .after(let limit) = dongle.silenceLimit, limit < k.interval {
             throw fail(blame("dongle.silence_limit", "keepalive.interval"),

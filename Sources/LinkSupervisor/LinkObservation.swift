@@ -28,6 +28,11 @@ public struct LinkObservation: Sendable, Equatable {
     /// its initialisation (bluetoothd never hears of such a controller; only
     /// a re-probe, a USB reset or rebind, brings it back).
     public var controllerFailed = false
+    /// The kernel tells why links end (its management socket, with
+    /// CAP_NET_ADMIN): a dongle that refuses its bond then shows as an
+    /// authentication failure (`.bondRejected`), so links that drop before
+    /// services resolve are radio trouble, not a sign of a refused bond.
+    public var disconnectReasonsHeard = false
 
     public init(
         bluezPresent: Bool = false, adapterPresent: Bool = false, adapterPowered: Bool = false,

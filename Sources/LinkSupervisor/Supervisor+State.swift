@@ -82,14 +82,17 @@ extension Supervisor {
             }
         }
 
-        /// Discovery was started and not stopped or failed since.
-        var discovering: Bool {
+        /// Discovery, while searching or cooling down.
+        var discovery: Discovery? {
             switch self {
-            case .searching(let discovery): discovery.running
-            case .coolingDown(let cooldown): cooldown.discovery.running
-            default: false
+            case .searching(let discovery): discovery
+            case .coolingDown(let cooldown): cooldown.discovery
+            default: nil
             }
         }
+
+        /// Discovery was started and not stopped or failed since.
+        var discovering: Bool { discovery?.running ?? false }
     }
 
     /// One retry window: its attempts are bounded by `window_attempts` and
@@ -146,6 +149,9 @@ extension Supervisor {
     /// start and waiting for its retry timer.
     struct Discovery: Sendable {
         var running: Bool
+        /// StartDiscovery failures since searching or cooling down began:
+        /// they pace its retries.
+        var failures = 0
     }
 
     struct Cooldown: Sendable {
@@ -159,7 +165,8 @@ extension Supervisor {
 
     struct Escalation: Sendable {
         enum Purpose: Sendable {
-            /// A retry window was exhausted: the link is what failed.
+            /// A retry window was exhausted, or the controller did not
+            /// answer: the link is what failed.
             case exhaustedWindow
             /// No usable adapter (an rfkill soft block, a controller that
             /// failed its initialisation): a recovery round.
@@ -167,6 +174,9 @@ extension Supervisor {
         }
 
         var purpose: Purpose
+        /// Why the steps run (an exhausted window, a controller that does
+        /// not answer, …): every step's transition says it.
+        var cause: String
         var step: EscalationStep
         var remaining: [EscalationStep]
         /// Someone asked for a reconnect while the step ran: the remaining
@@ -204,6 +214,11 @@ extension Supervisor {
         /// Power-ons retried since an escalation last left the adapter off:
         /// they pace the next one (`powerOnRetry`, doubling).
         var powerOnRetries = 0
+        /// Controller checks made while searching since the dongle was last
+        /// found: they pace the next one (`searchControllerCheck`, doubling),
+        /// and with it the escalations they lead to on a controller that
+        /// stays wedged.
+        var searchChecks = 0
         /// Since when the adapter is usable (nil while it is not).
         var adapterUsableSince: Duration?
         /// What became of a bond the dongle refused, since the link was last

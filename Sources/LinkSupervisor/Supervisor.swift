@@ -23,6 +23,9 @@
 /// - while the adapter is unusable, recovery steps run in rounds at least
 ///   `adapterRecoveryDelay` apart (doubling to its cap) after the first,
 ///   never while rfkill's hard block lasts;
+/// - a search is never left to itself: the controller is asked whether it
+///   answers `searchControllerCheck` into it, then at doubling intervals up
+///   to `adapterRecoveryDelayCap`, until the dongle is found;
 /// - every state change comes with a `.transition` action naming its cause;
 /// - with a silence limit, `online` means data flows: it is entered with the
 ///   first notification of a session and left once none came for the limit;
@@ -48,8 +51,20 @@ public struct Supervisor: Sendable {
         /// the next window, so a dongle that connects and drops at once backs
         /// off and, in the end, escalates and cools down like any failure.
         public var stableLink: Duration = .seconds(10)
-        /// Wait before trying discovery again after it failed to start.
+        /// Wait before trying discovery again after it failed to start; it
+        /// doubles with each failure in a row, up to `discoveryRetryCap`.
         public var discoveryRetry: Duration = .seconds(5)
+        public var discoveryRetryCap: Duration = .seconds(60)
+        /// While searching, the controller is asked whether it answers after
+        /// this long without finding the dongle, then after twice as long
+        /// each time, up to `adapterRecoveryDelayCap`. A controller that
+        /// wedged while discovering hears no advert, and nothing on D-Bus
+        /// shows it: bluetoothd keeps `Powered` and `Discovering`, and a
+        /// StartDiscovery it sends to the wedged controller answers
+        /// `InProgress`, as if discovery already ran. Asked late, the dongle
+        /// (which advertises ~180 s after a drop) would be asleep by the time
+        /// the controller is recovered.
+        public var searchControllerCheck: Duration = .seconds(30)
         /// The first pause before powering the adapter on again after an
         /// escalation left it off; it doubles after each try up to
         /// `adapterRecoveryDelayCap`, so a controller that refuses for good
@@ -254,6 +269,7 @@ public struct Supervisor: Sendable {
             attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on")
         case .searching:
             if new.devicePresent {
+                history.searchChecks = 0
                 stopDiscoveryIfRunning()
                 attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd")
             }
@@ -609,8 +625,12 @@ public struct Supervisor: Sendable {
     /// resolved: a refused bond shows so on D-Bus alone (bluetoothd 5.66
     /// answers Connect with "le-connection-abort-by-local" in `make e2e`, or
     /// "br-connection-canceled" by its sources), but so does a bad radio moment, so
-    /// only a run of them counts.
+    /// only a run of them counts, and only while the kernel's reasons are
+    /// not heard.
     private mutating func droppedBeforeResolving(_ error: String) {
+        // The kernel would have said so (Device Disconnected reason 4): a
+        // dongle out of reach or a busy channel drops links early too.
+        guard !observation.disconnectReasonsHeard else { return }
         history.dropsBeforeResolve += 1
         let drops = history.dropsBeforeResolve
         guard drops >= settings.dropsBeforeResolveForBondLoss else { return }
@@ -771,7 +791,7 @@ public struct Supervisor: Sendable {
             // The next cooldown's blind attempt asks.
             return attempt(window: Window(start: now, blind: true, controllerChecked: true), cause: "escalation done")
         }
-        let escalation = Escalation(purpose: .exhaustedWindow, step: step, remaining: Array(steps.dropFirst()))
+        let escalation = Escalation(purpose: .exhaustedWindow, cause: cause, step: step, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(cause); \(step.rawValue)")
         actions.append(.escalate(step))
     }
@@ -822,7 +842,13 @@ public struct Supervisor: Sendable {
             guard !steps.isEmpty else { return }
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
-        case .online, .waitingForBluez, .waitingForAdapter, .searching, .escalating:
+        case .searching:
+            // Discovery through a controller that does not answer hears
+            // nothing. The steps run at the pace of the search checks (the
+            // escalation ends in a search, whose first check waits longer).
+            guard !steps.isEmpty else { return }
+            stopDiscoveryIfRunning()
+        case .online, .waitingForBluez, .waitingForAdapter, .escalating:
             // Online again (it answered after all, late) or already past
             // attempting: nothing to end.
             return
@@ -847,13 +873,15 @@ public struct Supervisor: Sendable {
             // A wedged controller can be off or gone after a step that could
             // not reach it (a power cycle through bluetoothd); the next step,
             // a USB reset, may be the one that brings it back.
-            return escalate(escalation.remaining, reconnectRequested: false)
+            return escalate(escalation.remaining, reconnectRequested: false, cause: escalation.cause)
         }
         if !observation.adapterUsable {
             linkGoneQuietly()
             return adapterUnusableAfter(step)
         }
-        escalate(escalation.reconnectRequested ? [] : escalation.remaining, reconnectRequested: escalation.reconnectRequested)
+        escalate(
+            escalation.reconnectRequested ? [] : escalation.remaining, reconnectRequested: escalation.reconnectRequested,
+            cause: escalation.cause)
     }
 
     /// After the last step, the adapter is still unusable: power it on if the
@@ -914,7 +942,7 @@ public struct Supervisor: Sendable {
     private mutating func runRecovery(_ steps: [EscalationStep], continuing: Bool = false) {
         guard let step = steps.first else { return }
         if !continuing { history.adapterRecoveries += 1 }
-        let escalation = Escalation(purpose: .adapterRecovery, step: step, remaining: Array(steps.dropFirst()))
+        let escalation = Escalation(purpose: .adapterRecovery, cause: adapterProblem, step: step, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(adapterProblem); \(step.rawValue)")
         actions.append(.escalate(step))
     }
@@ -997,7 +1025,24 @@ public struct Supervisor: Sendable {
 
     private mutating func enterSearching(cause: String) {
         if !current.discovering { actions.append(.startDiscovery) }
+        if !outstanding.timers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay) }
         enter(.searching(Discovery(running: true)), "\(cause); the dongle is unknown to bluetoothd, discovering")
+    }
+
+    /// The pause before the next controller check while searching, after
+    /// `history.searchChecks` of them since the dongle was last found.
+    private var searchCheckDelay: Duration {
+        pacedDelay(settings.searchControllerCheck, doubled: history.searchChecks)
+    }
+
+    /// Searching found nothing for a while: ask the controller. Only a
+    /// controller check tells a dongle that sleeps (nothing to do but listen)
+    /// from a controller that hears nothing.
+    private mutating func searchCheckFired() {
+        guard case .searching = current else { return }
+        history.searchChecks += 1
+        requestControllerCheck()
+        startTimer(.searchCheck, after: searchCheckDelay)
     }
 
     // MARK: Timers
@@ -1053,6 +1098,8 @@ public struct Supervisor: Sendable {
             pollFailed("no reply within \(settings.keepaliveTimeout.roundedText)")
         case .discoveryRetry:
             startDiscoveryIfStopped()
+        case .searchCheck:
+            searchCheckFired()
         case .adapterRecovery:
             guard case .waitingForAdapter = current else { return }
             runRecovery(recoverySteps)
@@ -1118,10 +1165,15 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func discoveryFailed(_ failure: LinkFailure) {
-        guard current.discovering else { return }
-        setDiscovery(running: false)
+        guard var discovery = current.discovery, discovery.running else { return }
+        discovery.running = false
+        discovery.failures += 1
+        setDiscovery(discovery)
         actions.append(.report(.discoveryFailed(error: failure.description)))
-        startTimer(.discoveryRetry, after: settings.discoveryRetry)
+        // Doubling: a refusal that lasts costs a journal line a minute, not
+        // one every 5 s.
+        let delay = min(pacedDelay(settings.discoveryRetry, doubled: discovery.failures - 1), settings.discoveryRetryCap)
+        startTimer(.discoveryRetry, after: delay)
     }
 
     // MARK: Helpers
@@ -1150,10 +1202,16 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func setDiscovery(running: Bool) {
+        guard var discovery = current.discovery else { return }
+        discovery.running = running
+        setDiscovery(discovery)
+    }
+
+    private mutating func setDiscovery(_ discovery: Discovery) {
         switch current {
-        case .searching: current = .searching(Discovery(running: running))
+        case .searching: current = .searching(discovery)
         case .coolingDown(var cooldown):
-            cooldown.discovery.running = running
+            cooldown.discovery = discovery
             current = .coolingDown(cooldown)
         default: break
         }
@@ -1179,6 +1237,8 @@ public struct Supervisor: Sendable {
 
     private mutating func enter(_ next: State, _ cause: String) {
         let previous = current.name
+        // The search's own timer goes with it.
+        if previous == .searching, next.name != .searching { cancelTimer(.searchCheck) }
         current = next
         actions.append(.transition(from: previous, to: next.name, cause: cause))
     }

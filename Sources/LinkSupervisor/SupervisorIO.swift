@@ -42,6 +42,8 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case disconnectDeadline
     /// Tries discovery again after StartDiscovery failed.
     case discoveryRetry
+    /// Asks the controller whether it answers while searching finds nothing.
+    case searchCheck
     /// Powers the adapter on again after an escalation left it off.
     case powerOn
     /// The next adapter recovery round (rfkill unblock, USB reset or rebind)

@@ -181,6 +181,10 @@ extension Simulator {
         while await Self.sleepUnlessCancelled(options.advertisingInterval) {
             guard discovering, let bus = bluez else { return }
             guard dongle.state == .advertising else { continue }
+            // A wedged controller passes no advertising report up, and
+            // bluetoothd says nothing of it: no error, `Discovering` as it
+            // was (bluetoothd 5.66 in `make e2e`'s usb-search-lockup).
+            guard lockup == nil else { continue }
             let rssi = dongle.nextRSSI()
             guard discoveryClients.contains(where: { client in
                 (discoveryFilters[client] ?? DiscoveryFilter()).accepts(

@@ -198,6 +198,28 @@ import Testing
         }
     }
 
+    @Test func aControllerThatLocksUpWhileDiscoveringPassesNoAdvertAndSaysNothing() async throws {
+        try await withSimulator({ $0.known = false; $0.advertisingInterval = .milliseconds(30) }) { f in
+            let seen = try await f.record()
+            try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")
+            try await seen.waitUntil(timeout: .seconds(3)) { log in
+                await log.messages.filter { $0.propertiesChanged(on: Self.device)?["RSSI"] != nil }.count >= 2
+            }
+            await f.simulator.setLockup(true, clearsOnPowerCycle: true)
+            let during = try await f.record()
+            try await Task.sleep(for: .milliseconds(400))
+            let messages = await during.messages
+            #expect(!messages.contains { $0.propertiesChanged(on: Self.device)?["RSSI"] != nil }, "no advert through a wedged controller")
+            #expect(!messages.contains { $0.propertiesChanged(on: Self.adapter)?["Discovering"] != nil }, "bluetoothd says nothing")
+            #expect(try await f.managedObjects()[Self.adapter]?[BlueZ.adapterInterface]?["Discovering"] == .boolean(true))
+            // Answering again, it passes the adverts up again.
+            await f.simulator.setLockup(false, clearsOnPowerCycle: true)
+            try await during.waitUntil(timeout: .seconds(3)) { log in
+                await log.messages.contains { $0.propertiesChanged(on: Self.device)?["RSSI"] != nil }
+            }
+        }
+    }
+
     @Test func aLockupAPowerCycleCannotClearLeavesTheAdapterOffUntilItEnds() async throws {
         try await withSimulator({ $0.hciCommandTimeout = .milliseconds(200) }) { f in
             await f.simulator.setLockup(true, clearsOnPowerCycle: false)

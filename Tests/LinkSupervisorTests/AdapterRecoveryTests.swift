@@ -345,3 +345,104 @@ extension ControllerCheckTests {
         #expect(link.log.contains { $0.action == .escalate(.usbReset) })
     }
 }
+
+/// A controller that wedges while the dongle is unknown to bluetoothd: only
+/// discovery runs, and it hears nothing through it.
+extension ControllerCheckTests {
+    /// Searching from the start: bluetoothd does not know the dongle (and
+    /// it refuses connections once found).
+    func searching(escalation: [EscalationStep]) -> VirtualLink {
+        var settings = SupervisorTests.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: Connection timed out"))
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)
+        return link
+    }
+
+    func checkTimes(_ link: VirtualLink) -> [Duration] {
+        link.log.filter { $0.action == .checkController }.map(\.time)
+    }
+
+    @Test func aControllerThatWedgedWhileSearchingIsAskedAndReset() {
+        var link = searching(escalation: [.powerCycle, .usbReset])
+        #expect(link.state == .searching)
+        let first = SupervisorTests.settings.searchControllerCheck
+        link.advance(by: first - .milliseconds(1))
+        #expect(checks(link) == 0)
+        link.advance(by: .milliseconds(1))
+        #expect(checks(link) == 1)
+        link.clearLog()
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.state == .escalating)
+        #expect(link.log.map(\.action).contains(.escalate(.usbReset)))
+        #expect(!link.log.map(\.action).contains(.escalate(.powerCycle)))
+        #expect(link.log.map(\.action).contains(.stopDiscovery))
+        #expect(link.timers[.searchCheck] == nil, "the search's timer goes with it")
+        link.send(.escalationFinished(.usbReset, .success(())))
+        #expect(link.state == .searching, "the dongle is still unknown: searching again")
+        #expect(link.log.map(\.action).contains(.startDiscovery))
+        // Still wedged: the next ask, and the next reset, wait twice as long.
+        link.advance(by: first * 2 - .milliseconds(1))
+        #expect(checks(link) == 0)
+        link.advance(by: .milliseconds(1))
+        #expect(checks(link) == 1)
+    }
+
+    @Test func aSearchThatFindsNothingAsksLessAndLessOften() {
+        var link = searching(escalation: [.usbReset])
+        var answered = 0
+        for _ in 0..<200 {  // 3 h
+            link.advance(by: .seconds(54))
+            while answered < checks(link) {
+                link.send(.controllerChecked(.responsive))
+                answered += 1
+            }
+        }
+        #expect(link.state == .searching)
+        let times = checkTimes(link)
+        let gaps = zip(times.dropFirst(), times).map { $0 - $1 }
+        #expect(gaps.count > 5)
+        #expect(gaps == gaps.sorted(), "the pauses only grow")
+        #expect(gaps.last == SupervisorTests.settings.adapterRecoveryDelayCap)
+        #expect(times.count <= 25, "at most one ask every 10 min once paced")
+        #expect(!link.log.contains { if case .escalate = $0.action { true } else { false } }, "it answers: no step")
+    }
+
+    @Test func findingTheDongleRestartsThePace() {
+        var link = searching(escalation: [.usbReset])
+        link.advance(by: .seconds(31))
+        link.send(.controllerChecked(.responsive))
+        link.advance(by: .seconds(69))  // asked at 30 and 90
+        #expect(checks(link) == 2)
+        link.send(.controllerChecked(.responsive))
+        link.observe(VirtualLink.down)  // found; the attempt fails
+        #expect(link.state == .backingOff)
+        #expect(link.timers[.searchCheck] == nil, "the search's timer goes with it")
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)  // gone again (bluetoothd's temporary timeout)
+        link.clearLog()
+        link.advance(by: .seconds(30))  // the next attempt finds no device: searching
+        let entered = link.log.last { if case .transition(_, .searching, _) = $0.action { true } else { false } }?.time
+        #expect(entered != nil)
+        link.advance(by: .seconds(60))
+        #expect(checkTimes(link).first == entered.map { $0 + SupervisorTests.settings.searchControllerCheck })
+    }
+
+    @Test func discoveryThatKeepsFailingIsRetriedLessAndLessOften() {
+        var link = searching(escalation: [])
+        var starts: [Duration] = []
+        for _ in 0..<12 {
+            starts.append(link.now)
+            link.send(.discoveryFailed(LinkFailure(.transient, "org.bluez.Error.Failed")))
+            link.advance(by: link.timers[.discoveryRetry].map { $0 - link.now } ?? .zero)
+        }
+        let gaps = zip(starts.dropFirst(), starts).map { $0 - $1 }
+        #expect(gaps.prefix(5) == [.seconds(5), .seconds(10), .seconds(20), .seconds(40), .seconds(60)])
+        #expect(gaps.dropFirst(4).allSatisfy { $0 == SupervisorTests.settings.discoveryRetryCap })
+        #expect(link.count(where: { $0 == .startDiscovery }) == 13)
+    }
+}

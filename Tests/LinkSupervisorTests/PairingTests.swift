@@ -136,6 +136,25 @@ import Testing
         #expect(link.supervisor.status.bondProblem == nil)
     }
 
+    @Test func dropsBeforeResolvingProveNothingWhileTheKernelsReasonsAreHeard() {
+        // The kernel says "authentication failure" for a refused bond; early
+        // drops it does not explain so are radio trouble (a dongle at the
+        // edge of range), and the keys stay.
+        var link = VirtualLink(settings: Self.settings(pairs: true))
+        link.connectResult = nil
+        var down = VirtualLink.down
+        down.deviceBonded = true
+        down.disconnectReasonsHeard = true
+        link.observe(down)
+        for _ in 0..<4 {
+            Self.refuse(&link)
+            link.advance(by: .seconds(10))
+        }
+        #expect(removals(link) == 0)
+        #expect(bondLosses(link, repairing: true) == 0)
+        #expect(link.supervisor.status.bondProblem == nil)
+    }
+
     @Test func theKernelsReasonRenewsTheBondAtOnce() {
         var link = refusingLink(pairs: true)
         link.send(.bondRejected("the kernel ended the link for an authentication failure"))

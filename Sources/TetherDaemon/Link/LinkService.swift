@@ -523,6 +523,7 @@ public final class LinkService: @unchecked Sendable {
             managementUnavailable = failure
             report.logger.warning("no more disconnect reasons: \(failure)")
             closeManagementSocket()
+            kernelViewChanged()
         }
     }
 
@@ -532,6 +533,7 @@ public final class LinkService: @unchecked Sendable {
         var result = resolution
         result.observation.radioBlock = radioBlock(adapter: resolution.adapter?.interfaceName)
         result.observation.controllerFailed = resolution.adapter == nil && initCheck.failed != nil
+        result.observation.disconnectReasonsHeard = management != nil
         return result
     }
 

@@ -1598,6 +1598,76 @@ def usb_lockup(stack):
     return not problems, figures, "; ".join(problems)
 
 
+def remove_device(adapter_index, address):
+    """Adapter1.RemoveDevice of `address` on hci`adapter_index`: bluetoothd
+    forgets the dongle (busctl's error text when it never knew it)."""
+    adapter = f"/org/bluez/hci{adapter_index}"
+    device = f"{adapter}/dev_{address.replace(':', '_')}"
+    result = subprocess.run(["busctl", "call", "org.bluez", adapter, "org.bluez.Adapter1", "RemoveDevice", "o", device],
+                            capture_output=True, text=True, timeout=30)
+    return result.returncode == 0, (result.stdout + result.stderr).strip()
+
+
+def usb_search_lockup(stack):
+    """The USB controller wedges while Tether searches: bluetoothd forgot
+    the dongle, which sleeps, so only discovery runs, and nothing on D-Bus
+    shows the wedge (bluetoothd keeps Powered and Discovering). Woken, the
+    dongle advertises into a controller that passes nothing up. Tether,
+    with the shipped escalate = ["power-cycle", "hci-reset", "usb-reset"],
+    must ask the controller while searching (30 s after the search began,
+    HCI Read Local Version unanswered), skip the power cycle, reset it over
+    USB, discover the dongle through the controller that comes back and
+    read, all before the dongle stops advertising (180 s)."""
+    figures, problems = {}, []
+    began = time.monotonic()
+    stack.guest.stop("tether")
+    stack.dongle.command("sleep")
+    index = usb_index(USB_ADDRESS)
+    if index is None:
+        return False, figures, "no USB controller to start from"
+    removed, said = remove_device(index, stack.usb_dongle)
+    if not removed:
+        return False, figures, f"bluetoothd did not forget the dongle: {said}"
+    started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS,
+                                 escalate='["power-cycle", "hci-reset", "usb-reset"]')
+    searching = stack.state_line("searching", 30, started)
+    if searching is None:
+        return False, figures, f"Tether did not search for the forgotten dongle: {attempt_summary(stack, started)}"
+    time.sleep(2)  # StartDiscovery answered before the wedge
+    wedged = time.monotonic()
+    timeouts_before = len(kernel_log(r"command 0x\w+ tx timeout"))
+    usb_command("stop-answering")
+    time.sleep(2)
+    stack.dongle.command("wake")
+    woken = time.monotonic()
+    unresponsive = stack.tether_log.wait_for(r"event=controller-unresponsive", 60, wedged)
+    if unresponsive is None:
+        problems.append("no controller-unresponsive within 60 s of the wedge")
+    else:
+        figures["unresponsive_s"] = round(unresponsive[0] - wedged, 1)
+    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 70, wedged)
+    if reset is None:
+        problems.append("no usb-reset within 70 s of the wedge")
+    else:
+        figures["usb_reset_s"] = round(reset[0] - wedged, 1)
+    online = stack.state_line("online", 150, wedged)
+    figures["steps"] = ",".join(escalation_steps(stack, wedged)) or "none"
+    figures["tx_timeouts"] = len(kernel_log(r"command 0x\w+ tx timeout")) - timeouts_before
+    if online is None:
+        return False, figures, "; ".join(problems + [f"not online within 150 s of the wedge: {attempt_summary(stack, wedged)}"])
+    figures["recovered_s"] = round(online[0] - wedged, 1)
+    figures["woken_to_online_s"] = round(online[0] - woken, 1)
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("online again, but no reading")
+    else:
+        figures["reading_s"] = round(reading - wedged, 1)
+    if "power-cycle" in figures["steps"].split(","):
+        problems.append("a power cycle on a controller known not to answer")
+    stack.loss_windows.append((began, online[0], "usb search lockup"))
+    return not problems, figures, "; ".join(problems)
+
+
 def usb_init_failed(stack):
     """The gadget ignores the HCI Reset of its first initialisation: the
     kernel gives up ("Opcode 0x0c03 failed: -110"), keeps the controller
@@ -2211,6 +2281,7 @@ SCENARIOS = [
     ("usb-keep-alive", keep_alive),
     ("usb-link-drop", link_drop),
     ("usb-lockup", usb_lockup),
+    ("usb-search-lockup", usb_search_lockup),
     ("usb-init-failed", usb_init_failed),
     ("usb-faults", usb_faults),
     # Last: the refused reconnect it provokes oopses this kernel once

@@ -1668,12 +1668,13 @@ def usb_search_lockup(stack):
     return not problems, figures, "; ".join(problems)
 
 
-def usb_init_failed(stack):
+def usb_init_failed(stack, step="usb-reset"):
     """The gadget ignores the HCI Reset of its first initialisation: the
     kernel gives up ("Opcode 0x0c03 failed: -110"), keeps the controller
     registered without an address and never announces it to bluetoothd.
-    Tether, on that controller by its address with escalate = ["usb-reset"],
-    must say controller-init-failed, reset it over USB, find it and read."""
+    Tether, on that controller by its address with escalate = [`step`],
+    must say controller-init-failed, reset it over USB (or unbind btusb
+    from it and bind it again: `usb-rebind`), find it and read."""
     figures, problems = {}, []
     stack.guest.stop("tether")
     stack.guest.stop("usb-controller")
@@ -1690,18 +1691,18 @@ def usb_init_failed(stack):
     if USB_ADDRESS in bluetoothctl_list():
         problems.append("bluetoothd lists the controller whose initialisation failed")
     started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS,
-                                 escalate='["usb-reset"]')
+                                 escalate=f'["{step}"]')
     said = stack.tether_log.wait_for(r"event=controller-init-failed\b", 60, started)
     if said is None:
         return False, figures, "; ".join(problems + ["no controller-init-failed within 60 s"])
     figures["said_s"] = round(said[0] - started, 1)
-    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 30, said[0])
+    reset = stack.tether_log.wait_for(rf"escalating: {step}", 30, said[0])
     if reset is None:
-        return False, figures, "; ".join(problems + ["no usb-reset within 30 s of controller-init-failed"])
-    figures["usb_reset_s"] = round(reset[0] - started, 1)
+        return False, figures, "; ".join(problems + [f"no {step} within 30 s of controller-init-failed"])
+    figures[f"{step.replace('-', '_')}_s"] = round(reset[0] - started, 1)
     online = stack.state_line("online", 120, reset[0])
     if online is None:
-        return False, figures, "; ".join(problems + [f"not online within 120 s of the USB reset: "
+        return False, figures, "; ".join(problems + [f"not online within 120 s of {step}: "
                                                      f"{attempt_summary(stack, reset[0])}"])
     figures["recovered_s"] = round(online[0] - started, 1)
     reading = stack.wait_reading_after(online[0], 30)
@@ -2283,6 +2284,7 @@ SCENARIOS = [
     ("usb-lockup", usb_lockup),
     ("usb-search-lockup", usb_search_lockup),
     ("usb-init-failed", usb_init_failed),
+    ("usb-init-failed-rebind", lambda stack: usb_init_failed(stack, step="usb-rebind")),
     ("usb-faults", usb_faults),
     # Last: the refused reconnect it provokes oopses this kernel once
     # (hci_chan_del) and kills bluetoothd, which the scenario starts again.

@@ -195,23 +195,8 @@ public final class Forwarder: @unchecked Sendable {
             // At a first boot the forwarder may start before `tether run`
             // has created the directory: wait for it (a failure to read it
             // once it exists is the config's, and ends the start).
-            let directory = settings.readingsDirectory
-            logger.notice("waiting for the readings directory \(directory) to appear (tether run creates it)")
-            do {
-                appearance = try DirectoryAppearance(path: directory, loop: loop) { [unowned self] in
-                    appearance = nil
-                    logger.notice("the readings directory \(directory) is there: forwarding from it")
-                    do throws(StartFailure) {
-                        try watchReadings()
-                    } catch {
-                        recordError(error.description)
-                    }
-                    restartReading()
-                    pump()
-                }
-            } catch {
-                throw StartFailure(description: error.description)
-            }
+            logger.notice("waiting for the readings directory \(settings.readingsDirectory) to appear (tether run creates it)")
+            try awaitReadingsDirectory()
         }
         turnEndHook = loop.addTurnEndHook { [unowned self] in
             if cursorStoreDue { storeCursor() }
@@ -231,11 +216,41 @@ public final class Forwarder: @unchecked Sendable {
                     readMore()
                     pump()
                 case .failure(let error):
-                    recordError(
-                        error.description,
-                        logged: "\(error.description): no new readings will be forwarded; restart tether forward once the directory is back"
-                    )
+                    // Removed or moved (`tether run` makes it again, and
+                    // writes back the file it was appending to): forward
+                    // again from the cursor once it is back.
+                    changes?.close()
+                    do throws(StartFailure) {
+                        try awaitReadingsDirectory()
+                        recordError(error.description, logged: "\(error.description): forwarding again from seq \(cursor + 1) once it is back")
+                    } catch {
+                        recordError(
+                            error.description,
+                            logged: "\(error.description): no new readings will be forwarded; restart tether forward once the directory is back"
+                        )
+                    }
                 }
+            }
+        } catch {
+            throw StartFailure(description: error.description)
+        }
+    }
+
+    /// Waits for the readings directory to be there, then follows it from
+    /// the cursor.
+    private func awaitReadingsDirectory() throws(StartFailure) {
+        let directory = settings.readingsDirectory
+        do {
+            appearance = try DirectoryAppearance(path: directory, loop: loop) { [unowned self] in
+                appearance = nil
+                logger.notice("the readings directory \(directory) is there: forwarding from it")
+                do throws(StartFailure) {
+                    try watchReadings()
+                } catch {
+                    recordError(error.description)
+                }
+                restartReading()
+                pump()
             }
         } catch {
             throw StartFailure(description: error.description)

@@ -73,6 +73,28 @@ enum LogFileSystem {
         }
     }
 
+    /// How many names the open file has: 0 once it was removed (its
+    /// descriptor still reads and writes a file nobody else can open).
+    static func linkCount(of fd: Int32, path: String) throws -> Int {
+        var info = stat()
+        guard fstat(fd, &info) == 0 else { throw failure("fstat", path) }
+        return Int(info.st_nlink)
+    }
+
+    /// Copies the first `count` bytes of the file open as `source` to `target`.
+    static func copy(_ count: Int64, from source: Int32, to target: Int32, path: String) throws {
+        var chunk = [UInt8](repeating: 0, count: 64 << 10)
+        var offset: Int64 = 0
+        while offset < count {
+            let wanted = Int(min(Int64(chunk.count), count - offset))
+            let got = chunk.withUnsafeMutableBytes { pread(source, $0.baseAddress, wanted, off_t(offset)) }
+            if got < 0, errno == EINTR { continue }
+            guard got > 0 else { throw failure("read back", path, got == 0 ? EIO : errno) }
+            try writeAll(target, Array(chunk[0..<got]), path: path, using: systemWrite)
+            offset += Int64(got)
+        }
+    }
+
     static func size(of fd: Int32, path: String) throws -> Int64 {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw failure("fstat", path) }

@@ -60,7 +60,9 @@ public final class ReadingLog {
     private var isClosed = false
     /// Holds an exclusive flock on `DIR/.lock` while the log is open: two
     /// writers would hand out the same seqs.
-    private let lockFD: Int32
+    private var lockFD: Int32
+    /// Files removed while being appended to and written back (`sync()`).
+    public private(set) var restoredFiles: [String] = []
 
     /// The write(2) used for appends; tests and the deterministic simulation
     /// replace it to simulate a full or failing disk and short writes.
@@ -121,7 +123,7 @@ public final class ReadingLog {
             }
             self.finished = finished
             if let newest = files.last {
-                let fd = try LogFileSystem.openFile(newest.path, flags: O_WRONLY | O_APPEND)
+                let fd = try LogFileSystem.openFile(newest.path, flags: O_RDWR | O_APPEND)
                 do {
                     current = OpenFile(path: newest.path, fd: fd, size: try LogFileSystem.size(of: fd, path: newest.path))
                 } catch {
@@ -168,8 +170,11 @@ public final class ReadingLog {
         // would write those readings twice and glue a line onto a fragment.
         // Only after a failed write: an fstat per batch is a syscall per
         // wake-up on the daemon's hot path.
-        if rollbackPending, let file = current {
-            if try LogFileSystem.size(of: file.fd, path: file.path) != file.size {
+        if rollbackPending {
+            // A rotation's new file cannot be created in a directory that was
+            // removed: make it again (and write back the file that went with it).
+            try restoreIfRemoved()
+            if let file = current, try LogFileSystem.size(of: file.fd, path: file.path) != file.size {
                 try LogFileSystem.truncate(file.fd, to: file.size, path: file.path)
             }
             rollbackPending = false
@@ -186,7 +191,7 @@ public final class ReadingLog {
                     bytesToCurrent = segment.bytes.count
                 } else {
                     let path = directory + "/" + LogFileName.name(firstSeq: segment.firstSeq)
-                    let fd = try LogFileSystem.openFile(path, flags: O_WRONLY | O_CREAT | O_TRUNC | O_APPEND)
+                    let fd = try LogFileSystem.openFile(path, flags: O_RDWR | O_CREAT | O_TRUNC | O_APPEND)
                     created.append(OpenFile(path: path, fd: fd, size: Int64(segment.bytes.count)))
                     try LogFileSystem.writeAll(fd, segment.bytes, path: path, using: writeCall)
                 }
@@ -212,9 +217,12 @@ public final class ReadingLog {
     }
 
     /// fsyncs everything written so far, and the directory if files were created or deleted.
+    /// The file appended to, if someone removed it (or its directory), is
+    /// written back first (`restoredFiles`).
     public func sync() throws {
         var firstError = deferredSyncError
         deferredSyncError = nil
+        do { try restoreIfRemoved() } catch { firstError = firstError ?? error }
         for file in unsyncedFinished {
             do { try LogFileSystem.sync(file.fd, path: file.path) } catch { firstError = firstError ?? error }
             LogFileSystem.closeFile(file.fd)
@@ -232,6 +240,37 @@ public final class ReadingLog {
             }
         }
         if let firstError { throw firstError }
+    }
+
+    /// The file appended to was removed (`rm`, a clean-up job, the whole
+    /// directory): its records would live on only in a file nobody can open,
+    /// lost at the next rotation or exit. They are copied, from its still
+    /// open descriptor, to a new file of the same name (the directory and its
+    /// lock made again if they went), which takes its place. One fstat per
+    /// sync, not per append: syncs come once per flush interval.
+    private func restoreIfRemoved() throws {
+        guard let file = current, try LogFileSystem.linkCount(of: file.fd, path: file.path) == 0 else { return }
+        try LogFileSystem.makeDirectories(directory, mode: 0o750)
+        if try LogFileSystem.linkCount(of: lockFD, path: directory + "/.lock") == 0 {
+            let lock = try Self.lockDirectory(directory)
+            LogFileSystem.closeFile(lockFD)
+            lockFD = lock
+        }
+        let fd = try LogFileSystem.openFile(file.path, flags: O_RDWR | O_CREAT | O_TRUNC | O_APPEND)
+        do {
+            try LogFileSystem.copy(file.size, from: file.fd, to: fd, path: file.path)
+        } catch {
+            LogFileSystem.closeFile(fd)
+            try? LogFileSystem.remove(file.path)
+            throw error
+        }
+        LogFileSystem.closeFile(file.fd)
+        current = OpenFile(path: file.path, fd: fd, size: file.size)
+        directoryNeedsSync = true
+        // Finished files that went with it are forgotten: retention counts
+        // what is there.
+        finished.removeAll { access($0.path, F_OK) != 0 }
+        restoredFiles.append(file.path)
     }
 
     /// Closes all files without syncing (call `sync()` first to make data durable).

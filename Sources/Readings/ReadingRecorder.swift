@@ -75,6 +75,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     private let retryInterval: Duration
     private let maxBacklog: Int
     private let onError: @Sendable (String) -> Void
+    private let onRestored: (@Sendable (String) -> Void)?
     private let queue = DispatchQueue(label: "tether.readings")
     /// Marks `queue`, so `flush`/`close` called from code already running on it
     /// (e.g. an `onError` handler) do not deadlock on `queue.sync`.
@@ -84,23 +85,37 @@ public final class ReadingRecorder: @unchecked Sendable {
     private var syncTimer: DispatchSourceTimer?
     private var retryTimer: DispatchSourceTimer?
     private var lastReport: ContinuousClock.Instant?
+    /// `log.restoredFiles` already told through `onError`.
+    private var restorationsReported = 0
     private var logClosed = false
     /// Errors are reported through `onError` at most this often.
     private let reportInterval: Duration = .seconds(60)
 
     /// - Parameters:
+    ///   - onRestored: called (on the recorder's queue) with the path of a
+    ///     file someone removed while it was appended to, once the log wrote
+    ///     it back; nil: told through `onError`.
     ///   - onError: called (on the recorder's queue) with a description of a write
     ///     or sync failure, at most once a minute.
-    public convenience init(log: ReadingLog, flushInterval: Duration, maxBacklog: Int, onError: @escaping @Sendable (String) -> Void) {
-        self.init(log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1), onError: onError)
+    public convenience init(
+        log: ReadingLog, flushInterval: Duration, maxBacklog: Int, onRestored: (@Sendable (String) -> Void)? = nil,
+        onError: @escaping @Sendable (String) -> Void
+    ) {
+        self.init(
+            log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1), onRestored: onRestored,
+            onError: onError)
     }
 
     /// `retryInterval` is adjustable so tests need not wait a second per retry.
-    init(log: ReadingLog, flushInterval: Duration, maxBacklog: Int, retryInterval: Duration, onError: @escaping @Sendable (String) -> Void) {
+    init(
+        log: ReadingLog, flushInterval: Duration, maxBacklog: Int, retryInterval: Duration,
+        onRestored: (@Sendable (String) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
+    ) {
         self.log = log
         self.flushInterval = flushInterval
         self.retryInterval = retryInterval
         self.maxBacklog = max(maxBacklog, 1)
+        self.onRestored = onRestored
         self.onError = onError
         self.state = Mutex(State(lastSeq: log.lastSeq))
         queue.setSpecific(key: queueKey, value: true)
@@ -248,6 +263,7 @@ public final class ReadingRecorder: @unchecked Sendable {
             }
             retryTimer?.cancel()
             retryTimer = nil
+            reportRestorations()
             armSyncTimer()
             return more
         } catch {
@@ -300,6 +316,20 @@ public final class ReadingRecorder: @unchecked Sendable {
             state.withLock { state in state.lastError = message }
             report(message)
         }
+        reportRestorations()
+    }
+
+    /// Each file the log wrote back after someone removed it, told once and
+    /// at once (not held back by `reportInterval`: it is not a repeating failure).
+    private func reportRestorations() {
+        for path in log.restoredFiles.dropFirst(restorationsReported) {
+            if let onRestored {
+                onRestored(path)
+            } else {
+                onError("\(path) was removed while Tether appended to it: its readings were written back to a new file of that name")
+            }
+        }
+        restorationsReported = log.restoredFiles.count
     }
 
     private func armSyncTimer() {

@@ -14,10 +14,17 @@ import Musl
 ///
 /// Threading: `drain` from one thread at a time; `close()` once, after the
 /// last `drain`. Invariants: `descriptor` is a non-blocking inotify
-/// descriptor with one watch on `directory`, until `close()`.
+/// descriptor with one watch on `directory` and, where it can be watched,
+/// one on its parent, until `close()`.
 public struct ReadingsDirectoryWatch: Sendable {
     public let directory: String
     public let descriptor: Int32
+    /// The parent's watch (-1 if it could not be watched), and the
+    /// directory's name in it. A directory removed while a file in it is
+    /// still open (the writer's, a reader's) sends no IN_DELETE_SELF until
+    /// the last of them closes; its parent's IN_DELETE comes at once.
+    private let parentWatch: Int32
+    private let name: [UInt8]
 
     /// What the events drained so far called for.
     public struct Changes: Sendable, Equatable {
@@ -32,6 +39,8 @@ public struct ReadingsDirectoryWatch: Sendable {
     private static let listingEvents = UInt32(IN_CREATE | IN_MOVED_TO | IN_Q_OVERFLOW)
     /// Events that say the directory itself is gone.
     private static let goneEvents = UInt32(IN_DELETE_SELF | IN_MOVE_SELF | IN_IGNORED | IN_UNMOUNT)
+    /// The parent's events that may concern the directory.
+    private static let parentMask = UInt32(IN_DELETE | IN_MOVED_FROM)
 
     /// Starts watching (nothing written from now on is missed). Throws a
     /// `ReadingLogError` naming the directory.
@@ -45,6 +54,13 @@ public struct ReadingsDirectoryWatch: Sendable {
             throw error
         }
         descriptor = fd
+        let trimmed = directory.count > 1 && directory.hasSuffix("/") ? String(directory.dropLast()) : directory
+        let slash = trimmed.lastIndex(of: "/")
+        let parent = slash.map { $0 == trimmed.startIndex ? "/" : String(trimmed[..<$0]) } ?? "."
+        name = Array((slash.map { String(trimmed[trimmed.index(after: $0)...]) } ?? trimmed).utf8)
+        // Best effort: without it, a removal is seen once the last file in
+        // the directory is closed.
+        parentWatch = name.isEmpty ? -1 : inotify_add_watch(fd, parent, Self.parentMask | UInt32(IN_ONLYDIR))
     }
 
     /// Reads every pending event into `buffer` (reused across calls; 64 KiB
@@ -65,8 +81,16 @@ public struct ReadingsDirectoryWatch: Sendable {
                 // struct inotify_event { int wd; uint32_t mask, cookie, len; char name[len]; }
                 var offset = 0
                 while offset + 16 <= count {
+                    let watch = bytes.loadUnaligned(fromByteOffset: offset, as: Int32.self)
                     let mask = bytes.loadUnaligned(fromByteOffset: offset + 4, as: UInt32.self)
                     let length = Int(bytes.loadUnaligned(fromByteOffset: offset + 12, as: UInt32.self))
+                    if watch == parentWatch, watch >= 0 {
+                        // Another entry of the parent, unless it names the directory.
+                        let named = bytes[(offset + 16)..<min(offset + 16 + length, count)].prefix { $0 != 0 }
+                        if mask & Self.parentMask != 0, named.elementsEqual(name) { gone = true }
+                        offset += 16 + length
+                        continue
+                    }
                     if mask & Self.goneEvents != 0 { gone = true }
                     if mask & Self.listingEvents != 0 { changes.needsListing = true }
                     changes.any = true

@@ -59,7 +59,12 @@ public enum DaemonRunner {
         }
         logger.info("readings log: \(log.recovery)", metadata: ["directory": "\(config.readings.directory)"])
         let recorder = ReadingRecorder(
-            log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog
+            log: log, flushInterval: config.readings.flushInterval, maxBacklog: config.readings.maxBacklog,
+            onRestored: { path in
+                logger.error(
+                    "readings log: \(path) was removed while Tether appended to it; its readings were written back to a new file of that name",
+                    metadata: ["event": "readings-restored", "file": "\(path)"])
+            }
         ) { message in
             logger.error("readings log: \(message)", metadata: ["event": "reading-gap"])
         }

@@ -132,6 +132,37 @@ import Testing
         }
     }
 
+    /// Someone removes the readings directory while the forwarder follows it;
+    /// the writer (`tether run`'s log) makes it again and writes back the file
+    /// it was appending to. The forwarder goes back to waiting for the
+    /// directory and forwards on from its cursor: every record is acknowledged,
+    /// none needs a restart.
+    @Test func aReadingsDirectoryRemovedAndMadeAgainIsFollowedAgain() async throws {
+        let directory = try TemporaryDirectory("forward-removed")
+        defer { directory.remove() }
+        let readings = directory.path + "/readings"
+        let log = try ReadingLog(directory: readings, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append((1...50).map { Self.reading($0) })
+        try log.sync()
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        let forwarder = try await ForwarderTests.RunningForwarder(
+            Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 10))
+        #expect(await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 50 })
+        try FileManager.default.removeItem(atPath: readings)
+        #expect(await eventually { forwarder.forwarder.status.lastError?.contains("deleted or moved") == true })
+        try log.append((51...80).map { Self.reading($0) })
+        try log.sync()  // writes the file back, in a new directory
+        #expect(log.restoredFiles.count == 1)
+        try log.append((81...100).map { Self.reading($0) })
+        try log.sync()
+        log.close()
+        let done = await eventually(timeout: .seconds(10)) { forwarder.forwarder.status.acknowledgedSeq == 100 }
+        await forwarder.stop()
+        #expect(done, "\(forwarder.forwarder.status)")
+    }
+
     /// A forwarder started (and connected to a broker) before
     /// `instance/readings` exists; `appear` makes `instance` its own way,
     /// then `records` are written to `instance/readings` at once: every one

@@ -71,6 +71,26 @@ struct ReadingRecorderTests {
         recorder.close()
     }
 
+    @Test func aFileRemovedUnderTheRecorderIsToldOnceAndKeepsEveryReading() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        let errors = ErrorLog(), restored = ErrorLog()
+        let recorder = ReadingRecorder(
+            log: log, flushInterval: .seconds(60), maxBacklog: 100, onRestored: restored.append, onError: errors.append)
+        for number in 0..<3 { recorder.record(testReading(number)) }
+        recorder.flush()
+        let name = try #require(try dir.logFiles().first)
+        try FileManager.default.removeItem(atPath: dir.path + "/" + name)
+        for number in 3..<5 { recorder.record(testReading(number)) }
+        recorder.flush()
+        for number in 5..<6 { recorder.record(testReading(number)) }
+        recorder.close()
+        #expect(restored.messages == [dir.path + "/" + name])
+        #expect(errors.messages.isEmpty)
+        #expect(try ReadingLog.readRecords(directory: dir.path).compactMap(readingNumber) == Array(0..<6))
+    }
+
     @Test func readingsReachWriteWithoutWaitingForAFlush() async throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }

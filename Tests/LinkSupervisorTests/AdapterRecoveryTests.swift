@@ -181,6 +181,18 @@ import Testing
 
     func checks(_ link: VirtualLink) -> Int { link.count { $0 == .checkController } }
 
+    /// The controller asked while discovery runs does not answer: discovery
+    /// stops and the steps run, `usb-reset` and never `power-cycle`.
+    func answerUnresponsiveWhileDiscovering(_ link: inout VirtualLink, sourceLocation: SourceLocation = #_sourceLocation) {
+        link.clearLog()
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        let actions = link.log.map(\.action)
+        #expect(link.state == .escalating, sourceLocation: sourceLocation)
+        #expect(actions.contains(.escalate(.usbReset)), sourceLocation: sourceLocation)
+        #expect(!actions.contains(.escalate(.powerCycle)), sourceLocation: sourceLocation)
+        #expect(actions.contains(.stopDiscovery), sourceLocation: sourceLocation)
+    }
+
     @Test func theControllerIsAskedOncePerWindowAfterTheSecondFailure() {
         var link = refusing(escalation: [.hciReset])
         link.advance(by: .milliseconds(10))
@@ -298,12 +310,7 @@ extension ControllerCheckTests {
         link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
         #expect(link.state == .coolingDown)
         #expect(checks(link) == 2, "the cooldown's blind attempt failed: asked")
-        link.clearLog()
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
-        #expect(link.state == .escalating)
-        #expect(link.log.map(\.action).contains(.escalate(.usbReset)))
-        #expect(!link.log.map(\.action).contains(.escalate(.powerCycle)))
-        #expect(link.log.map(\.action).contains(.stopDiscovery))
+        answerUnresponsiveWhileDiscovering(&link)
         #expect(link.timers[.retry] == nil)
         link.send(.escalationFinished(.usbReset, .success(())))
         #expect(link.state == .coolingDown)
@@ -374,12 +381,7 @@ extension ControllerCheckTests {
         #expect(checks(link) == 0)
         link.advance(by: .milliseconds(1))
         #expect(checks(link) == 1)
-        link.clearLog()
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
-        #expect(link.state == .escalating)
-        #expect(link.log.map(\.action).contains(.escalate(.usbReset)))
-        #expect(!link.log.map(\.action).contains(.escalate(.powerCycle)))
-        #expect(link.log.map(\.action).contains(.stopDiscovery))
+        answerUnresponsiveWhileDiscovering(&link)
         #expect(link.timers[.searchCheck] == nil, "the search's timer goes with it")
         link.send(.escalationFinished(.usbReset, .success(())))
         #expect(link.state == .searching, "the dongle is still unknown: searching again")

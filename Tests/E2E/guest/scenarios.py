@@ -1569,33 +1569,47 @@ def usb_lockup(stack):
     if left is None:
         return False, figures, "Tether stayed online on a wedged controller for 60 s"
     figures["detect_s"] = round(left[0] - wedged, 1)
-    unresponsive = stack.tether_log.wait_for(r"event=controller-unresponsive", 150, wedged)
-    if unresponsive is None:
-        problems.append("no controller-unresponsive within 150 s")
-    else:
-        figures["unresponsive_s"] = round(unresponsive[0] - wedged, 1)
-    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 170, wedged)
-    if reset is None:
-        problems.append("no usb-reset within 170 s")
-    else:
-        figures["usb_reset_s"] = round(reset[0] - wedged, 1)
-    online = stack.state_line("online", 175, wedged)
-    figures["steps"] = ",".join(escalation_steps(stack, wedged)) or "none"
-    figures["tx_timeouts"] = len(kernel_log(r"command 0x\w+ tx timeout")) - timeouts_before
+    online = wedge_recovered(stack, wedged, timeouts_before, figures, problems, within=(150, 170, 175))
     if online is None:
-        return False, figures, "; ".join(problems + ["not online again within 175 s"])
-    figures["recovered_s"] = round(online[0] - wedged, 1)
+        return False, figures, "; ".join(problems)
     after = usb_index(USB_ADDRESS)
     figures["controller_after"] = f"hci{after}" if after is not None else None
+    stack.loss_windows.append((wedged - IN_FLIGHT, online, "usb lockup"))
+    return not problems, figures, "; ".join(problems)
+
+
+def wedge_recovered(stack, wedged, timeouts_before, figures, problems, within):
+    """What Tether must do about the USB controller wedged at `wedged`:
+    controller-unresponsive, usb-reset with no power cycle, online again and
+    a reading, each within its seconds of `within` (unresponsive, usb-reset,
+    online) of the wedge. Records the figures and the problems; returns when
+    it was online again, or None."""
+    unresponsive_within, reset_within, online_within = within
+    unresponsive = stack.tether_log.wait_for(r"event=controller-unresponsive", unresponsive_within, wedged)
+    if unresponsive is None:
+        problems.append(f"no controller-unresponsive within {unresponsive_within} s of the wedge")
+    else:
+        figures["unresponsive_s"] = round(unresponsive[0] - wedged, 1)
+    reset = stack.tether_log.wait_for(r"escalating: usb-reset", reset_within, wedged)
+    if reset is None:
+        problems.append(f"no usb-reset within {reset_within} s of the wedge")
+    else:
+        figures["usb_reset_s"] = round(reset[0] - wedged, 1)
+    online = stack.state_line("online", online_within, wedged)
+    figures["steps"] = ",".join(escalation_steps(stack, wedged)) or "none"
+    figures["tx_timeouts"] = len(kernel_log(r"command 0x\w+ tx timeout")) - timeouts_before
+    if "power-cycle" in figures["steps"].split(","):
+        problems.append("a power cycle on a controller known not to answer")
+    if online is None:
+        problems.append(f"not online again within {online_within} s of the wedge: {attempt_summary(stack, wedged)}")
+        return None
+    figures["recovered_s"] = round(online[0] - wedged, 1)
     reading = stack.wait_reading_after(online[0], 30)
     if reading is None:
         problems.append("online again, but no reading")
     else:
         figures["reading_s"] = round(reading - wedged, 1)
-    if "power-cycle" in figures["steps"].split(","):
-        problems.append("a power cycle on a controller known not to answer")
-    stack.loss_windows.append((wedged - IN_FLIGHT, online[0], "usb lockup"))
-    return not problems, figures, "; ".join(problems)
+    return online[0]
 
 
 def remove_device(adapter_index, address):
@@ -1640,31 +1654,11 @@ def usb_search_lockup(stack):
     time.sleep(2)
     stack.dongle.command("wake")
     woken = time.monotonic()
-    unresponsive = stack.tether_log.wait_for(r"event=controller-unresponsive", 60, wedged)
-    if unresponsive is None:
-        problems.append("no controller-unresponsive within 60 s of the wedge")
-    else:
-        figures["unresponsive_s"] = round(unresponsive[0] - wedged, 1)
-    reset = stack.tether_log.wait_for(r"escalating: usb-reset", 70, wedged)
-    if reset is None:
-        problems.append("no usb-reset within 70 s of the wedge")
-    else:
-        figures["usb_reset_s"] = round(reset[0] - wedged, 1)
-    online = stack.state_line("online", 150, wedged)
-    figures["steps"] = ",".join(escalation_steps(stack, wedged)) or "none"
-    figures["tx_timeouts"] = len(kernel_log(r"command 0x\w+ tx timeout")) - timeouts_before
+    online = wedge_recovered(stack, wedged, timeouts_before, figures, problems, within=(60, 70, 150))
     if online is None:
-        return False, figures, "; ".join(problems + [f"not online within 150 s of the wedge: {attempt_summary(stack, wedged)}"])
-    figures["recovered_s"] = round(online[0] - wedged, 1)
-    figures["woken_to_online_s"] = round(online[0] - woken, 1)
-    reading = stack.wait_reading_after(online[0], 30)
-    if reading is None:
-        problems.append("online again, but no reading")
-    else:
-        figures["reading_s"] = round(reading - wedged, 1)
-    if "power-cycle" in figures["steps"].split(","):
-        problems.append("a power cycle on a controller known not to answer")
-    stack.loss_windows.append((began, online[0], "usb search lockup"))
+        return False, figures, "; ".join(problems)
+    figures["woken_to_online_s"] = round(online - woken, 1)
+    stack.loss_windows.append((began, online, "usb search lockup"))
     return not problems, figures, "; ".join(problems)
 
 

@@ -1001,7 +1001,9 @@ public struct Supervisor: Sendable {
         else { return false }
         switch settings.staleDeviceRemoval {
         case .never: return false
-        case .unbonded: return !observation.deviceBonded
+        // A bond Tether made itself it makes again (`Settings.pairs`): kept,
+        // the stale object would refuse every connect for good.
+        case .unbonded: return !observation.deviceBonded || settings.pairs
         case .always: return true
         }
     }

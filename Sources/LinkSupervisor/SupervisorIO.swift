@@ -242,7 +242,8 @@ public enum ReconnectAnswer: Sendable, Equatable {
 public enum StaleDeviceRemoval: String, Sendable, Equatable, CaseIterable {
     /// Never remove it.
     case never
-    /// Only a device without a bond: removing a bonded one throws its keys away.
+    /// Only a device without a bond: removing a bonded one throws its keys
+    /// away. Unless Tether pairs (`dongle.pairing`): it pairs again after.
     case unbonded
     /// Also a bonded one (its keys are lost; it must pair again).
     case always

@@ -7,11 +7,12 @@ import Testing
 @Suite struct StaleDeviceTests {
     static let stale = LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local", staleDevice: true)
 
-    func exhaustedLink(bonded: Bool = false, removal: StaleDeviceRemoval = .unbonded, failure: LinkFailure = stale)
-        -> VirtualLink
-    {
+    func exhaustedLink(
+        bonded: Bool = false, pairs: Bool = false, removal: StaleDeviceRemoval = .unbonded, failure: LinkFailure = stale
+    ) -> VirtualLink {
         var settings = SupervisorTests.settings
         settings.escalation = []
+        settings.pairs = pairs
         settings.staleDeviceRemoval = removal
         var link = VirtualLink(settings: settings)
         link.connectResult = .failure(failure)
@@ -79,6 +80,25 @@ import Testing
         link.advance(by: .seconds(400))
         #expect(removals(link) == 1)
         #expect(link.state == .coolingDown)
+    }
+
+    @Test func aBondedDeviceTetherPairsItselfIsRemovedAndPairedAgain() {
+        // Kept, the stale object refuses every connect for good (the soak's
+        // stale-device fault on its paired dongle: never online again).
+        var link = exhaustedLink(bonded: true, pairs: true)
+        #expect(removals(link) == 1)
+        #expect(link.count { if case .report(.staleDeviceRemoved) = $0 { true } else { false } } == 1)
+        link.send(.removeDeviceFinished(.success(())))
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        link.observe(gone)
+        link.advance(by: .seconds(60))
+        #expect(link.state == .searching)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)  // found again, without the bond
+        #expect(link.count { if case .pair = $0 { true } else { false } } == 1)
+        #expect(link.state == .online)
+        #expect(removals(exhaustedLink(bonded: true, pairs: true, removal: .never)) == 0)
     }
 
     @Test func aBondedDeviceIsKeptUnlessTheConfigSaysAlways() {

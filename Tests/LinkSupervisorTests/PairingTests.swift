@@ -123,14 +123,7 @@ import Testing
         #expect(bondLosses(link, repairing: true) == 1)
         // The device goes, discovery finds it anew without a bond, and the
         // next attempt pairs, then reads.
-        link.send(.removeDeviceFinished(.success(())))
-        var gone = VirtualLink.down
-        gone.devicePresent = false
-        link.observe(gone)
-        link.advance(by: .seconds(60))
-        #expect(link.state == .searching)
-        link.connectResult = .success(())
-        link.observe(VirtualLink.down)
+        link.removedAndFoundAgain()
         #expect(pairs(link) == 1)
         #expect(link.state == .online)
         #expect(link.supervisor.status.bondProblem == nil)

@@ -88,14 +88,7 @@ import Testing
         var link = exhaustedLink(bonded: true, pairs: true)
         #expect(removals(link) == 1)
         #expect(link.count { if case .report(.staleDeviceRemoved) = $0 { true } else { false } } == 1)
-        link.send(.removeDeviceFinished(.success(())))
-        var gone = VirtualLink.down
-        gone.devicePresent = false
-        link.observe(gone)
-        link.advance(by: .seconds(60))
-        #expect(link.state == .searching)
-        link.connectResult = .success(())
-        link.observe(VirtualLink.down)  // found again, without the bond
+        link.removedAndFoundAgain()
         #expect(link.count { if case .pair = $0 { true } else { false } } == 1)
         #expect(link.state == .online)
         #expect(removals(exhaustedLink(bonded: true, pairs: true, removal: .never)) == 0)

@@ -1,4 +1,5 @@
 @testable import LinkSupervisor
+import Testing
 
 /// Drives a `Supervisor` on a virtual clock: timers it starts become
 /// deadlines, and `advance` fires them in order. No real time passes.
@@ -69,6 +70,20 @@ struct VirtualLink {
     }
 
     mutating func observe(_ observation: LinkObservation) { send(.observed(observation)) }
+
+    /// The device object asked to go is gone (RemoveDevice answered, the
+    /// object removed); a minute of searching later discovery finds the
+    /// dongle again, without a bond, and connects now succeed.
+    mutating func removedAndFoundAgain(sourceLocation: SourceLocation = #_sourceLocation) {
+        send(.removeDeviceFinished(.success(())))
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        observe(gone)
+        advance(by: .seconds(60))
+        #expect(state == .searching, sourceLocation: sourceLocation)
+        connectResult = .success(())
+        observe(VirtualLink.down)
+    }
 
     /// Moves the clock forward, firing due timers in deadline order.
     mutating func advance(by duration: Duration) {

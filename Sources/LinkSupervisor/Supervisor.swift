@@ -965,12 +965,14 @@ public struct Supervisor: Sendable {
         pacedDelay(settings.adapterRecoveryDelay, doubled: max(history.adapterRecoveries, 1) - 1)
     }
 
-    /// `first` doubled `times` times, at most `adapterRecoveryDelayCap`: the
-    /// pace of whatever Tether keeps doing for an adapter that stays unusable.
-    private func pacedDelay(_ first: Duration, doubled times: Int) -> Duration {
+    /// `first` doubled `times` times, at most `cap` (by default
+    /// `adapterRecoveryDelayCap`): the pace of whatever Tether keeps doing
+    /// for something that stays broken.
+    private func pacedDelay(_ first: Duration, doubled times: Int, cap: Duration? = nil) -> Duration {
+        let cap = cap ?? settings.adapterRecoveryDelayCap
         var delay = first
-        for _ in 0..<min(times, 32) where delay < settings.adapterRecoveryDelayCap { delay = delay * 2 }
-        return min(delay, settings.adapterRecoveryDelayCap)
+        for _ in 0..<min(times, 32) where delay < cap { delay = delay * 2 }
+        return min(delay, cap)
     }
 
     private mutating func recoveryStepFinished(_ escalation: Escalation) {
@@ -1174,8 +1176,9 @@ public struct Supervisor: Sendable {
         actions.append(.report(.discoveryFailed(error: failure.description)))
         // Doubling: a refusal that lasts costs a journal line a minute, not
         // one every 5 s.
-        let delay = min(pacedDelay(settings.discoveryRetry, doubled: discovery.failures - 1), settings.discoveryRetryCap)
-        startTimer(.discoveryRetry, after: delay)
+        startTimer(
+            .discoveryRetry,
+            after: pacedDelay(settings.discoveryRetry, doubled: discovery.failures - 1, cap: settings.discoveryRetryCap))
     }
 
     // MARK: Helpers

@@ -76,9 +76,7 @@ enum LogFileSystem {
     /// How many names the open file has: 0 once it was removed (its
     /// descriptor still reads and writes a file nobody else can open).
     static func linkCount(of fd: Int32, path: String) throws -> Int {
-        var info = stat()
-        guard fstat(fd, &info) == 0 else { throw failure("fstat", path) }
-        return Int(info.st_nlink)
+        Int(try status(of: fd, path: path).st_nlink)
     }
 
     /// Copies the first `count` bytes of the file open as `source` to `target`.
@@ -96,9 +94,14 @@ enum LogFileSystem {
     }
 
     static func size(of fd: Int32, path: String) throws -> Int64 {
+        Int64(try status(of: fd, path: path).st_size)
+    }
+
+    /// fstat(2) of the open file, its failure naming `path`.
+    private static func status(of fd: Int32, path: String) throws -> stat {
         var info = stat()
         guard fstat(fd, &info) == 0 else { throw failure("fstat", path) }
-        return Int64(info.st_size)
+        return info
     }
 
     /// Writes all of `bytes`, continuing after short writes; a failure may leave a

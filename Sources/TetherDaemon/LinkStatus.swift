@@ -22,6 +22,14 @@ public struct LinkStatus: Sendable, Equatable {
     public var connectedSince: Date?
     public var lastReadingAt: Date?
     public var readingsWritten: UInt64
+    /// Readings received and not yet on disk.
+    public var readingsPending: Int
+    /// Readings dropped since start because the disk refused writes longer
+    /// than the backlog in memory lasted (gap records in the log count them).
+    public var readingsDropped: UInt64
+    /// Why the readings log refuses writes, while it does: readings then
+    /// wait in memory (`readingsPending`).
+    public var readingsError: String?
     public var reconnects: Int
     public var windowAttempt: Int
     public var nextAttemptIn: Duration?
@@ -43,7 +51,8 @@ public struct LinkStatus: Sendable, Equatable {
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
-        lastReadingAt: Date? = nil, readingsWritten: UInt64 = 0, reconnects: Int = 0, windowAttempt: Int = 0,
+        lastReadingAt: Date? = nil, readingsWritten: UInt64 = 0, readingsPending: Int = 0, readingsDropped: UInt64 = 0,
+        readingsError: String? = nil, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
         bondProblem: String? = nil
@@ -60,6 +69,9 @@ public struct LinkStatus: Sendable, Equatable {
         self.connectedSince = connectedSince
         self.lastReadingAt = lastReadingAt
         self.readingsWritten = readingsWritten
+        self.readingsPending = readingsPending
+        self.readingsDropped = readingsDropped
+        self.readingsError = readingsError
         self.reconnects = reconnects
         self.windowAttempt = windowAttempt
         self.nextAttemptIn = nextAttemptIn
@@ -130,6 +142,9 @@ public struct LinkStatus: Sendable, Equatable {
         [
             "LastReadingAt": .uint64(Self.microseconds(lastReadingAt)),
             "ReadingsWritten": .uint64(readingsWritten),
+            "ReadingsPending": .uint32(UInt32(clamping: readingsPending)),
+            "ReadingsDropped": .uint64(readingsDropped),
+            "ReadingsError": .string(readingsError ?? ""),
         ]
     }
 
@@ -156,6 +171,9 @@ public struct LinkStatus: Sendable, Equatable {
         connectedSince = try instant("ConnectedSince")
         lastReadingAt = try instant("LastReadingAt")
         readingsWritten = try value("ReadingsWritten") { $0.uint64 }
+        readingsPending = try value("ReadingsPending") { $0.int64.flatMap(Int.init(exactly:)) }
+        readingsDropped = try value("ReadingsDropped") { $0.uint64 }
+        readingsError = try text("ReadingsError")
         reconnects = try value("Reconnects") { $0.int64.flatMap(Int.init(exactly:)) }
         windowAttempt = try value("WindowAttempt") { $0.int64.flatMap(Int.init(exactly:)) }
         let next = try value("NextAttemptIn") { $0.int64 }

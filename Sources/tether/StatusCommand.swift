@@ -18,7 +18,9 @@ struct StatusCommand: AsyncParsableCommand {
         discussion: """
             Reads the properties of io.tether.Tether1 on the system bus (anyone may). With --json, prints \
             one JSON object with stable keys: instance, running, state, device, adapter, connected_since, \
-            connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, reconnects, \
+            connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, readings_pending \
+            (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes, \
+            while it does), reconnects, \
             window_attempt, next_attempt_in_seconds, last_error, and forwarder (times in UTC ISO 8601; null when \
             not applicable). The forwarder's state (tether forward) is read from its files in \
             --forwarder-state-directory: null when no forwarder ever ran there, else an object with running, \
@@ -134,6 +136,12 @@ struct StatusReport {
         } else {
             row("last reading", "none since start")
         }
+        if let error = s.readingsError {
+            row("readings", "NOT STORED: \(error); \(s.readingsPending) waiting in memory, retried every second")
+        }
+        if s.readingsDropped > 0 {
+            row("readings lost", "\(s.readingsDropped) since start: the disk refused writes for longer than memory held them (gap records in the log)")
+        }
         row("data", dataText(s))
         if let reason = s.lastDisconnectReason {
             row("last drop", reason + (s.lastDisconnectAt.map { ", \(LinkStatus.age(now.timeIntervalSince($0))) ago" } ?? ""))
@@ -206,6 +214,9 @@ struct StatusReport {
                 ("last_reading_at", s.lastReadingAt.map { quote(Self.iso($0)) } ?? "null"),
                 ("last_reading_age_seconds", s.lastReadingAt.map { seconds(now.timeIntervalSince($0)) } ?? "null"),
                 ("readings_written", "\(s.readingsWritten)"),
+                ("readings_pending", "\(s.readingsPending)"),
+                ("readings_dropped", "\(s.readingsDropped)"),
+                ("readings_error", s.readingsError.map(quote) ?? "null"),
                 ("reconnects", "\(s.reconnects)"),
                 ("window_attempt", "\(s.windowAttempt)"),
                 ("next_attempt_in_seconds", s.nextAttemptIn.map { seconds(Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "null"),

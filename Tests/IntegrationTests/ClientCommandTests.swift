@@ -30,7 +30,8 @@ import TetherDaemon
         #expect(online, "status --json never said online: \(json)")
         let keys: Set<String> = [
             "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
-            "last_reading_at", "last_reading_age_seconds", "readings_written", "reconnects", "window_attempt",
+            "last_reading_at", "last_reading_age_seconds", "readings_written", "readings_pending", "readings_dropped",
+            "readings_error", "reconnects", "window_attempt",
             "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
             "last_disconnect_reason", "last_disconnect_at", "adapter_problem", "bond_problem",
         ]

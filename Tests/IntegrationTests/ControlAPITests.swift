@@ -48,6 +48,7 @@ import TetherDaemon
                 interface: StandardInterface.introspectable, method: "Introspect"
             ).first?.string ?? ""
             for property in ["State", "Device", "Adapter", "ConnectedSince", "LastReadingAt", "ReadingsWritten",
+                             "ReadingsPending", "ReadingsDropped", "ReadingsError",
                              "Reconnects", "WindowAttempt", "NextAttemptIn", "LastError"] {
                 #expect(xml.contains("<property name=\"\(property)\""), "\(property) missing from introspection")
             }

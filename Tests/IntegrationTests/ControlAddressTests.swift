@@ -20,7 +20,9 @@ import TetherDaemon
 
     @Test func statusSurvivesTheTripThroughProperties() throws {
         let status = LinkStatus(
-            state: .backingOff, device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", reconnects: 3, windowAttempt: 2,
+            state: .backingOff, device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", readingsWritten: 1200, readingsPending: 340,
+            readingsDropped: 7, readingsError: "cannot write readings to /var/lib/tether/readings: Read-only file system",
+            reconnects: 3, windowAttempt: 2,
             nextAttemptIn: .milliseconds(1500), lastError: "org.bluez.Error.Failed: le-connection-abort-by-local"
         )
         let back = try LinkStatus(properties: status.signalledProperties.merging(status.liveProperties) { $1 })

@@ -125,11 +125,27 @@ import Testing
         metrics.observe(.reconnectRequested, actions: [], status: status(.online), at: .seconds(1))
         metrics.stopped()
         let s = samples()
+        #expect(s.value("tether_readings_pending") == 0)
+        #expect(s.value("tether_readings_log_failing") == 0)
         #expect(s.value("tether_readings_total") == 250)
         #expect(s.value("tether_readings_dropped_total") == 7)
         #expect(s.value("tether_gap_records_total") == 2)
         #expect(s.value("tether_connected") == 0)
         #expect(s.sum("tether_state") == 0)
+    }
+
+    @Test func aReadingsLogThatRefusesWritesIsShownUntilAWriteSucceeds() {
+        metrics.refresh(readings: ReadingRecorder.Stats(written: 40, pending: 3))
+        #expect(samples().value("tether_readings_log_failing") == 0)
+        metrics.refresh(readings: ReadingRecorder.Stats(written: 40, pending: 512, lastError: "Read-only file system"))
+        var s = samples()
+        #expect(s.value("tether_readings_log_failing") == 1)
+        #expect(s.value("tether_readings_pending") == 512)
+        metrics.refresh(readings: ReadingRecorder.Stats(written: 552, pending: 0))
+        s = samples()
+        #expect(s.value("tether_readings_log_failing") == 0)
+        #expect(s.value("tether_readings_pending") == 0)
+        #expect(s.value("tether_readings_total") == 552)
     }
 
     @Test func silencesRemovalsDisconnectReasonsAndAFailedControllerAreShown() {

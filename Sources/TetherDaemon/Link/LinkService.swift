@@ -283,7 +283,9 @@ public final class LinkService: @unchecked Sendable {
         return shared.withLock { s in
             Status(
                 state: s.supervisor.state, device: s.device, adapter: s.adapter, connectedSince: s.connectedSince,
-                lastReadingAt: s.lastReadingAt, readingsWritten: stats.written, reconnects: s.supervisor.reconnects,
+                lastReadingAt: s.lastReadingAt, readingsWritten: stats.written,
+                readingsPending: stats.pending, readingsDropped: stats.dropped,
+                readingsError: stats.lastError, reconnects: s.supervisor.reconnects,
                 windowAttempt: s.supervisor.windowAttempt,
                 nextAttemptIn: s.supervisor.nextAttemptAt.map { max(.zero, $0 - sinceStart) },
                 lastError: s.supervisor.lastError, silenceLimit: config.silenceLimit,

@@ -42,6 +42,8 @@ public final class LinkMetrics: @unchecked Sendable {
     private let readings: CoreMetrics.Counter
     private let readingsDropped: CoreMetrics.Counter
     private let gapRecords: CoreMetrics.Counter
+    private let readingsPending: Meter
+    private let readingsLogFailing: Meter
     private let lastReading: Meter
     private let polls: [PollResult: CoreMetrics.Counter]
     private let pollLatency: CoreMetrics.Timer
@@ -149,6 +151,16 @@ public final class LinkMetrics: @unchecked Sendable {
         gapRecords = registry.counter(
             "tether_gap_records_total", help: "Gap records written to the readings log, each for a run of dropped readings."
         )
+        readingsPending = registry.gauge(
+            "tether_readings_pending",
+            help: "Readings received but not yet on disk: a few in normal running; they pile up while the disk refuses writes."
+        )
+        readingsPending.set(0)
+        readingsLogFailing = registry.gauge(
+            "tether_readings_log_failing",
+            help: "1 while the readings log refuses writes (a read-only or full file system, an I/O error) and readings wait in memory; else 0."
+        )
+        readingsLogFailing.set(0)
         lastReading = registry.gauge(
             "tether_last_reading_timestamp_seconds",
             help: "When the last reading arrived, in seconds since the Unix epoch; 0 before the first."
@@ -358,7 +370,7 @@ public final class LinkMetrics: @unchecked Sendable {
         for gauge in stateGauges.values { gauge.set(0) }
     }
 
-    /// Brings the readings counters up to the recorder's.
+    /// Brings the readings counters and gauges up to the recorder's.
     public func refresh(readings stats: ReadingRecorder.Stats) {
         let before = exportedReadings.withLock { exported in
             defer { exported = stats }
@@ -367,5 +379,7 @@ public final class LinkMetrics: @unchecked Sendable {
         readings.advance(to: stats.written, from: before.written)
         readingsDropped.advance(to: stats.dropped, from: before.dropped)
         gapRecords.advance(to: stats.gapRecords, from: before.gapRecords)
+        readingsPending.set(Int64(stats.pending))
+        readingsLogFailing.set(stats.lastError == nil ? 0 : 1)
     }
 }

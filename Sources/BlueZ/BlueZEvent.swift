@@ -5,6 +5,10 @@ public enum BlueZEvent: Sendable {
     /// bluetoothd is on the bus (at start, or back after a restart); the tree
     /// is a fresh `GetManagedObjects` snapshot. Sessions from before are gone.
     case serviceAppeared(owner: String, tree: ObjectTree)
+    /// bluetoothd owns its name but gave no object tree in five quick tries
+    /// (it does not answer, or refuses this client); the tree is asked for
+    /// again at a growing pace and comes as `serviceAppeared`. Said once per owner.
+    case serviceUnanswered(owner: String, error: BlueZError)
     /// bluetoothd left the bus. Every object and session is gone, whether or
     /// not InterfacesRemoved was sent.
     case serviceVanished
@@ -40,7 +44,7 @@ extension ObjectTree {
             removeInterfaces(path, names)
         case .propertiesChanged(let path, let interface, let changed, let invalidated):
             changeProperties(path, interface: interface, changed: changed, invalidated: invalidated)
-        case .valueChanged, .signalsLost, .deviceDisconnected:
+        case .valueChanged, .signalsLost, .deviceDisconnected, .serviceUnanswered:
             return false
         }
         return true

@@ -109,26 +109,52 @@ public final class BlueZMonitor: @unchecked Sendable {
         snapshot(attempt: 0)
     }
 
-    /// bluetoothd takes its name before it exports its objects: retried briefly.
+    /// bluetoothd takes its name before it exports its objects: retried
+    /// briefly, then, if it still gives no tree (hung, or refusing us: a
+    /// timeout, an access denial), reported once and asked again at a
+    /// growing pace, for as long as it owns the name. An empty tree in its
+    /// place would hide its adapter and devices for good: bluetoothd never
+    /// announces again objects it already has.
     private func snapshot(attempt: Int) {
         snapshotPending = true
         let generation = self.generation
         client.send(.getManagedObjects) { [self] result in
             guard generation == self.generation, let owner = self.owner else { return }
-            if case .success(let body) = result, let first = body.first,
-               let tree = try? ObjectTree(managedObjects: first)
-            {
-                snapshotPending = false
-                onEvent(.serviceAppeared(owner: owner, tree: tree))
-            } else if attempt < 4 {
-                loop.schedule(after: .milliseconds(100 << attempt)) { [self] in
-                    guard generation == self.generation else { return }
-                    snapshot(attempt: attempt + 1)
+            let problem: BlueZError
+            switch result {
+            case .success(let body):
+                guard let first = body.first else {
+                    problem = .malformed("an empty GetManagedObjects reply")
+                    break
                 }
-            } else {
-                snapshotPending = false
-                onEvent(.serviceAppeared(owner: owner, tree: ObjectTree()))
+                do throws(BlueZError) {
+                    let tree = try ObjectTree(managedObjects: first)
+                    snapshotPending = false
+                    onEvent(.serviceAppeared(owner: owner, tree: tree))
+                    return
+                } catch {
+                    problem = error
+                }
+            case .failure(let error):
+                problem = error
+            }
+            if attempt == Self.quickAttempts - 1 { onEvent(.serviceUnanswered(owner: owner, error: problem)) }
+            loop.schedule(after: Self.delay(afterAttempt: attempt)) { [self] in
+                guard generation == self.generation else { return }
+                snapshot(attempt: attempt + 1)
             }
         }
+    }
+
+    /// Snapshots asked for quickly (0.1, 0.2, 0.4, 0.8 s apart) before the
+    /// failure is reported.
+    static let quickAttempts = 5
+
+    /// The wait before the snapshot after `attempt` (0-based): 100 ms
+    /// doubling over the quick attempts, then 5 s doubling to a minute
+    /// (each unanswered call also waits out its own timeout).
+    static func delay(afterAttempt attempt: Int) -> Duration {
+        if attempt < quickAttempts - 1 { return .milliseconds(100 << attempt) }
+        return min(.seconds(60), .seconds(5 << min(attempt - (quickAttempts - 1), 4)))
     }
 }

@@ -369,6 +369,13 @@ public final class LinkService: @unchecked Sendable {
             // Agents die with bluetoothd: register (again) before anything
             // else is sent to this one.
             if let agent { lane.registerAgent(agent) }
+        case .serviceUnanswered(let owner, let error):
+            // Still waiting for bluetoothd: nothing to resolve without its tree.
+            report.logger.warning(
+                "bluetoothd (\(owner)) owns org.bluez but gives no object tree: \(error); asking again every minute at most (a bluetoothd hung for good needs systemctl restart bluetooth)",
+                metadata: ["event": "bluez-unanswered"]
+            )
+            return
         case .serviceVanished:
             bluezPresent = false
         default:

@@ -87,7 +87,11 @@ public enum DaemonRunner {
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
                 group.addTask { await session.serve().map { .fatal($0) } }
-                group.addTask { await TerminationSignal.wait().map { .signal($0) } }
+                group.addTask {
+                    await TerminationSignal.wait {
+                        logger.notice("received SIGHUP: ignored; tether run does not reload its configuration (systemctl restart applies a changed one)")
+                    }.map { .signal($0) }
+                }
                 if let (metrics, writer) = exporter {
                     group.addTask {
                         // File I/O (write, fsync, rename): off the loop.
@@ -266,6 +270,14 @@ private final class Session: Sendable {
 /// Waits for SIGTERM or SIGINT. The signals are ignored and observed
 /// through DispatchSources, so they arrive as ordinary events on a queue
 /// instead of interrupting whatever thread runs.
+///
+/// A daemon also must not die of the two signals whose default action ends
+/// it for no reason of its own: SIGPIPE (a write to a pipe or socket whose
+/// reader went: the write's EPIPE says it), and SIGHUP, which an operator
+/// sends expecting a reload. systemd counts a death by either as a clean
+/// exit, so `Restart=on-failure` would not bring the daemon back, and the
+/// dongle would fall asleep. With `onHangup`, SIGHUP is observed too and
+/// handed to it each time.
 public enum TerminationSignal {
     /// The sources live as long as the process: the daemon exits after a signal.
     /// Dispatch sources are thread-safe objects the SDK does not mark Sendable.
@@ -273,7 +285,7 @@ public enum TerminationSignal {
     private static let kept = Mutex<[KeptSource]>([])
 
     /// The signal's name; nil if the task was cancelled first.
-    public static func wait() async -> String? {
+    public static func wait(onHangup: (@Sendable () -> Void)? = nil) async -> String? {
         let state = Mutex<(continuation: CheckedContinuation<String?, Never>?, done: Bool)>((nil, false))
         let finish: @Sendable (String?) -> Void = { name in
             let continuation = state.withLock { s -> CheckedContinuation<String?, Never>? in
@@ -292,10 +304,13 @@ public enum TerminationSignal {
                     return false
                 }
                 if early { return continuation.resume(returning: nil) }
-                for (number, name) in [(SIGTERM, "SIGTERM"), (SIGINT, "SIGINT")] {
+                signal(SIGPIPE, SIG_IGN)
+                var handlers: [(Int32, @Sendable () -> Void)] = [(SIGTERM, { @Sendable in finish("SIGTERM") }), (SIGINT, { @Sendable in finish("SIGINT") })]
+                if let onHangup { handlers.append((SIGHUP, onHangup)) }
+                for (number, handler) in handlers {
                     signal(number, SIG_IGN)
                     let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                    source.setEventHandler { finish(name) }
+                    source.setEventHandler(handler: handler)
                     source.resume()
                     let kept = KeptSource(source: source)
                     Self.kept.withLock { $0.append(kept) }

@@ -118,7 +118,9 @@ struct ForwardCommand: AsyncParsableCommand {
                 }
             }
             group.addTask {
-                let name = await TerminationSignal.wait()
+                let name = await TerminationSignal.wait {
+                    logger.notice("received SIGHUP: ignored; tether forward does not reload its configuration (systemctl restart applies a changed one)")
+                }
                 logger.info("\(name ?? "cancelled"): stopping")
             }
             _ = await group.next()

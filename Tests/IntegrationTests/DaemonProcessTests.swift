@@ -83,6 +83,31 @@ import Testing
         #expect(seqs.prefix(seqsAfterKill.count).elementsEqual(seqsAfterKill))
     }
 
+    /// SIGHUP (an operator expecting a reload) and SIGPIPE (a write to a
+    /// reader that went) end a process by default, and systemd counts such
+    /// an end as clean: `Restart=on-failure` would not restart it.
+    @Test func aHangupOrABrokenPipeSignalDoesNotStopTheDaemon() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 50
+        let harness = try await DaemonHarness(simulator: options)
+        let config = try Self.writeConfig(harness)
+        let daemon = try startDaemon(harness, config: config)
+        let log = { (try? String(contentsOfFile: harness.directory.url.appendingPathComponent("daemon.log").path, encoding: .utf8)) ?? "" }
+        #expect(await eventually { ((try? harness.records().count) ?? 0) > 20 })
+        daemon.signal(SIGHUP)
+        daemon.signal(SIGPIPE)
+        try await Task.sleep(for: .milliseconds(500))
+        let before = (try? harness.records().count) ?? 0
+        #expect(daemon.poll() == nil, "the daemon ended: \(log().suffix(1000))")
+        #expect(await eventually { ((try? harness.records().count) ?? 0) > before + 20 }, "readings stopped after the signals")
+        #expect(log().contains("received SIGHUP: ignored"))
+        let status = daemon.terminate()
+        let seqs = try harness.records().map(\.seq)
+        await harness.stop()
+        #expect(ChildProcess.exitCode(status) == 0, "exit status after SIGTERM; log:\n\(log().suffix(2000))")
+        #expect(seqs == Array(1...UInt64(seqs.count)), "seq must run without gaps or repeats")
+    }
+
     @Test func theShippedExampleConfigIsValid() throws {
         let example = URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
             .deletingLastPathComponent().appendingPathComponent("config/tether.toml").path

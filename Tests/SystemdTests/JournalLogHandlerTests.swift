@@ -4,7 +4,13 @@ import Systemd
 import TestSupport
 import Testing
 
-@Suite struct JournalLogHandlerTests {
+/// Serialized: the handlers share one sending queue, and `flush()` blocks
+/// its caller's thread until that queue has sent everything. Run side by
+/// side, two tests blocked in `flush()` held both threads of a 2-core
+/// machine's pool while the queue waited for `entriesKeepTheirOrder`'s
+/// receiver (full at 10 datagrams) to be read by a task that then had no
+/// thread to run on: `swift test` hung for good.
+@Suite(.serialized) struct JournalLogHandlerTests {
     private func logger(to receiverAddress: String, fallback: Int32 = STDERR_FILENO) -> Logger {
         Logger(label: "tether.test.journal", factory: { label in
             JournalLogHandler(

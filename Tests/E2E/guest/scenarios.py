@@ -42,6 +42,10 @@ NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 SLEEP_AFTER = 8
 KEEPALIVE = 2
 RATE = 10
+# btvirt reports an advertiser to a scanner only when either side starts:
+# the dongle enables its set again this often, as a radio advertises on an
+# interval (dongle.py's keep_advertising_seen).
+READVERTISE_EVERY = 1
 # Tether's shipped default: no notification for this long and the link is dead.
 SILENCE_LIMIT = 20
 # How often btvirt is started again when one of its controllers does not
@@ -301,6 +305,7 @@ class Stack:
             PYTHON, str(ROOT / "Tests/E2E/peripheral/dongle.py"), "--transport", f"hci-socket:{self.dongle_index}",
             "--first-seq", str(first_seq),
             "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--control", str(CONTROL),
+            "--readvertise-every", str(READVERTISE_EVERY),
             "--sent-log", str(OUT / "dongle-sent.jsonl"), "--event-log", str(OUT / "dongle-events.jsonl"),
         ] + (["--pairing", pairing] if pairing != "none" else []), watch=True)
         self.dongle_pairing = pairing
@@ -1434,10 +1439,13 @@ def usb_controllers():
     for entry in Path("/sys/class/bluetooth").glob("hci*"):
         if not entry.name[3:].isdigit():
             continue
-        interface = (entry / "device").resolve()
-        driver = (interface / "driver").resolve().name if (interface / "driver").exists() else None
-        device = interface.parent
+        # A controller may go between the listing and these reads (a USB
+        # reset that btusb answers by unbinding: its hciN vanishes): resolve()
+        # then raises from the readlink of a link that lstat had just seen.
         try:
+            interface = (entry / "device").resolve()
+            driver = (interface / "driver").resolve().name if (interface / "driver").exists() else None
+            device = interface.parent
             bus, number = int((device / "busnum").read_text()), int((device / "devnum").read_text())
             usb_id = f"{(device / 'idVendor').read_text().strip()}:{(device / 'idProduct').read_text().strip()}"
         except (OSError, ValueError):
@@ -1463,6 +1471,17 @@ def usb_reset(node):
         fcntl.ioctl(fd, USBDEVFS_RESET, 0)
     finally:
         os.close(fd)
+
+
+def usb_reset_controller(index):
+    """USBDEVFS_RESET on hciN's USB device; False when hciN is already gone
+    (btusb unbinds a controller that fails after a reset, and binds it again
+    under a new index)."""
+    facts = usb_controllers().get(index)
+    if facts is None:
+        return False
+    usb_reset(facts["node"])
+    return True
 
 
 def usb_command(text):
@@ -1739,7 +1758,8 @@ def usb_faults(stack):
             figures["tx_timeout_s"] = round(time.monotonic() - wedged, 1)
             figures["kernel"] = timeout[0].split("] ", 1)[-1]
         reset = time.monotonic()
-        usb_reset(usb_controllers()[index]["node"])
+        if not usb_reset_controller(index):
+            figures["gone_before_reset"] = f"hci{index}"
         again, figures["reset_back_s"] = usb_back(USB_ADDRESS, reset)
         figures["after_reset"] = f"hci{again}" if again is not None else None
         if again is None:
@@ -1749,16 +1769,19 @@ def usb_faults(stack):
         # 2. A new address after the next reset, then the old one again.
         usb_command(f"new-address {USB_NEW_ADDRESS}")
         reset = time.monotonic()
-        usb_reset(usb_controllers()[again]["node"])
+        if not usb_reset_controller(again):
+            return False, figures, f"hci{again} gone before the new address's reset"
         moved, figures["new_address_s"] = usb_back(USB_NEW_ADDRESS, reset)
         if moved is None:
             problems.append(f"no controller with {USB_NEW_ADDRESS} after the reset")
         else:
             figures["new_address_as"] = f"hci{moved}"
             usb_command(f"new-address {USB_ADDRESS}")
-            usb_reset(usb_controllers()[moved]["node"])
+            reset_sent = usb_reset_controller(moved)
             again, _ = usb_back(USB_ADDRESS, time.monotonic())
-            if again is None:
+            if again is None and not reset_sent:
+                problems.append(f"hci{moved} gone before the reset back to {USB_ADDRESS}, and not back")
+            elif again is None:
                 problems.append(f"no controller with {USB_ADDRESS} after a reset back")
         # 3. Off the bus and back.
         usb_command("drop-off-bus")
@@ -1792,7 +1815,8 @@ def usb_faults(stack):
             if USB_ADDRESS in bluetoothctl_list():
                 problems.append("bluetoothd lists the controller whose initialisation failed")
             reset = time.monotonic()
-            usb_reset(usb_controllers()[failing]["node"])
+            if not usb_reset_controller(failing):
+                figures["init_gone_before_reset"] = f"hci{failing}"
             again, figures["init_reset_back_s"] = usb_back(USB_ADDRESS, reset)
             if again is None:
                 problems.append("not initialised after a USB reset")

@@ -166,6 +166,7 @@ class Settings:
     first_seq: int = 1  # a dongle started again continues its numbering
     pairing: str = "none"  # none | just-works | passkey (then `passkey` is the number it shows)
     passkey: int = 0
+    readvertise_every: float = 0.0  # seconds; 0: never (see Dongle.keep_advertising_seen)
 
 
 PAIRING_MODES = ("none", "just-works", "passkey:NNNNNN")
@@ -289,6 +290,8 @@ class Dongle:
         async with self.lock:
             await self.advertise()
         self.telemetry_task = asyncio.create_task(self.run_telemetry())
+        if self.settings.readvertise_every > 0:
+            self.spawn(self.keep_advertising_seen())
 
     async def close(self):
         """Power off: telemetry stops, the link is dropped, advertising ends."""
@@ -350,6 +353,38 @@ class Dongle:
         )
         self.events.write(event="advertising", connectable=connectable,
                           until=self.advertising_until)
+
+    async def keep_advertising_seen(self):
+        """A radio sends an advertising event every interval, and a scanner
+        hears the next one whenever it starts. btvirt's emulated controllers
+        (BlueZ's btdev) send a scanner one report when its scan is enabled and
+        one each time an advertiser enables its set, nothing in between. The
+        first comes in the same batch as the scan's Command Complete, and the
+        kernel drops a report that it handles before its discovery state is
+        FINDING (mgmt_device_found: "not a kernel-initiated discovery"), so
+        bluetoothd then saw the dongle only at a later scan, 10.24 s apart,
+        once 84 s into a search. Enabling the set again every
+        `readvertise_every` seconds gives scanners the reports a real
+        dongle's next advertising events would. Only while advertising with
+        no link; the set is off between the two commands for one HCI round
+        trip (a connection asked for in that moment waits, as for an
+        advertiser out of range)."""
+        while True:
+            await asyncio.sleep(self.settings.readvertise_every)
+            async with self.lock:
+                advertising_set = self.device.legacy_advertising_set
+                if (self.state is not State.ADVERTISING or self.connection is not None
+                        or advertising_set is None or not advertising_set.enabled):
+                    continue
+                try:
+                    await advertising_set.stop()
+                    # A connection cannot arrive while the set is off; one that
+                    # came first made the stop fail (btdev: Command Disallowed).
+                    await advertising_set.start()
+                except HCI_Error as error:
+                    # A connection raced the stop: the set ended with it, and
+                    # the next advertise() forgets it (stop_advertising).
+                    self.events.write(event="readvertise-raced", error=str(error))
 
     async def on_advertising_deadline(self):
         async with self.lock:
@@ -933,7 +968,7 @@ class Control:
 async def main(options):
     pairing, passkey = parse_pairing(options.pairing)
     settings = Settings(options.name, options.sleep_after, options.advertise_for, options.rate, options.first_seq,
-                        pairing, passkey)
+                        pairing, passkey, options.readvertise_every)
     sent_log, events = JsonLines(options.sent_log), JsonLines(options.event_log)
     async with await open_transport(options.transport) as (source, sink):
         # The random address Bumble insists on is never used: we advertise
@@ -975,13 +1010,19 @@ def parse(argv):
     parser.add_argument("--pairing", default="none", metavar="|".join(PAIRING_MODES),
                         help="none (default): no attribute needs encryption; just-works or passkey:NNNNNN: TX's CCC"
                              " descriptor and RX writes need an encrypted link, bonds kept while the process lives")
+    parser.add_argument("--readvertise-every", type=float, default=Settings.readvertise_every, metavar="SECONDS",
+                        help="enable the advertising set again this often while advertising (default 0: never); on"
+                             " btvirt, whose controllers report an advertiser only when a scan or its advertising"
+                             " starts, this stands for a real dongle's periodic advertising events")
     parser.add_argument("--control", metavar="PATH", help="control socket (unix stream)")
     parser.add_argument("--sent-log", metavar="PATH", help="JSON lines: every notification sent")
     parser.add_argument("--event-log", metavar="PATH", help="JSON lines: every event")
     parser.add_argument("--log-level", default="WARNING", help="Python logging level (DEBUG shows HCI)")
     options = parser.parse_args(argv)
-    if min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0 or options.first_seq < 1:
-        parser.error("--sleep-after and --advertise-for must be positive, --rate not negative, --first-seq at least 1")
+    if (min(options.sleep_after, options.advertise_for) <= 0 or options.rate < 0 or options.first_seq < 1
+            or options.readvertise_every < 0):
+        parser.error("--sleep-after and --advertise-for must be positive, --rate and --readvertise-every not negative,"
+                     " --first-seq at least 1")
     if len(options.name.encode()) > MAX_NAME_BYTES:
         parser.error(f"--name: at most {MAX_NAME_BYTES} bytes of UTF-8")
     try:

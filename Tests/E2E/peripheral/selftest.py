@@ -944,6 +944,39 @@ async def pairing_run(work):
            "after forget-keys the central's key gets PIN or Key Missing (0x06)")
 
 
+async def readvertise_run(work):
+    """`--readvertise-every`: while advertising with no link the dongle
+    enables its advertising set again on that period (btvirt reports an
+    advertiser to a scanner only when one of them starts); a central still
+    connects and reads, and with a link the set is left alone."""
+    air = FaithfulLink()
+    central = Central(device_on(air, "readvertise-central"))
+    settings = dataclasses.replace(SETTINGS, sleep_after=30.0, advertise_for=30.0, readvertise_every=0.1)
+    dongle = firmware.Dongle(device_on(air, "readvertise-dongle", DONGLE_ADDRESS), settings,
+                             firmware.JsonLines(None), firmware.JsonLines(None))
+    address = hci.Address(DONGLE_ADDRESS, hci.Address.PUBLIC_DEVICE_ADDRESS)
+    await central.device.power_on()
+    await dongle.start()
+    advertising_set = dongle.device.legacy_advertising_set
+    check(advertising_set is not None and advertising_set.enabled, "advertising after start")
+    starts = []
+    advertising_set.on(advertising_set.EVENT_START, lambda: starts.append(time.monotonic()))
+    await asyncio.sleep(1.05)
+    # Ten on time; fewer (not none) when this machine is loaded.
+    check(5 <= len(starts) <= 11, "the set enabled again every 0.1 s while advertising", f"{len(starts)} in 1.05 s")
+    link = await central.open(address)
+    await asyncio.sleep(0.5)
+    check(len(central.received) > 0, "notifications after connecting to a re-advertising dongle")
+    connected_at = len(starts)
+    await asyncio.sleep(0.5)
+    check(len(starts) == connected_at and dongle.state is firmware.State.CONNECTED,
+          "the set left alone while connected", f"{len(starts) - connected_at} enables, state {dongle.state}")
+    await central.close(link)
+    await dongle.close()
+    passed(f"--readvertise-every 0.1: the set enabled {connected_at} times before a central connected, none "
+           "while connected; the central reads")
+
+
 def argparse_namespace(**values):
     import argparse
     return argparse.Namespace(**values)
@@ -957,6 +990,7 @@ async def main():
             await rig.run()
             await subprocess_run(work, rig.air, rig.central)
             await pairing_run(work)
+            await readvertise_run(work)
             await usb_bridge_run(work)
         except Failure as failure:
             print(f"FAIL {failure}", flush=True)

@@ -46,8 +46,12 @@ struct RecorderState {
 }
 
 /// The recorder's policy on the virtual clock, restated from
-/// `ReadingRecorder` (whose timers are Dispatch's, on real time): the turn's
-/// readings go to the real `ReadingLog` at once; fsync at most
+/// `ReadingRecorder` (whose queue and timers are Dispatch's, on real time):
+/// the turn's readings go to the real `ReadingLog` at once (the daemon hands
+/// them to the recorder's queue at the turn's end, in a dense stream at most
+/// every `LinkService.handOffSpacing`, and the queue writes them microseconds
+/// later: well inside the flush_interval that excuses young readings lost at
+/// a kill, and the disk model never hangs a write); fsync at most
 /// flush_interval after a write; while writes fail the readings wait in a
 /// backlog bounded by max_backlog (the oldest dropped, then a gap record),
 /// retried every second. One difference: the gap record is its own append

@@ -9,14 +9,39 @@ import Musl
 
 /// Thread-safe front end to a `ReadingLog`.
 ///
-/// `record` never touches the disk: it queues the reading and, if no drain is
-/// scheduled, schedules one on the recorder's own serial queue, so each reading
-/// reaches write(2) within milliseconds and bursts coalesce into one write.
-/// fsync follows a write by at most `flushInterval` (a one-shot timer, so an idle
-/// daemon never wakes). While writes fail (disk full, EIO) readings wait in memory,
-/// bounded by `maxBacklog` (the oldest are dropped and later accounted for by a gap
-/// record), and a one-shot timer retries until the disk works again.
+/// Invariants:
+/// - `record` and `write` never touch the disk and never wait for it: they
+///   queue the readings and, if no drain is scheduled, schedule one on the
+///   recorder's own serial queue, so readings reach write(2) within
+///   microseconds and bursts coalesce into one write. The caller is the
+///   daemon's event loop, which polls the dongle: a disk that hangs (a
+///   frozen file system, an SD card stalled in its own garbage collection,
+///   writeback throttling) must not stop the keep-alive, or the dongle falls
+///   asleep for good;
+/// - fsync follows a write by at most `flushInterval` (a one-shot timer, so an
+///   idle daemon never wakes);
+/// - while writes fail (disk full, EIO) or hang, readings wait in memory,
+///   bounded by `maxBacklog` (the oldest are dropped and later accounted for
+///   by a gap record); after a failure a one-shot timer retries until the
+///   disk works again;
+/// - a write or fsync that has not returned after `stallLimit` is reported
+///   once (`onStall`, by the thread that hands in the next readings) and
+///   shown by `stats.lastError` while it lasts.
 public final class ReadingRecorder: @unchecked Sendable {
+    /// A write or fsync that does not return, and its end.
+    public enum DiskStall: Sendable, Equatable {
+        /// One has not returned for `stallLimit`.
+        case stalled(String)
+        /// The one reported as stalled returned.
+        case answered(String)
+
+        public var message: String {
+            switch self {
+            case .stalled(let message), .answered(let message): message
+            }
+        }
+    }
+
     // @unchecked: `state` is a `Mutex`; `log`, the timers and
     // `lastReport` are only touched on `queue`.
 
@@ -58,8 +83,10 @@ public final class ReadingRecorder: @unchecked Sendable {
         var inFlight = 0
         var drainScheduled = false
         var waitingForRetry = false
-        /// An fsync is running on the queue.
-        var syncing = false
+        /// A write or fsync is running on the queue, since then.
+        var diskBusySince: ContinuousClock.Instant?
+        /// The running write or fsync was reported as stalled.
+        var stallReported = false
         var closed = false
         /// Readings dropped and not yet covered by a gap record in the log.
         var gap: Gap?
@@ -74,8 +101,10 @@ public final class ReadingRecorder: @unchecked Sendable {
     private let flushInterval: Duration
     private let retryInterval: Duration
     private let maxBacklog: Int
+    private let stallLimit: Duration
     private let onError: @Sendable (String) -> Void
     private let onRestored: (@Sendable (String) -> Void)?
+    private let onStall: (@Sendable (DiskStall) -> Void)?
     private let queue = DispatchQueue(label: "tether.readings")
     /// Marks `queue`, so `flush`/`close` called from code already running on it
     /// (e.g. an `onError` handler) do not deadlock on `queue.sync`.
@@ -91,31 +120,42 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// Errors are reported through `onError` at most this often.
     private let reportInterval: Duration = .seconds(60)
 
+    /// A write or fsync taking this long means the disk does not answer: a
+    /// healthy one, even an SD card, answers within a second.
+    public static let defaultStallLimit: Duration = .seconds(5)
+
     /// - Parameters:
     ///   - onRestored: called (on the recorder's queue) with the path of a
     ///     file someone removed while it was appended to, once the log wrote
     ///     it back; nil: told through `onError`.
+    ///   - onStall: called once when a write or fsync has not returned for
+    ///     `defaultStallLimit` (on the thread that handed in readings and
+    ///     noticed it), and once when it returns (on the recorder's queue);
+    ///     nil: told through `onError`.
     ///   - onError: called (on the recorder's queue) with a description of a write
     ///     or sync failure, at most once a minute.
     public convenience init(
         log: ReadingLog, flushInterval: Duration, maxBacklog: Int, onRestored: (@Sendable (String) -> Void)? = nil,
-        onError: @escaping @Sendable (String) -> Void
+        onStall: (@Sendable (DiskStall) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
     ) {
         self.init(
-            log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1), onRestored: onRestored,
-            onError: onError)
+            log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1),
+            stallLimit: Self.defaultStallLimit, onRestored: onRestored, onStall: onStall, onError: onError)
     }
 
-    /// `retryInterval` is adjustable so tests need not wait a second per retry.
+    /// `retryInterval` and `stallLimit` are adjustable so tests need not wait seconds.
     init(
         log: ReadingLog, flushInterval: Duration, maxBacklog: Int, retryInterval: Duration,
-        onRestored: (@Sendable (String) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
+        stallLimit: Duration = ReadingRecorder.defaultStallLimit, onRestored: (@Sendable (String) -> Void)? = nil,
+        onStall: (@Sendable (DiskStall) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
     ) {
         self.log = log
         self.flushInterval = flushInterval
         self.retryInterval = retryInterval
         self.maxBacklog = max(maxBacklog, 1)
+        self.stallLimit = stallLimit
         self.onRestored = onRestored
+        self.onStall = onStall
         self.onError = onError
         self.state = Mutex(State(lastSeq: log.lastSeq))
         queue.setSpecific(key: queueKey, value: true)
@@ -127,56 +167,68 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     public var stats: Stats {
-        state.withLock { state in
+        let now = ContinuousClock.now
+        return state.withLock { state in
             Stats(
                 written: state.written,
                 lastSeq: state.lastSeq,
                 pending: state.backlog.count + state.inFlight,
                 dropped: state.dropped,
                 gapRecords: state.gapRecords,
-                lastError: state.lastError
+                lastError: stalled(state, at: now).map(stallText) ?? state.lastError
             )
         }
     }
 
+    /// How long the running write or fsync has taken, once past `stallLimit`.
+    private func stalled(_ state: State, at now: ContinuousClock.Instant) -> Duration? {
+        guard let since = state.diskBusySince, now - since >= stallLimit else { return nil }
+        return now - since
+    }
+
+    private func stallText(_ duration: Duration) -> String {
+        "the disk has not answered a write in \(log.directory) for \(duration.components.seconds)s"
+    }
+
     /// Queues `reading` for writing. Never blocks on the disk.
     public func record(_ reading: Reading) {
-        if enqueue(CollectionOfOne(reading)) != .notNeeded {
-            queue.async { self.drain() }
-        }
+        hand(CollectionOfOne(reading))
     }
 
-    /// Queues `readings` and writes them at once, on the calling thread, in
-    /// one write(2) (the daemon's event loop calls this once per turn with
-    /// the turn's readings: no thread hop, no wake-up of another thread).
-    /// While writes fail they wait for the retry timer, as with `record`.
-    ///
-    /// While an fsync runs on the recorder's queue (it can take tens of
-    /// milliseconds for a second's worth of readings), the readings are left
-    /// to the queue instead: the caller's thread, the daemon's event loop,
-    /// must not wait for the disk.
+    /// Queues `readings` (the daemon's event loop calls this at a turn's end
+    /// with the readings taken since it last did) for one write(2) on the
+    /// recorder's queue.
+    /// Never blocks on the disk: the readings wait in memory while it fails or
+    /// hangs, as with `record`.
     public func write(_ readings: [Reading]) {
-        switch enqueue(readings) {
-        case .notNeeded: break
-        case .needed: onQueue { drain() }
-        case .neededWhileSyncing: queue.async { self.drain() }
-        }
+        hand(readings)
     }
 
-    private enum DrainNeed { case notNeeded, needed, neededWhileSyncing }
-
-    /// Adds `readings` to the backlog (dropping the oldest beyond
-    /// `maxBacklog`) and says whether the caller must start a drain: not if
-    /// one is scheduled already or the retry timer will.
-    private func enqueue(_ readings: some Sequence<Reading>) -> DrainNeed {
-        state.withLock { state in
-            guard !state.closed else { return .notNeeded }
+    private func hand(_ readings: some Sequence<Reading>) {
+        let now = ContinuousClock.now
+        let (drainNeeded, stall) = state.withLock { (state: inout State) -> (Bool, Duration?) in
+            guard !state.closed else { return (false, nil) }
             for reading in readings { state.backlog.append(reading) }
             trimBacklog(&state)
-            guard !state.drainScheduled, !state.waitingForRetry else { return .notNeeded }
+            var stall: Duration?
+            if !state.stallReported, let duration = stalled(state, at: now) {
+                state.stallReported = true
+                stall = duration
+            }
+            // Not if a drain is scheduled already or the retry timer will start one.
+            guard !state.drainScheduled, !state.waitingForRetry else { return (false, stall) }
             state.drainScheduled = true
-            return state.syncing ? .neededWhileSyncing : .needed
+            return (true, stall)
         }
+        if drainNeeded { queue.async { self.drain() } }
+        if let stall {
+            tellStall(.stalled(
+                "\(stallText(stall)); readings wait in memory (at most \(maxBacklog), the oldest dropped beyond) until it does"))
+        }
+    }
+
+    private func tellStall(_ report: DiskStall) {
+        if let onStall { onStall(report) } else { onError(report.message) }
     }
 
     /// Writes everything pending and fsyncs, synchronously (e.g. on SIGTERM).
@@ -244,7 +296,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         for reading in batch { entries.append(.reading(reading)) }
 
         do {
-            try log.write(entries)
+            try onDisk { try log.write(entries) }
             let lastSeq = log.lastSeq
             let more = state.withLock { (state: inout State) -> Bool in
                 state.inFlight = 0
@@ -307,16 +359,35 @@ public final class ReadingRecorder: @unchecked Sendable {
         syncTimer?.cancel()
         syncTimer = nil
         guard !logClosed else { return }
-        state.withLock { state in state.syncing = true }
-        defer { state.withLock { state in state.syncing = false } }
         do {
-            try log.sync()
+            try onDisk { try log.sync() }
         } catch {
             let message = "cannot sync readings in \(log.directory): \(error)"
             state.withLock { state in state.lastError = message }
             report(message)
         }
         reportRestorations()
+    }
+
+    /// Runs one write or fsync, marked as running for `stalled`; tells when
+    /// one reported as stalled returns.
+    @discardableResult
+    private func onDisk<T>(_ body: () throws -> T) rethrows -> T {
+        let started = ContinuousClock.now
+        state.withLock { state in state.diskBusySince = started }
+        defer {
+            let (wasReported, pending) = state.withLock { (state: inout State) -> (Bool, Int) in
+                let wasReported = state.stallReported
+                state.diskBusySince = nil
+                state.stallReported = false
+                return (wasReported, state.backlog.count)
+            }
+            if wasReported {
+                let seconds = (ContinuousClock.now - started).components.seconds
+                tellStall(.answered("the disk answered again after \(seconds)s; \(pending) readings waiting are written next"))
+            }
+        }
+        return try body()
     }
 
     /// Each file the log wrote back after someone removed it, told once and

@@ -64,6 +64,14 @@ public enum DaemonRunner {
                 logger.error(
                     "readings log: \(path) was removed while Tether appended to it; its readings were written back to a new file of that name",
                     metadata: ["event": "readings-restored", "file": "\(path)"])
+            },
+            onStall: { report in
+                switch report {
+                case .stalled(let message):
+                    logger.error("readings log: \(message)", metadata: ["event": "readings-disk-stalled"])
+                case .answered(let message):
+                    logger.notice("readings log: \(message)", metadata: ["event": "readings-disk-answered"])
+                }
             }
         ) { message in
             logger.error("readings log: \(message)", metadata: ["event": "reading-gap"])

@@ -19,7 +19,8 @@ struct StatusCommand: AsyncParsableCommand {
             Reads the properties of io.tether.Tether1 on the system bus (anyone may). With --json, prints \
             one JSON object with stable keys: instance, running, state, device, adapter, connected_since, \
             connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, readings_pending \
-            (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes, \
+            (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes or \
+            that the disk has not answered one for 5 s, \
             while it does), reconnects, \
             window_attempt, next_attempt_in_seconds, last_error, and forwarder (times in UTC ISO 8601; null when \
             not applicable). The forwarder's state (tether forward) is read from its files in \
@@ -137,7 +138,7 @@ struct StatusReport {
             row("last reading", "none since start")
         }
         if let error = s.readingsError {
-            row("readings", "NOT STORED: \(error); \(s.readingsPending) waiting in memory, retried every second")
+            row("readings", "NOT STORED: \(error); \(s.readingsPending) waiting in memory until the disk takes them")
         }
         if s.readingsDropped > 0 {
             row("readings lost", "\(s.readingsDropped) since start: the disk refused writes for longer than memory held them (gap records in the log)")

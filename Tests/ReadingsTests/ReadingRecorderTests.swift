@@ -24,6 +24,48 @@ final class FailingDisk: @unchecked Sendable {
     }
 }
 
+/// A disk whose next write does not return until released: a frozen file
+/// system, an SD card stalled in its own garbage collection.
+final class HangingDisk: @unchecked Sendable {
+    private let lock = NSLock()
+    private var hangNext = false
+    private var wasReleased = false
+    private let entered = DispatchSemaphore(value: 0)
+    private let release = DispatchSemaphore(value: 0)
+
+    /// The next write hangs until `releaseWrite()`.
+    func hangNextWrite() { lock.withLock { hangNext = true } }
+
+    /// Waits until a write is hanging.
+    func waitUntilHanging() -> Bool { entered.wait(timeout: .now() + 10) == .success }
+
+    func releaseWrite() {
+        lock.withLock { wasReleased = true }
+        release.signal()
+    }
+
+    var released: Bool { lock.withLock { wasReleased } }
+
+    func install(on log: ReadingLog) {
+        log.writeCall = { [self] fd, bytes in
+            if lock.withLock({ () -> Bool in defer { hangNext = false }; return hangNext }) {
+                entered.signal()
+                release.wait()
+            }
+            return LogFileSystem.systemWrite(fd, bytes)
+        }
+    }
+}
+
+/// Collects `onStall` reports.
+final class StallLog: @unchecked Sendable {
+    private let lock = NSLock()
+    private var stored: [ReadingRecorder.DiskStall] = []
+
+    func append(_ report: ReadingRecorder.DiskStall) { lock.withLock { stored.append(report) } }
+    var reports: [ReadingRecorder.DiskStall] { lock.withLock { stored } }
+}
+
 /// Collects `onError` messages.
 final class ErrorLog: @unchecked Sendable {
     private let lock = NSLock()
@@ -111,6 +153,62 @@ struct ReadingRecorderTests {
         #expect(try ReadingLog.readRecords(directory: dir.path).count == 1)
         #expect(recorder.stats.written == 1)
         recorder.close()
+    }
+
+    /// The daemon's event loop hands in each turn's readings and polls the
+    /// dongle: a write that hangs must hold neither, or the dongle falls
+    /// asleep. (Before, the turn's write(2) ran on the caller's thread.)
+    @Test func aHungDiskNeverHoldsTheCallerAndIsShownUntilItAnswers() async throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        let disk = HangingDisk()
+        disk.install(on: log)
+        let stalls = StallLog(), errors = ErrorLog()
+        let recorder = ReadingRecorder(
+            log: log, flushInterval: .seconds(60), maxBacklog: 1000, retryInterval: .seconds(3600),
+            stallLimit: .milliseconds(200), onStall: stalls.append, onError: errors.append)
+        disk.hangNextWrite()
+        // Released from elsewhere after 3 s, so that a recorder that writes on
+        // the caller's thread fails this test instead of hanging it.
+        let releaser = Thread { Thread.sleep(forTimeInterval: 3); if !disk.released { disk.releaseWrite() } }
+        releaser.start()
+        recorder.write([testReading(0)])
+        #expect(disk.waitUntilHanging(), "the first write never reached the disk")
+        for number in 1...100 { recorder.write([testReading(number)]) }
+        #expect(!disk.released, "handing in readings waited for the hung write")
+        #expect(recorder.stats.pending == 101)
+        #expect(recorder.stats.lastError == nil, "not stalled yet: 200 ms have not passed")
+
+        // Past the limit: shown by the stats, and told once by the next turn.
+        #expect(await eventually { recorder.stats.lastError != nil })
+        let shown = try #require(recorder.stats.lastError)
+        #expect(shown.hasPrefix("the disk has not answered a write in \(dir.path) for "), "\(shown)")
+        recorder.write([testReading(101)])
+        recorder.write([testReading(102)])
+        let told = stalls.reports
+        #expect(told.count == 1, "\(told)")
+        if case .stalled(let message)? = told.first {
+            #expect(message.contains("readings wait in memory (at most 1000"), "\(message)")
+        } else {
+            Issue.record("not told as stalled: \(told)")
+        }
+
+        // The disk answers: everything is written in order, and that is told.
+        if !disk.released { disk.releaseWrite() }
+        #expect(await eventually { recorder.stats.written == 103 })
+        #expect(recorder.stats.lastError == nil && recorder.stats.pending == 0)
+        #expect(stalls.reports.count == 2)
+        if case .answered(let message)? = stalls.reports.last {
+            #expect(message.hasPrefix("the disk answered again after "), "\(message)")
+        } else {
+            Issue.record("the answer not told: \(stalls.reports)")
+        }
+        #expect(errors.messages.isEmpty, "\(errors.messages)")
+        recorder.close()
+        let records = try ReadingLog.readRecords(directory: dir.path)
+        #expect(records.map(\.seq) == Array(1...103))
+        #expect(records.compactMap(readingNumber) == Array(0...102))
     }
 
     @Test func failingDiskKeepsBacklogThenWritesGapAndBacklogInOrder() throws {

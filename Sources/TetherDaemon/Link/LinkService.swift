@@ -97,8 +97,16 @@ public final class LinkService: @unchecked Sendable {
     /// this link only.
     private var notifyReaders: [ObjectPath: NotificationSocketReader] = [:]
     private var deviceAddress: String
-    /// Readings taken this loop turn, written in one batch at its end.
+    /// Readings taken and not yet handed to the recorder: this turn's, and
+    /// in a dense stream those of the turns since the last hand-off (see
+    /// `handOffSpacing`).
     private var turnReadings: [Reading] = []
+    /// The arrival time of the last reading taken this turn, if any.
+    private var lastTakenThisTurn: Date?
+    /// When readings were last handed to the recorder, and the loop timer
+    /// that hands in the ones held since.
+    private var lastHandOff: MonotonicInstant?
+    private var handOffTimer: EventLoop.TimerID?
     /// A notification arrived this loop turn: the supervisor hears of it
     /// once, at the turn's end (its silence limit looks at the last one).
     private var notifiedThisTurn = false
@@ -230,6 +238,8 @@ public final class LinkService: @unchecked Sendable {
         flushPendingDrop(why: "the daemon stopped before the kernel said why")
         closeNotifyReaders()
         writeTurnReadings()
+        if let handOffTimer { loop.cancelTimer(handOffTimer) }
+        handOffTimer = nil
         if let turnEndHook { loop.removeTurnEndHook(turnEndHook) }
         turnEndHook = nil
         closeManagementSocket()
@@ -320,20 +330,33 @@ public final class LinkService: @unchecked Sendable {
     /// unless a dense stream of notifications is flowing.
     private func take(_ reading: Reading) {
         turnReadings.append(reading)
+        lastTakenThisTurn = reading.receivedAt
         loop.noteBusy()
     }
 
-    /// At the end of each loop turn: this turn's readings, in one write.
+    /// Readings go to the recorder's queue at most this often: each hand-off
+    /// wakes its thread, and a dense stream (a turn every 4 ms, see
+    /// `loadModeration`) would wake it every turn. A quiet stream's readings
+    /// (turns further apart) are handed in at once; held ones wait at most
+    /// this long, on a loop timer.
+    static let handOffSpacing: Duration = .milliseconds(25)
+
+    /// At the end of each loop turn: the supervisor hears of the turn's data,
+    /// and the readings held go to the recorder in one batch, unless the last
+    /// batch went less than `handOffSpacing` ago.
     private func writeTurnReadings() {
         if notifiedThisTurn {
             notifiedThisTurn = false
             if !stopping { dataArrived() }
         }
-        guard let last = turnReadings.last else { return }
-        recorder.write(turnReadings)
-        turnReadings.removeAll(keepingCapacity: true)
-        shared.withLock { $0.lastReadingAt = last.receivedAt }
-        metrics?.readingsTaken(lastAt: last.receivedAt)
+        guard let last = lastTakenThisTurn else {
+            handOffReadings()
+            return
+        }
+        lastTakenThisTurn = nil
+        handOffReadings()
+        shared.withLock { $0.lastReadingAt = last }
+        metrics?.readingsTaken(lastAt: last)
         if !anyReadingWritten {
             // STATUS= said "no reading yet": say otherwise now, not at the
             // next watchdog tick (up to 15 s later). Later readings only age
@@ -341,6 +364,23 @@ public final class LinkService: @unchecked Sendable {
             anyReadingWritten = true
             publishIfChanged([])
         }
+    }
+
+    private func handOffReadings() {
+        guard !turnReadings.isEmpty else { return }
+        let now = MonotonicInstant.now
+        if !stopping, let previous = lastHandOff, previous.duration(to: now) < Self.handOffSpacing {
+            if handOffTimer == nil {
+                // Its turn ends with this hook, which then hands them in.
+                handOffTimer = loop.schedule(at: previous + Self.handOffSpacing) { [unowned self] in handOffTimer = nil }
+            }
+            return
+        }
+        if let handOffTimer { loop.cancelTimer(handOffTimer) }
+        handOffTimer = nil
+        recorder.write(turnReadings)
+        turnReadings.removeAll(keepingCapacity: true)
+        lastHandOff = now
     }
 
     // MARK: bluetoothd's view

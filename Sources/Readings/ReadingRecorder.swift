@@ -56,7 +56,8 @@ public final class ReadingRecorder: @unchecked Sendable {
         public var dropped: UInt64
         /// Gap records written to the log (each accounts for a run of dropped readings).
         public var gapRecords: UInt64
-        /// The last write or sync error, cleared by the next successful write.
+        /// The last write or sync error, cleared by the next successful write;
+        /// while a write or fsync has not returned for `stallLimit`, that.
         public var lastError: String?
 
         public init(
@@ -167,23 +168,24 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     public var stats: Stats {
-        let now = ContinuousClock.now
-        return state.withLock { state in
+        state.withLock { state in
             Stats(
                 written: state.written,
                 lastSeq: state.lastSeq,
                 pending: state.backlog.count + state.inFlight,
                 dropped: state.dropped,
                 gapRecords: state.gapRecords,
-                lastError: stalled(state, at: now).map(stallText) ?? state.lastError
+                lastError: stalled(state).map(stallText) ?? state.lastError
             )
         }
     }
 
-    /// How long the running write or fsync has taken, once past `stallLimit`.
-    private func stalled(_ state: State, at now: ContinuousClock.Instant) -> Duration? {
-        guard let since = state.diskBusySince, now - since >= stallLimit else { return nil }
-        return now - since
+    /// How long the running write or fsync has taken, once past `stallLimit`
+    /// (the clock is read only while one runs: not on every hand-in).
+    private func stalled(_ state: State) -> Duration? {
+        guard let since = state.diskBusySince else { return nil }
+        let duration = ContinuousClock.now - since
+        return duration >= stallLimit ? duration : nil
     }
 
     private func stallText(_ duration: Duration) -> String {
@@ -205,13 +207,12 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     private func hand(_ readings: some Sequence<Reading>) {
-        let now = ContinuousClock.now
         let (drainNeeded, stall) = state.withLock { (state: inout State) -> (Bool, Duration?) in
             guard !state.closed else { return (false, nil) }
             for reading in readings { state.backlog.append(reading) }
             trimBacklog(&state)
             var stall: Duration?
-            if !state.stallReported, let duration = stalled(state, at: now) {
+            if !state.stallReported, let duration = stalled(state) {
                 state.stallReported = true
                 stall = duration
             }

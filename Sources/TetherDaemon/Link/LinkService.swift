@@ -349,12 +349,9 @@ public final class LinkService: @unchecked Sendable {
             notifiedThisTurn = false
             if !stopping { dataArrived() }
         }
-        guard let last = lastTakenThisTurn else {
-            handOffReadings()
-            return
-        }
-        lastTakenThisTurn = nil
         handOffReadings()
+        guard let last = lastTakenThisTurn else { return }
+        lastTakenThisTurn = nil
         shared.withLock { $0.lastReadingAt = last }
         metrics?.readingsTaken(lastAt: last)
         if !anyReadingWritten {

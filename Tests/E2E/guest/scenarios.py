@@ -1551,9 +1551,17 @@ def usb_stack_up(stack):
 
 
 def usb_back(address, since, timeout=40):
-    """(index, seconds) once a btusb controller with `address` is initialised again."""
+    """(index, seconds) once a btusb controller with `address` is initialised
+    again: the kernel knows its address (read early in its initialisation)
+    and bluetoothd lists it (announced once the initialisation ended). A step
+    that followed at the address alone took the controller off the bus in
+    the middle of its initialisation."""
+    deadline = since + timeout
     index = wait_until(lambda: usb_index(address), timeout, step=0.25)
-    return index, (round(time.monotonic() - since, 1) if index is not None else None)
+    if index is None or not wait_until(lambda: address in bluetoothctl_list(),
+                                       max(deadline - time.monotonic(), 0.5), step=0.25):
+        return None, None
+    return index, round(time.monotonic() - since, 1)
 
 
 def escalation_steps(stack, since):

@@ -185,7 +185,13 @@ class Gadget:
         os.write(self.ep0, descriptors())
         os.write(self.ep0, strings())
         # The endpoint files exist once the strings are in.
-        self.eps = {name: os.open(self.ffs_dir / name, os.O_RDWR) for name in ("ep1", "ep2", "ep3")}
+        # The IN endpoints (events, ACL to the host) are non-blocking: a
+        # blocking write on a disabled endpoint waits for the next ENABLE and
+        # then delivers what the last enumeration queued (a Command Complete
+        # for a command the new one never sent). Non-blocking, it says EAGAIN
+        # and the writer drops the packet once a DISABLE has passed.
+        self.eps = {name: os.open(self.ffs_dir / name, os.O_RDWR | (os.O_NONBLOCK if name != "ep3" else 0))
+                    for name in ("ep1", "ep2", "ep3")}
         udcs = sorted(os.listdir("/sys/class/udc"))
         if not udcs:
             raise RuntimeError("no UDC in /sys/class/udc (dummy_hcd not loaded?)")
@@ -216,12 +222,12 @@ class Bridge:
         self.next_address = None
         self.ignore_resets = 1 if ignore_first_reset else 0
         self.controller = None
-        self.generation = 0  # one per ENABLE: what an older one queued is dropped
+        self.generation = 0  # bumped at each ENABLE and DISABLE: what an older one queued is dropped
         self.answering = True
         self.enabled = False
         self.suspended = False
         self.counts = {"enables": 0, "disables": 0, "commands": 0, "ignored": 0, "events": 0, "acl_in": 0,
-                       "acl_out": 0, "stalls": 0, "suspends": 0, "write_errors": 0}
+                       "acl_out": 0, "stalls": 0, "suspends": 0, "write_errors": 0, "dropped_stale": 0}
         self.events_out = queue.Queue()
         self.acl_out = queue.Queue()
         self.acl_buffer = b""
@@ -278,15 +284,20 @@ class Bridge:
         source = self.events_out if name == "ep1" else self.acl_out
         while True:
             generation, packet = source.get()
-            if generation != self.generation:
-                continue  # from before a reset
-            try:
-                os.write(fd, packet)
-                if self.trace and name == "ep1":
-                    self.later(say, f"event {packet[:1].hex()} ({len(packet)} bytes) written")
-            except OSError as error:  # ESHUTDOWN: disabled under it
-                self.counts["write_errors"] += 1
-                self.later(say, f"{name} write failed: {error}")
+            while generation == self.generation:  # else from before a reset, a detach
+                try:
+                    os.write(fd, packet)
+                    if self.trace and name == "ep1":
+                        self.later(say, f"event {packet[:1].hex()} ({len(packet)} bytes) written")
+                    break
+                except BlockingIOError:  # not enabled (yet, or any more: then DISABLE comes)
+                    time.sleep(0.005)
+                except OSError as error:  # ESHUTDOWN: disabled under it
+                    self.counts["write_errors"] += 1
+                    self.later(say, f"{name} write failed: {error}")
+                    break
+            else:
+                self.counts["dropped_stale"] += 1
 
     def bulk_reader(self, name):
         fd = self.gadget.eps[name]

@@ -9,6 +9,7 @@ import Glibc
 import Musl
 #endif
 import Readings
+import Systemd
 import TetherDaemon
 
 struct StatusCommand: AsyncParsableCommand {
@@ -118,7 +119,8 @@ struct StatusReport {
     func text() -> String {
         var lines: [String] = []
         func row(_ label: String, _ value: String) {
-            lines.append("  " + label.padded(to: 14) + value)
+            // An error text from a peer stays in its row.
+            lines.append("  " + label.padded(to: 14) + PlainLogLine.escaped(value))
         }
         guard let s = status else {
             lines.append("tether (\(instance)): not running")

@@ -126,6 +126,33 @@ import Testing
         #expect(written == "tether-test: ERROR journal gone device=sensor-1 event=probe\ntether-test: INFO still logging\n")
     }
 
+    @Test func aPlainLineStaysOneLineWhateverAPeerPutsInTheMessage() async throws {
+        // bluetoothd's UnknownObject comes with libdbus's text, which ends in
+        // a newline: it split a line of `make e2e`'s log in two.
+        let directory = try TemporaryDirectory("tether-journal")
+        defer { directory.remove() }
+        let fallbackPath = directory.path + "/fallback.log"
+        let fallback = open(fallbackPath, O_WRONLY | O_CREAT | O_CLOEXEC, 0o600)
+        try #require(fallback >= 0)
+        defer { close(fallback) }
+        let logger = logger(to: directory.path + "/missing.socket", fallback: fallback)
+
+        let error = "org.freedesktop.DBus.Error.UnknownObject: Method \"Connect\" doesn't exist\n"
+        logger.warning("attempt 1 failed: \(error)", metadata: ["error": "\(error)", "peer": "a\rb\u{1b}[2Jc"])
+        logger.notice("forged?\ntether-test: ERROR event=fake")
+        JournalLogHandler.flush()
+
+        let written = try String(contentsOfFile: fallbackPath, encoding: .utf8)
+        #expect(written == """
+            tether-test: WARNING attempt 1 failed: org.freedesktop.DBus.Error.UnknownObject: Method "Connect" doesn't exist \
+            error=org.freedesktop.DBus.Error.UnknownObject: Method "Connect" doesn't exist peer=a\\rb\\u{1b}[2Jc
+            tether-test: NOTICE forged?\\ntether-test: ERROR event=fake
+
+            """)
+        #expect(PlainLogLine.escaped("tab\there\u{7f}\u{85} end \t\n") == "tab\\there\\u{7f}\\u{85} end")
+        #expect(PlainLogLine.escaped("plain") == "plain")
+    }
+
     @Test func fallbackIsPerEntrySoTheJournalIsUsedAgainWhenItReturns() async throws {
         let directory = try TemporaryDirectory("tether-journal")
         defer { directory.remove() }

@@ -40,9 +40,10 @@ public struct StderrLogHandler: LogHandler {
 
     public func log(event: LogEvent) {
         let merged = mergedMetadata(for: event)
-        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padded(to: 9))\(event.message)"
+        // One line whatever the message or a value holds (PlainLogLine.escaped).
+        var line = "\(Self.timestamp()) \(event.level.rawValue.uppercased().padded(to: 9))\(PlainLogLine.escaped(event.message.description))"
         for (key, value) in merged.sorted(by: { $0.key < $1.key }) {
-            line += " \(key)=\(value)"
+            line += " \(PlainLogLine.escaped(key))=\(PlainLogLine.escaped(value.description))"
         }
         line += "\n"
         let bytes = Array(line.utf8)

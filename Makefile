@@ -209,6 +209,7 @@ dst: deps
 DST_BUGS += INPROGRESS_NOT_CANCELLED      # Sources/BlueZLinkFailure/LinkFailure+BlueZError.swift
 DST_BUGS += WINDOW_WITHOUT_ATTEMPT_BOUND  # Sources/LinkSupervisor/ReconnectPolicy.swift
 DST_BUGS += LINK_READY_IGNORES_GATT       # Sources/LinkSupervisor/LinkObservation.swift
+DST_BUGS += CONNECTS_REMOVED_OBJECT       # Sources/LinkSupervisor/Supervisor.swift
 DST_BUGS += WRITE_NOT_ROLLED_BACK         # Sources/Readings/ReadingLog.swift
 DST_BUGS += SEQ_REUSED_AFTER_RESTART      # Sources/Readings/ReadingLog.swift
 DST_BUGS += TORN_TAIL_KEPT                # Sources/Readings/LogTailRecovery.swift

@@ -5,7 +5,8 @@ extension LinkFailure {
     /// A BlueZ error as the supervisor sees it: its disposition becomes the
     /// failure's kind (`needsCancel` is what makes the supervisor send
     /// Device1.Disconnect before the next attempt), and whether it points at
-    /// a stale device object travels with it.
+    /// a stale device object, or at one bluetoothd no longer has, travels
+    /// with it.
     ///
     /// Its own module so that the daemon's adapter layer (`ActionLane`) and
     /// the deterministic simulation run the same mapping.
@@ -20,6 +21,6 @@ extension LinkFailure {
         #endif
         case .fatal: .fatal
         }
-        self.init(kind, error.description, staleDevice: error.pointsAtStaleDevice)
+        self.init(kind, error.description, staleDevice: error.pointsAtStaleDevice, deviceGone: error.isUnknownObject)
     }
 }

@@ -31,7 +31,8 @@ public enum Invariant: String, CaseIterable, Sendable {
         case .callOrder:
             "toward bluetoothd: no Connect while one of this process is pending; after a Connect answered with a "
                 + "needs-cancel error (InProgress), a Disconnect before the next Connect; no Connect while the supervisor "
-                + "saw bluetoothd away or the adapter unusable; StartNotify only on a link seen connected, resolved and "
+                + "saw bluetoothd away or the adapter unusable, nor on a device object it removed (RemoveDevice answered) before "
+                + "bluetoothd signalled the removal; StartNotify only on a link seen connected, resolved and "
                 + "with its characteristics; keep-alive writes only while subscribed"
         case .boundedActions:
             "at most \(Self.maximumCallsPerSecond) calls to bluetoothd in any whole simulated second (no busy loop)"

@@ -15,6 +15,9 @@ struct InvariantChecker {
     private var seen = LinkObservation()
     /// A Connect was answered with a needs-cancel error; no Disconnect since.
     private var cancelOwed: String?
+    /// The supervisor was told its RemoveDevice succeeded; no observation
+    /// without the device since (bluetoothd's InterfacesRemoved).
+    private var removalAnswered = false
     /// The supervisor has been subscribed (waiting-for-data or online) since.
     private var subscribedSince: Duration?
     private var lastPollAt: Duration = .zero
@@ -37,6 +40,7 @@ struct InvariantChecker {
     mutating func processStarted(_ simulation: Simulation) {
         seen = LinkObservation()
         cancelOwed = nil
+        removalAnswered = false
         subscribedSince = nil
         lastDataAt = nil
         lastAttempt = 0
@@ -52,7 +56,10 @@ struct InvariantChecker {
 
     mutating func willHandle(_ event: SupervisorEvent, _ simulation: Simulation) {
         switch event {
-        case .observed(let observation): seen = observation
+        case .observed(let observation):
+            seen = observation
+            if !observation.devicePresent { removalAnswered = false }
+        case .removeDeviceFinished(.success): removalAnswered = true
         case .dataReceived: lastDataAt = simulation.now
         case .reconnectRequested: lastAttempt = 0  // a person's request starts a fresh window
         default: break
@@ -94,6 +101,8 @@ struct InvariantChecker {
                 simulation.violated(.callOrder, "Connect #\(id) without a Disconnect after a Connect answered \(owed)")
             } else if !seen.bluezPresent || !seen.adapterPresent || !seen.adapterPowered {
                 simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
+            } else if removalAnswered, !simulation.world.deviceObject {
+                simulation.violated(.callOrder, "Connect #\(id) on the device object its RemoveDevice removed, before bluetoothd's InterfacesRemoved")
             }
         case .subscribe(let id):
             countCall(simulation)

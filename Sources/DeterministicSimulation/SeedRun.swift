@@ -55,6 +55,8 @@ public struct SimulationSummary: Sendable {
     public var checks = [Int](repeating: 0, count: Invariant.allCases.count)
     public var readings: UInt64 = 0
     public var longestRecovery: Duration = .zero
+    /// The seed of `longestRecovery`, to replay it.
+    public var longestRecoverySeed: UInt64?
 
     public init() {}
 
@@ -64,7 +66,10 @@ public struct SimulationSummary: Sendable {
         for index in faults.indices { faults[index] += result.faults[index] }
         for index in checks.indices { checks[index] += result.checks[index] }
         readings += result.readings
-        longestRecovery = max(longestRecovery, result.longestRecovery)
+        if result.longestRecovery > longestRecovery {
+            longestRecovery = result.longestRecovery
+            longestRecoverySeed = result.seed
+        }
     }
 
     /// The summary as text; no wall-clock figure (those are the caller's).
@@ -74,7 +79,8 @@ public struct SimulationSummary: Sendable {
             "seeds run: \(seeds)",
             "simulated time: \(simulated.simulationStamp) (\(days) days, \(String(format: "%.2f", Double(days) / 365.25)) years)",
             "readings delivered and checked: \(readings)",
-            "longest recovery after the last fault cleared: \(longestRecovery.simulationStamp)",
+            "longest recovery after the last fault cleared: \(longestRecovery.simulationStamp)"
+                + (longestRecoverySeed.map { " (seed \($0))" } ?? ""),
             "faults injected: \(faults.reduce(0, +))",
         ]
         for (name, count) in zip(DeterministicSimulation.faultNames, faults) { lines.append("  \(name): \(count)") }

@@ -39,6 +39,7 @@ extension Simulation {
         schedule(.advertisement(generation: generation), after: random.duration(.milliseconds(500) ... .seconds(3)))
         guard world.adapterUsable, world.dongleReachable, !world.connected else { return }
         if !world.deviceObject {
+            signalRemoval()
             world.deviceObject = true
             world.staleObject = false
             record(.world("discovery found the dongle: a new device object"))

@@ -76,6 +76,7 @@ extension Simulation {
             record(.faultStarts(kind, "hci\(world.adapterIndex) removed"))
             world.adapterPresent = false
             world.deviceObject = false
+            world.removalUnsignalled = false
             adapterOff("controller removed")
             beginOngoing(kind, for: lasting(.milliseconds(500) ... .seconds(10)))
         case .dongleAsleep:

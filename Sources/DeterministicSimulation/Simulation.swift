@@ -158,6 +158,8 @@ final class Simulation {
             dongleBurst()
         case .advertisement(let generation):
             advertisement(generation: generation)
+        case .removalSignalled:
+            signalRemoval()
         case .nextFault:
             injectFault()
         case .faultEnds(let kind):

@@ -19,6 +19,8 @@ enum SimulationEvent {
     case escalationPowerOn(EscalationStep, incarnation: Int)
     case dongleBurst
     case advertisement(generation: UInt64)
+    /// bluetoothd's InterfacesRemoved for the device object it removed.
+    case removalSignalled
     case nextFault
     case faultEnds(FaultKind)
     case tetherStarts

@@ -19,6 +19,10 @@ struct World {
     var adapterIndex = 0
     /// bluetoothd has a Device1 object for the dongle.
     var deviceObject = true
+    /// bluetoothd removed the device object and answered the RemoveDevice,
+    /// and its InterfacesRemoved has not gone out yet (BlueZ sends it from an
+    /// idle callback, after the reply): Tether's view still lists the object.
+    var removalUnsignalled = false
     var connected = false
     var servicesResolved = false
     /// The characteristics Tether needs are exported (false for a moment after the GATT layout changed).
@@ -52,7 +56,7 @@ struct World {
         guard bluezUp else { return LinkObservation() }
         return LinkObservation(
             bluezPresent: true, adapterPresent: adapterPresent, adapterPowered: adapterPresent && adapterPowered,
-            devicePresent: adapterPresent && deviceObject, connected: connected, servicesResolved: servicesResolved,
+            devicePresent: adapterPresent && (deviceObject || removalUnsignalled), connected: connected, servicesResolved: servicesResolved,
             characteristicsReady: servicesResolved && characteristicsReady
         )
     }

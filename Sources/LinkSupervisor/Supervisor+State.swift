@@ -101,8 +101,12 @@ extension Supervisor {
         var start: Duration
         var attempts = 0
         /// A single-shot window (after an escalation, or a cooldown's blind
-        /// attempt): its first failure cools down.
+        /// attempt): its first failure cools down, unless bluetoothd refused
+        /// it for a connect stuck in it (needs-cancel: the attempt never went
+        /// out), which gets one more try after the cancel.
         var blind = false
+        /// The blind attempt was made again after cancelling a stuck connect.
+        var retriedAfterCancel = false
         /// The controller was asked whether it answers, in this window.
         var controllerChecked = false
         /// Failed attempts whose error pointed at a stale device object.
@@ -204,6 +208,14 @@ extension Supervisor {
         /// The device object was removed since the link was last online: the
         /// next exhausted window escalates instead (one removal per outage).
         var removedStaleDevice = false
+        /// bluetoothd has removed the dongle's object (it answered Tether's
+        /// RemoveDevice, or a call on the object with `UnknownObject`) and
+        /// the observation still shows it: its `InterfacesRemoved` comes after
+        /// that reply. The dongle counts as unknown (searching, no connect on
+        /// the gone object, which would only fail and cool down) until an
+        /// observation without the object, an advertisement on it (it is
+        /// back), or the next search check.
+        var deviceObjectGone = false
         /// The last operation id handed out (connect, subscribe, poll).
         var operations = 0
         /// Adapter recovery rounds started since the adapter last stayed

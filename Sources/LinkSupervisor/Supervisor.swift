@@ -16,7 +16,10 @@
 /// - at most one connect, one subscribe and one poll are in flight, each
 ///   tagged with an id held only by the state that waits for it; results
 ///   for anything else are stale and ignored;
-/// - no connect attempt is made while bluetoothd is away or the adapter off;
+/// - no connect attempt is made while bluetoothd is away or the adapter off,
+///   nor on a device object bluetoothd has said is gone (removed at
+///   Tether's request, or answered `UnknownObject`) while the observation
+///   still lists it: that is searching;
 /// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
 ///   and an exhausted window always leads to cooling down or an escalation,
 ///   never to silence;
@@ -232,6 +235,7 @@ public struct Supervisor: Sendable {
     private mutating func observe(_ new: LinkObservation) {
         let old = observation
         observation = new
+        if !new.devicePresent { history.deviceObjectGone = false }
         if new.radioBlock != old.radioBlock {
             actions.append(.report(new.radioBlock == .none ? .radioUnblocked : .radioBlocked(new.radioBlock)))
         }
@@ -268,7 +272,7 @@ public struct Supervisor: Sendable {
             history.adapterUsableSince = now
             attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on")
         case .searching:
-            if new.devicePresent {
+            if deviceKnown {
                 history.searchChecks = 0
                 stopDiscoveryIfRunning()
                 attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd")
@@ -303,12 +307,21 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func dongleAdvertising() {
+        if case .searching = current, history.deviceObjectGone, observation.devicePresent {
+            // An advertisement on the dongle's object after bluetoothd said
+            // it was gone: it has the dongle again.
+            history.deviceObjectGone = false
+            history.searchChecks = 0
+            cancelTimer(.searchCheck)
+            stopDiscoveryIfRunning()
+            return attempt(window: Window(start: now), cause: "the dongle is advertising")
+        }
         guard case .coolingDown(var cooldown) = current else { return }
         let silentSince = cooldown.lastAdvertisement ?? cooldown.listeningSince
         cooldown.lastAdvertisement = now
         current = .coolingDown(cooldown)
         // Seen again after a silence: it woke up (or was woken).
-        guard observation.devicePresent, now - silentSince >= settings.advertisingSilence else { return }
+        guard deviceKnown, now - silentSince >= settings.advertisingSilence else { return }
         cancelTimer(.retry)
         stopDiscoveryIfRunning()
         attempt(window: Window(start: now), cause: "the dongle is advertising")
@@ -316,8 +329,16 @@ public struct Supervisor: Sendable {
 
     // MARK: Attempts
 
+    /// The dongle's object exists for the decisions: observed, and not
+    /// answered for as gone since (`History.deviceObjectGone`).
+    #if DST_BUG_CONNECTS_REMOVED_OBJECT  // planted bug (make dst-selftest): trusts the observation alone
+    private var deviceKnown: Bool { observation.devicePresent }
+    #else
+    private var deviceKnown: Bool { observation.devicePresent && !history.deviceObjectGone }
+    #endif
+
     private mutating func attemptOrSearch(window: Window, cause: String) {
-        if observation.devicePresent {
+        if deviceKnown {
             scheduleAttempt(window: window, cause: cause)
         } else {
             enterSearching(cause: cause)
@@ -353,7 +374,7 @@ public struct Supervisor: Sendable {
             linkGoneQuietly()
             return enter(.waitingForAdapter(offByEscalation: false), "\(cause); but the adapter is not powered")
         }
-        guard observation.devicePresent else { return enterSearching(cause: cause) }
+        guard deviceKnown else { return enterSearching(cause: cause) }
         if history.bondLoss == .removing {
             if observation.deviceBonded {
                 var window = window
@@ -410,12 +431,32 @@ public struct Supervisor: Sendable {
         }
         actions.append(.report(.attemptFailed(attempt: window.attempts, error: failure.description)))
         if cancel { actions.append(.disconnect) }
+        if failure.deviceGone {
+            // Another attempt on the object would only fail the same way:
+            // the dongle is unknown until discovery finds it again (after a
+            // removal Tether asked for, the reply can come before
+            // bluetoothd's InterfacesRemoved).
+            history.deviceObjectGone = observation.devicePresent
+            return enterSearching(cause: "attempt failed: \(failure.description)")
+        }
         checkControllerIfDue(&window)
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)")
         }
         if case .reported(let problem) = history.bondLoss {
             return enterCooldown(cause: problem)
+        }
+        if window.blind, cancel, !window.retriedAfterCancel {
+            // The single shot never went out: a connect stuck in bluetoothd
+            // took its place (InProgress). Cancelled now, it is tried once
+            // more rather than a whole cooldown later, when a dongle that
+            // stopped advertising may be asleep.
+            window.retriedAfterCancel = true
+            let delay = policy.initialBackoff
+            startTimer(.retry, after: delay)
+            return enter(
+                .backingOff(window, attemptAt: now + delay),
+                "attempt failed: \(failure.description); the stuck connect cancelled, trying again in \(delay.roundedText)")
         }
         scheduleAttempt(window: window, cause: "attempt failed: \(failure.description)")
     }
@@ -999,7 +1040,7 @@ public struct Supervisor: Sendable {
     /// not removed yet in this outage, and the config allows it for this device.
     private func shouldRemoveStaleDevice(_ window: Window) -> Bool {
         guard !history.removedStaleDevice, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
-              observation.devicePresent
+              deviceKnown
         else { return false }
         switch settings.staleDeviceRemoval {
         case .never: return false
@@ -1011,12 +1052,17 @@ public struct Supervisor: Sendable {
     }
 
     /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
-    /// the device away and discovery finds it anew; a failure is only told.
+    /// the device away (after this reply: BlueZ sends it from an idle
+    /// callback) and discovery finds it anew; a failure is only told.
     private mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>) {
         guard outstanding.removal else { return }
         outstanding.removal = false
-        if history.bondLoss == .removing, case .success = result { history.bondLoss = .renewed }
-        guard case .failure(let failure) = result else { return }
+        guard case .failure(let failure) = result else {
+            if history.bondLoss == .removing { history.bondLoss = .renewed }
+            // Removed: an attempt on it now would meet UnknownObject.
+            history.deviceObjectGone = observation.devicePresent
+            return
+        }
         actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))
     }
 
@@ -1044,6 +1090,16 @@ public struct Supervisor: Sendable {
     /// from a controller that hears nothing.
     private mutating func searchCheckFired() {
         guard case .searching = current else { return }
+        if history.deviceObjectGone {
+            // bluetoothd never said the object went, yet it still lists it:
+            // not the gone one any more (taken back before its removal was
+            // seen), so it is tried.
+            history.deviceObjectGone = false
+            if observation.devicePresent {
+                stopDiscoveryIfRunning()
+                return attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd again")
+            }
+        }
         history.searchChecks += 1
         requestControllerCheck()
         startTimer(.searchCheck, after: searchCheckDelay)

@@ -18,11 +18,17 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// The error points at a stale device object in bluetoothd (see
     /// `BlueZError.pointsAtStaleDevice`).
     public var staleDevice: Bool
+    /// bluetoothd has no such object any more (`UnknownObject`): the dongle
+    /// is unknown until discovery finds it again, whatever the last
+    /// observation says (bluetoothd sends `InterfacesRemoved` after the
+    /// reply to the `RemoveDevice` that removed it).
+    public var deviceGone: Bool
 
-    public init(_ kind: Kind, _ description: String, staleDevice: Bool = false) {
+    public init(_ kind: Kind, _ description: String, staleDevice: Bool = false, deviceGone: Bool = false) {
         self.kind = kind
         self.description = description
         self.staleDevice = staleDevice
+        self.deviceGone = deviceGone
     }
 }
 

@@ -76,6 +76,9 @@ import Testing
     @Test func oneRemovalPerOutageThenTheUsualCooldown() {
         var link = exhaustedLink()
         link.send(.removeDeviceFinished(.success(())))
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        link.observe(gone)
         link.observe(VirtualLink.down)  // found again, and still refusing
         link.advance(by: .seconds(400))
         #expect(removals(link) == 1)
@@ -103,6 +106,90 @@ import Testing
 
     @Test func otherErrorsDoNotRemoveIt() {
         #expect(removals(exhaustedLink(failure: LinkFailure(.transient, "le-connection-timeout"))) == 0)
+    }
+
+    /// `make e2e`'s stale-device run: the window failed, Tether removed the
+    /// object and reset the controller, and the reset's answer came before
+    /// bluetoothd's InterfacesRemoved (sent from an idle callback after the
+    /// RemoveDevice reply). The escalation's attempt went to the removed
+    /// object, met UnknownObject, and cooled down for the cooldown (15 s
+    /// there) instead of discovering at once.
+    func removingAndResetting() -> VirtualLink {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.hciReset]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(Self.stale)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(removals(link) == 1)
+        #expect(link.state == .escalating)
+        link.clearLog()
+        return link
+    }
+
+    static let gone = LinkFailure(
+        .transient, "org.freedesktop.DBus.Error.UnknownObject: Method \"Connect\" doesn't exist", staleDevice: true, deviceGone: true
+    )
+
+    @Test func theRemovalAnsweredBeforeItsSignalMeansSearchingNotAConnect() {
+        var link = removingAndResetting()
+        link.connectResult = .failure(Self.gone)
+        link.send(.removeDeviceFinished(.success(())))
+        link.send(.escalationFinished(.hciReset, .success(())))
+        // Still listed, but removed: no Connect on it, discovery instead.
+        #expect(link.count { if case .connect = $0 { true } else { false } } == 0)
+        #expect(link.state == .searching)
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        link.observe(gone)
+        #expect(link.state == .searching)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)  // discovery made it anew
+        #expect(link.state == .online)
+    }
+
+    @Test func unknownObjectFromConnectMeansSearchingNotACooldown() {
+        var link = removingAndResetting()
+        link.connectResult = .failure(Self.gone)
+        // The reset's answer first: the blind attempt goes to the object
+        // bluetoothd is removing, and is told it is gone.
+        link.send(.escalationFinished(.hciReset, .success(())))
+        #expect(link.count { if case .connect = $0 { true } else { false } } == 1)
+        #expect(link.state == .searching)
+        #expect(link.supervisor.status.nextAttemptAt == nil)
+        // Another observation that still lists it (the reply, a property)
+        // is no reason to try the gone object again.
+        link.send(.removeDeviceFinished(.success(())))
+        var rssi = VirtualLink.down
+        rssi.deviceBonded = false
+        link.observe(rssi)
+        #expect(link.count { if case .connect = $0 { true } else { false } } == 1)
+        link.connectResult = .success(())
+        link.removedAndFoundAgain()
+        #expect(link.state == .online)
+    }
+
+    @Test func aDeviceObjectNeverSignalledGoneIsTriedAtTheNextSearchCheck() {
+        // bluetoothd made the object anew before its removal reached Tether
+        // (both signals lost in one go, or a removal that was not ours):
+        // the search's controller check is the latest the listing is trusted again.
+        var link = removingAndResetting()
+        link.connectResult = .failure(Self.gone)
+        link.send(.escalationFinished(.hciReset, .success(())))
+        #expect(link.state == .searching)
+        link.connectResult = .success(())
+        link.advance(by: SupervisorTests.settings.searchControllerCheck)
+        #expect(link.state == .online)
+    }
+
+    @Test func anAdvertisementOnTheObjectMeansItIsBack() {
+        var link = removingAndResetting()
+        link.connectResult = .failure(Self.gone)
+        link.send(.escalationFinished(.hciReset, .success(())))
+        #expect(link.state == .searching)
+        link.connectResult = .success(())
+        link.send(.advertising)
+        #expect(link.state == .online)
     }
 
     @Test func aFailedRemovalGoesOnToCooldown() {

@@ -310,6 +310,43 @@ import Testing
         #expect(link.supervisor.status.reconnects == 1)
     }
 
+    @Test func aBlindAttemptRefusedForAStuckConnectIsTriedOnceMoreAfterTheCancel() {
+        // make dst seed 144: the cooldown's blind attempt met InProgress (a
+        // connect stuck in bluetoothd), so it never went out; cooling down
+        // 5 minutes more left the dongle unreached for 9 minutes.
+        func coolingDown() -> VirtualLink {
+            var link = refusingLink(running: .seconds(180))
+            #expect(link.state == .coolingDown)
+            let cooledAt = link.log.last { if case .transition(_, .coolingDown, _) = $0.action { true } else { false } }?.time
+            link.advance(by: (cooledAt ?? .zero) + Self.policy.cooldown - link.now - .milliseconds(1))
+            link.clearLog()
+            return link
+        }
+        var link = coolingDown()
+        let inProgress = LinkFailure(.needsCancel, "org.bluez.Error.InProgress: In Progress")
+        link.connectResult = .failure(inProgress)
+        link.advance(by: .milliseconds(1))  // the blind attempt
+        #expect(link.connectTimes.count == 1)
+        #expect(link.count { $0 == .disconnect } == 1)
+        #expect(link.state == .backingOff)
+        link.connectResult = .success(())
+        link.advance(by: .seconds(1))
+        #expect(link.connectTimes.count == 2)
+        #expect(link.state == .online)
+
+        // Refused so again after the cancel: one retry only, then the cooldown.
+        var stuck = coolingDown()
+        stuck.connectResult = .failure(inProgress)
+        stuck.advance(by: .seconds(2))
+        #expect(stuck.connectTimes.count == 2)
+        #expect(stuck.state == .coolingDown)
+        // Other failures of a blind attempt cool down at once, as before.
+        var refused = coolingDown()
+        refused.advance(by: .seconds(2))
+        #expect(refused.connectTimes.count == 1)
+        #expect(refused.state == .coolingDown)
+    }
+
     @Test func aConnectThatHangsIsCancelledAtTheConnectTimeout() {
         var link = onlineLink()
         link.connectResult = nil

@@ -108,6 +108,11 @@ public struct LinkStatus: Sendable, Equatable {
         default:
             break
         }
+        // Whatever the link does: a reading that is not stored is the
+        // operator's first concern (`systemctl status` shows this line).
+        if let readingsError {
+            text += "; readings NOT STORED (\(readingsPending) waiting in memory): \(readingsError)"
+        }
         return text
     }
 

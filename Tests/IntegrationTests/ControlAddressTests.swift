@@ -1,5 +1,6 @@
 import Configuration
 import DBus
+import FoundationEssentials
 import Testing
 import TetherDaemon
 
@@ -30,5 +31,14 @@ import TetherDaemon
         var broken = status.signalledProperties.merging(status.liveProperties) { $1 }
         broken["State"] = .uint32(1)
         #expect(throws: DBusError.self) { try LinkStatus(properties: broken) }
+    }
+
+    @Test func systemdsStatusLineSaysWhenReadingsAreNotStored() {
+        let now = Date()
+        var status = LinkStatus(state: .online, device: "AA:BB:CC:DD:EE:FF", lastReadingAt: now.addingTimeInterval(-2))
+        #expect(status.summary(now: now) == "online AA:BB:CC:DD:EE:FF, last reading 2s ago")
+        status.readingsPending = 340
+        status.readingsError = "the disk has not answered a write in /var/lib/tether/readings for 9s"
+        #expect(status.summary(now: now) == "online AA:BB:CC:DD:EE:FF, last reading 2s ago; readings NOT STORED (340 waiting in memory): the disk has not answered a write in /var/lib/tether/readings for 9s")
     }
 }

@@ -23,7 +23,11 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public init(_ error: DBusError) {
-        self.init(name: error.name, message: error.message)
+        // libdbus's own texts (UnknownObject's "Method … doesn't exist") end
+        // in a newline, which would end up inside log lines and status.
+        var message = Substring(error.message)
+        while let last = message.last, last.isWhitespace { message = message.dropLast() }
+        self.init(name: error.name, message: String(message))
     }
 
     public static func malformed(_ what: String) -> BlueZError {

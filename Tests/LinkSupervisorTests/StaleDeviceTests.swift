@@ -148,23 +148,28 @@ import Testing
         #expect(link.state == .online)
     }
 
-    @Test func unknownObjectFromConnectMeansSearchingNotACooldown() {
+    /// The reset's answer first: the blind attempt goes to the object
+    /// bluetoothd is removing, and is told it is gone.
+    func searchingAfterUnknownObject(sourceLocation: SourceLocation = #_sourceLocation) -> VirtualLink {
         var link = removingAndResetting()
         link.connectResult = .failure(Self.gone)
-        // The reset's answer first: the blind attempt goes to the object
-        // bluetoothd is removing, and is told it is gone.
         link.send(.escalationFinished(.hciReset, .success(())))
-        #expect(link.count { if case .connect = $0 { true } else { false } } == 1)
-        #expect(link.state == .searching)
-        #expect(link.supervisor.status.nextAttemptAt == nil)
-        // Another observation that still lists it (the reply, a property)
-        // is no reason to try the gone object again.
-        link.send(.removeDeviceFinished(.success(())))
-        var rssi = VirtualLink.down
-        rssi.deviceBonded = false
-        link.observe(rssi)
-        #expect(link.count { if case .connect = $0 { true } else { false } } == 1)
+        #expect(link.count { if case .connect = $0 { true } else { false } } == 1, sourceLocation: sourceLocation)
+        #expect(link.state == .searching, sourceLocation: sourceLocation)
         link.connectResult = .success(())
+        return link
+    }
+
+    @Test func unknownObjectFromConnectMeansSearchingNotACooldown() {
+        var link = searchingAfterUnknownObject()
+        #expect(link.supervisor.status.nextAttemptAt == nil)
+        // Another observation that still lists it (the removal's reply, any
+        // change) is no reason to try the gone object again.
+        link.send(.removeDeviceFinished(.success(())))
+        var changed = VirtualLink.down
+        changed.disconnectReasonsHeard = true
+        link.observe(changed)
+        #expect(link.count { if case .connect = $0 { true } else { false } } == 1)
         link.removedAndFoundAgain()
         #expect(link.state == .online)
     }
@@ -173,21 +178,13 @@ import Testing
         // bluetoothd made the object anew before its removal reached Tether
         // (both signals lost in one go, or a removal that was not ours):
         // the search's controller check is the latest the listing is trusted again.
-        var link = removingAndResetting()
-        link.connectResult = .failure(Self.gone)
-        link.send(.escalationFinished(.hciReset, .success(())))
-        #expect(link.state == .searching)
-        link.connectResult = .success(())
+        var link = searchingAfterUnknownObject()
         link.advance(by: SupervisorTests.settings.searchControllerCheck)
         #expect(link.state == .online)
     }
 
     @Test func anAdvertisementOnTheObjectMeansItIsBack() {
-        var link = removingAndResetting()
-        link.connectResult = .failure(Self.gone)
-        link.send(.escalationFinished(.hciReset, .success(())))
-        #expect(link.state == .searching)
-        link.connectResult = .success(())
+        var link = searchingAfterUnknownObject()
         link.send(.advertising)
         #expect(link.state == .online)
     }

@@ -33,6 +33,10 @@ public enum BlueZRequest: Sendable, Equatable {
     /// AgentManager1.RequestDefaultAgent(agent): pairings the kernel starts
     /// (a characteristic that needs encryption) go to the default agent.
     case requestDefaultAgent(ObjectPath)
+    /// org.freedesktop.DBus.Peer.Ping: answered by bluetoothd's D-Bus
+    /// library from its main loop, with no radio or kernel work, so no
+    /// answer within `timeout` means that loop is hung.
+    case ping(timeout: Duration)
 }
 
 extension BlueZClient {
@@ -92,6 +96,8 @@ extension BlueZClient {
             (BlueZ.managerPath, BlueZ.agentManagerInterface, "RegisterAgent", [.objectPath(agent), .string(capability)], callTimeout)
         case .requestDefaultAgent(let agent):
             (BlueZ.managerPath, BlueZ.agentManagerInterface, "RequestDefaultAgent", [.objectPath(agent)], callTimeout)
+        case .ping(let timeout):
+            (.root, StandardInterface.peer, "Ping", [], timeout)
         }
     }
 }

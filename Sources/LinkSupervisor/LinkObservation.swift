@@ -4,6 +4,10 @@
 /// state and cannot be missed or double-counted.
 public struct LinkObservation: Sendable, Equatable {
     public var bluezPresent = false
+    /// bluetoothd answers on the bus. False while it owns its name but its
+    /// main loop does not answer (a D-Bus ping unanswered): hung, not gone.
+    /// Nothing reaches the dongle through it then, so it counts as away.
+    public var bluezAnswering = true
     public var adapterPresent = false
     public var adapterPowered = false
     /// The dongle's Device1 object exists.
@@ -48,7 +52,9 @@ public struct LinkObservation: Sendable, Equatable {
         self.characteristicsReady = characteristicsReady
     }
 
-    var adapterUsable: Bool { bluezPresent && adapterPresent && adapterPowered && radioBlock == .none }
+    var adapterUsable: Bool { bluezReachable && adapterPresent && adapterPowered && radioBlock == .none }
+    /// bluetoothd is on the bus and answers.
+    var bluezReachable: Bool { bluezPresent && bluezAnswering }
     #if DST_BUG_LINK_READY_IGNORES_GATT  // planted bug (make dst-selftest): subscribes before the characteristics exist
     var linkReady: Bool { connected && servicesResolved }
     #else

@@ -240,11 +240,11 @@ public struct Supervisor: Sendable {
             actions.append(.report(new.radioBlock == .none ? .radioUnblocked : .radioBlocked(new.radioBlock)))
         }
 
-        if !new.bluezPresent {
+        if !new.bluezReachable {
             if case .waitingForBluez = current { return }
-            if old.bluezPresent { actions.append(.report(.bluezVanished)) }
+            if old.bluezPresent && !new.bluezPresent { actions.append(.report(.bluezVanished)) }
             linkGoneQuietly()
-            return enter(.waitingForBluez, "bluetoothd is not on the bus")
+            return enter(.waitingForBluez, new.bluezPresent ? "bluetoothd does not answer" : "bluetoothd is not on the bus")
         }
         // An escalation switches the adapter off and on itself; it is
         // re-evaluated when the step finishes.
@@ -265,7 +265,7 @@ public struct Supervisor: Sendable {
         switch current {
         case .waitingForBluez:
             if !old.bluezPresent, history.hasBeenOnline { actions.append(.report(.bluezAppeared)) }
-            attemptOrSearch(window: Window(start: now), cause: "bluetoothd is on the bus")
+            attemptOrSearch(window: Window(start: now), cause: old.bluezPresent ? "bluetoothd answers again" : "bluetoothd is on the bus")
         case .waitingForAdapter:
             cancelTimer(.powerOn)
             cancelTimer(.adapterRecovery)
@@ -905,9 +905,9 @@ public struct Supervisor: Sendable {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
         case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))
         }
-        if !observation.bluezPresent {
+        if !observation.bluezReachable {
             linkGoneQuietly()
-            return enter(.waitingForBluez, "bluetoothd is not on the bus")
+            return enter(.waitingForBluez, observation.bluezPresent ? "bluetoothd does not answer" : "bluetoothd is not on the bus")
         }
         if case .adapterRecovery = escalation.purpose { return recoveryStepFinished(escalation) }
         if !observation.adapterUsable, !escalation.remaining.isEmpty, !escalation.reconnectRequested {

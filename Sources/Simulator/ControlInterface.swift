@@ -111,6 +111,10 @@ enum ControlInterface {
                     await simulator.crash(restartAfter: .milliseconds(try call.argument(0).int64 ?? 0))
                     return []
                 },
+                "Hang": .init(in: "u") { call in
+                    await simulator.hang(for: .milliseconds(try call.argument(0).int64 ?? 0))
+                    return []
+                },
                 "ForgetKeys": .init { _ in
                     await simulator.forgetKeys()
                     return []

@@ -1,5 +1,11 @@
 import BlueZ
 import DBus
+import EventLoop
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// bluetoothd coming up, crashing and restarting.
 extension Simulator {
@@ -8,7 +14,7 @@ extension Simulator {
     /// each announced with InterfacesAdded as the real daemon does once it has
     /// read the controller.
     func bringUpBluetoothd() async throws {
-        let bus = try await Bus.connect(address: busAddress)
+        let bus = try await Bus.connect(address: busAddress, on: bluezLoop)
         guard !stopped, bluez == nil else {
             await bus.close()
             return
@@ -48,6 +54,22 @@ extension Simulator {
         await bus.close()
         scheduleRestart(after: delay)
         await publishControl()
+    }
+
+    /// bluetoothd's main loop hangs for `duration` (a deadlock, a blocking
+    /// call), as seen in the field: it keeps its name, so nothing on the bus
+    /// says it is gone, but it answers no call (not even a D-Bus ping), sends
+    /// no signal and passes no GATT traffic: the dongle hears no keep-alive
+    /// and its idle clock runs on. Afterwards it serves what queued.
+    public func hang(for duration: Duration) {
+        guard !stopped, bluez != nil else { return }
+        log.record(.hang) { $0.reason = "\(Int(duration / .milliseconds(1)))" }
+        let (seconds, attoseconds) = duration.components
+        bluezLoop.execute {
+            var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
+            var remaining = timespec()
+            while nanosleep(&request, &remaining) != 0 && errno == EINTR { request = remaining }
+        }
     }
 
     /// Stops bluetoothd cleanly: InterfacesRemoved for every object, then the

@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import EventLoop
 import Foundation
 import Rfkill
 
@@ -44,6 +45,9 @@ public actor Simulator {
 
     /// The current bluetoothd incarnation; nil while "crashed".
     var bluez: Bus?
+    /// bluetoothd's main loop: each incarnation's connection runs on it, and
+    /// only on it, so that holding it hangs bluetoothd alone (`hang(for:)`).
+    let bluezLoop = EventLoop(name: "simulated-bluetoothd")
     var control: Bus?
     /// Bumped whenever bluetoothd goes away, so that work begun by an older
     /// incarnation (a pending Disconnect) does not act on the new one.
@@ -250,6 +254,7 @@ public actor Simulator {
         bluez = nil
         control = nil
         for bus in buses { await bus?.close() }
+        bluezLoop.stop()
         log.close()
     }
 

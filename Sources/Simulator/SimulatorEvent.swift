@@ -77,6 +77,9 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case advertising
         case power
         case crash
+        /// bluetoothd's main loop hangs (reason: for how long, in ms): it
+        /// keeps its name and answers nothing meanwhile.
+        case hang
         /// A graceful bluetoothd restart begins (objects removed, name released).
         case restart
         case restarted

@@ -45,6 +45,9 @@ public struct LinkStatus: Sendable, Equatable {
     /// What is wrong with the controller beyond bluetoothd's view (one that
     /// failed its initialisation, one that moved to another index), if anything.
     public var adapterProblem: String?
+    /// Why bluetoothd cannot be used although it owns its name (it does not
+    /// answer: hung), while that lasts.
+    public var bluezProblem: String?
     /// The dongle refuses its bond and Tether does not (or no longer) pair
     /// again: what an operator must do.
     public var bondProblem: String?
@@ -55,9 +58,10 @@ public struct LinkStatus: Sendable, Equatable {
         readingsError: String? = nil, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
-        bondProblem: String? = nil
+        bondProblem: String? = nil, bluezProblem: String? = nil
     ) {
         self.bondProblem = bondProblem
+        self.bluezProblem = bluezProblem
         self.silenceLimit = silenceLimit
         self.silenceEvents = silenceEvents
         self.lastDisconnectReason = lastDisconnectReason
@@ -105,6 +109,8 @@ public struct LinkStatus: Sendable, Equatable {
             text += ", attempt \(windowAttempt)"
         case .waitingForAdapter:
             if let adapterProblem { text += ": \(adapterProblem)" }
+        case .waitingForBluez:
+            if let bluezProblem { text += ": \(bluezProblem)" }
         default:
             break
         }
@@ -138,6 +144,7 @@ public struct LinkStatus: Sendable, Equatable {
             "LastDisconnectReason": .string(lastDisconnectReason ?? ""),
             "LastDisconnectAt": .uint64(Self.microseconds(lastDisconnectAt)),
             "AdapterProblem": .string(adapterProblem ?? ""),
+            "BluezProblem": .string(bluezProblem ?? ""),
             "BondProblem": .string(bondProblem ?? ""),
         ]
     }
@@ -190,6 +197,7 @@ public struct LinkStatus: Sendable, Equatable {
         lastDisconnectReason = try text("LastDisconnectReason")
         lastDisconnectAt = try instant("LastDisconnectAt")
         adapterProblem = try text("AdapterProblem")
+        bluezProblem = try text("BluezProblem")
         bondProblem = try text("BondProblem")
     }
 

@@ -16,10 +16,13 @@ struct SimulateCommand: AsyncParsableCommand {
             name io.tether.Simulator, object /io/tether/Simulator, interface io.tether.Simulator1:
               DropLink(s reason), Sleep(), Wake(), FailConnects(u count, s error, s message),
               SetConnectLatency(u ms), SetNotifyRate(d per_second), SetAdapterPowered(b),
-              Crash(u restart_after_ms), Restart(u restart_after_ms),
+              Crash(u restart_after_ms), Restart(u restart_after_ms), Hang(u ms),
               HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b),
               RemoveAdapter(), AddAdapter(s name, s address), Rfkill(s blocks), Lockup(b on, b clears_on_power_cycle),
               ForgetKeys()
+            Hang is bluetoothd's main loop hung for that long: it keeps org.bluez but answers nothing \
+            (not even a D-Bus ping), sends no signal and passes no GATT traffic, so the dongle's idle \
+            clock runs on. \
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \
             the link: no notifications, writes without response accepted, no idle sleep; with \
             att_answers true (a Nordic SoftDevice) write requests and reads are answered, with false \

@@ -23,8 +23,10 @@ struct StatusCommand: AsyncParsableCommand {
             (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes or \
             that the disk has not answered one for 5 s, \
             while it does), reconnects, \
-            window_attempt, next_attempt_in_seconds, last_error, and forwarder (times in UTC ISO 8601; null when \
-            not applicable). The forwarder's state (tether forward) is read from its files in \
+            window_attempt, next_attempt_in_seconds, last_error, silence_limit_seconds, silence_events, \
+            last_disconnect_reason, last_disconnect_at, adapter_problem (rfkill, a controller that failed its \
+            initialisation), bond_problem (a bond the dongle refuses), bluez_problem (bluetoothd owns its name \
+            but does not answer: hung), and forwarder (times in UTC ISO 8601; null when not applicable). The forwarder's state (tether forward) is read from its files in \
             --forwarder-state-directory: null when no forwarder ever ran there, else an object with running, \
             connected, broker, since, acknowledged_seq, backlog (records on disk not yet acknowledged), \
             gap_records, last_error and error (why some of it could not be read). \
@@ -149,6 +151,7 @@ struct StatusReport {
         if let reason = s.lastDisconnectReason {
             row("last drop", reason + (s.lastDisconnectAt.map { ", \(LinkStatus.age(now.timeIntervalSince($0))) ago" } ?? ""))
         }
+        if let problem = s.bluezProblem { row("bluetoothd", problem) }
         if let problem = s.adapterProblem { row("adapter", problem) }
         if let problem = s.bondProblem { row("bond", problem) }
         row("reconnects", "\(s.reconnects)")
@@ -230,6 +233,7 @@ struct StatusReport {
                 ("last_disconnect_at", s.lastDisconnectAt.map { quote(Self.iso($0)) } ?? "null"),
                 ("adapter_problem", s.adapterProblem.map(quote) ?? "null"),
                 ("bond_problem", s.bondProblem.map(quote) ?? "null"),
+                ("bluez_problem", s.bluezProblem.map(quote) ?? "null"),
             ]
         }
         fields.append(("forwarder", forwarderJSON()))

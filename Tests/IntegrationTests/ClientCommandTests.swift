@@ -33,7 +33,7 @@ import TetherDaemon
             "last_reading_at", "last_reading_age_seconds", "readings_written", "readings_pending", "readings_dropped",
             "readings_error", "reconnects", "window_attempt",
             "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
-            "last_disconnect_reason", "last_disconnect_at", "adapter_problem", "bond_problem",
+            "last_disconnect_reason", "last_disconnect_at", "adapter_problem", "bond_problem", "bluez_problem",
         ]
         #expect(Set(json.keys) == keys)
         #expect(json["device"] as? String == DaemonHarness.address)

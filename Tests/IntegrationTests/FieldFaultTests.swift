@@ -232,4 +232,36 @@ import Testing
         await harness.stop()
         #expect(state == .waitingForAdapter, "hci0 was asked for, and hci0 is not there")
     }
+
+    @Test func aHungBluetoothdIsToldApartFromRadioTroubleAndLeftWhenItAnswersAgain() async throws {
+        // bluetoothd's main loop hangs: it keeps org.bluez, so the bus says
+        // nothing; before, the keep-alive's timeouts ended in connect
+        // attempts that failed "no connection within 20s" for as long as it
+        // lasted, and status blamed the radio.
+        let harness = try await DaemonHarness()
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        let hung = ContinuousClock.now
+        await harness.simulator.hang(for: .seconds(10))
+        #expect(await harness.waitForState(.waitingForBluez, within: .seconds(9)))
+        let told = ContinuousClock.now
+        let status = try #require(harness.service?.status)
+        #expect(status.bluezProblem?.contains("does not answer") == true, "\(status.bluezProblem ?? "-")")
+        #expect(status.summary().hasPrefix("waiting-for-bluez \(DaemonHarness.address): bluetoothd owns org.bluez but does not answer"), "\(status.summary())")
+        _ = await eventually(timeout: .seconds(2)) { harness.logLines.all.contains { $0.contains("event=bluez-unresponsive") } }
+        #expect(harness.logLines.all.contains { $0.contains("event=bluez-unresponsive") })
+        let attemptsWhileHung = harness.logLines.all.filter { $0.contains("event=reconnect-attempt") }.count
+        // Its end: online again, and readings.
+        #expect(await harness.waitForState(.online, within: .seconds(20)))
+        let back = ContinuousClock.now
+        #expect(harness.service?.status.bluezProblem == nil)
+        _ = await eventually(timeout: .seconds(2)) { harness.logLines.all.contains { $0.contains("event=bluez-answers") } }
+        #expect(harness.logLines.all.contains { $0.contains("event=bluez-answers") })
+        let before = try harness.sequencesOnDisk().count
+        #expect(await eventually(timeout: .seconds(5)) { ((try? harness.sequencesOnDisk().count) ?? 0) > before })
+        print("figure: hung bluetoothd (10 s): waiting-for-bluez \(Self.seconds(hung, told)) s into the hang, online again \(Self.seconds(hung, back)) s after it began; \(attemptsWhileHung) connect attempts logged before it was told")
+        let onDisk = try harness.sequencesOnDisk()
+        await harness.stop()
+        #expect(onDisk.count == Set(onDisk).count, "no reading twice")
+    }
 }

@@ -389,6 +389,32 @@ import Testing
         #expect(link.count { if case .subscribe = $0 { return true } else { return false } } == 1)
     }
 
+    @Test func aBluetoothdThatDoesNotAnswerIsWaitedForLikeOneThatLeft() {
+        // Hung, it keeps its name: no connect, no poll, no escalation while
+        // it does not answer; it is not said to have gone or come back.
+        var link = onlineLink()
+        var hung = VirtualLink.up
+        hung.bluezAnswering = false
+        link.observe(hung)
+        #expect(link.state == .waitingForBluez)
+        #expect(link.log.contains {
+            if case .transition(.online, .waitingForBluez, let cause) = $0.action { cause == "bluetoothd does not answer" } else { false }
+        })
+        #expect(!link.log.contains { $0.action == .report(.bluezVanished) })
+        #expect(link.log.contains { $0.action == .report(.disconnected(unexpected: true)) })
+        link.clearLog()
+        link.advance(by: .seconds(60))
+        #expect(link.log.allSatisfy { if case .transition = $0.action { false } else { true } })
+        #expect(link.connectTimes.isEmpty)
+        #expect(!link.log.contains { if case .poll = $0.action { true } else { false } })
+        link.observe(VirtualLink.up)  // answers again, the link still up
+        #expect(!link.log.contains { $0.action == .report(.bluezAppeared) })
+        #expect(link.log.contains {
+            if case .transition(.waitingForBluez, _, let cause) = $0.action { cause.hasPrefix("bluetoothd answers again") } else { false }
+        })
+        #expect(link.state == .online)
+    }
+
     @Test func unknownDongleIsSearchedForWithDiscovery() {
         var link = VirtualLink(settings: Self.settings)
         link.connectResult = .success(())

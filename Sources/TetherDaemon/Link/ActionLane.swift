@@ -37,6 +37,10 @@ final class ActionLane: @unchecked Sendable {
     var onReading: ((Reading) -> Void)?
     /// A characteristic's notifications now come through this socket (AcquireNotify).
     var onAcquired: ((GattCharacteristic, AcquiredNotifications) -> Void)?
+    /// A call got no reply within its timeout (NoReply): bluetoothd may be
+    /// hung, which the service asks bluetoothd itself. Runs before the
+    /// call's own completion.
+    var onUnanswered: (() -> Void)?
     /// Incremented by `cancelAll`: replies to requests sent before are dropped.
     private var generation = 0
     private var escalation: EscalationInFlight?
@@ -77,6 +81,7 @@ final class ActionLane: @unchecked Sendable {
         let box = LoopBound(completion)
         client.send(request) { [weak self] result in
             guard let self, sent == self.generation else { return }
+            if case .failure(let error) = result, error.name == DBusErrorName.noReply { onUnanswered?() }
             box.value(result)
         }
     }

@@ -59,6 +59,8 @@ public final class LinkService: @unchecked Sendable {
         var lastDisconnectReason: String?
         var lastDisconnectAt: Date?
         var adapterProblem: String?
+        /// Since when bluetoothd has not answered (`BluezLiveness`).
+        var bluezUnansweredSince: MonotonicInstant?
         var stopped = false
     }
 
@@ -85,6 +87,15 @@ public final class LinkService: @unchecked Sendable {
     private let timers: SupervisorTimers
     private let requests: ReconnectRequests
     private var lane: ActionLane!
+    private lazy var liveness = BluezLiveness(
+        loop: loop,
+        ping: { [unowned self] timeout, answered in
+            lane.send(.ping(timeout: timeout)) { result in
+                if case .failure(let error) = result, error.name == DBusErrorName.noReply { answered(false) } else { answered(true) }
+            }
+        },
+        changed: { [unowned self] since in bluezAnsweringChanged(since) }
+    )
     private var monitor: BlueZMonitor!
     private var tree = ObjectTree()
     private var bluezPresent = false
@@ -193,6 +204,7 @@ public final class LinkService: @unchecked Sendable {
             }
             lane.onReading = { [unowned self] reading in take(reading) }
             lane.onAcquired = { [unowned self] characteristic, acquired in read(acquired, of: characteristic) }
+            lane.onUnanswered = { [unowned self] in liveness.callUnanswered() }
             monitor = BlueZMonitor(client: client) { [unowned self] event in apply(event) }
             client.bus.assumeIsolated { bus in
                 bus.setSignalInterceptor { [unowned self] signal in intercept(signal) }
@@ -301,7 +313,12 @@ public final class LinkService: @unchecked Sendable {
                 lastError: s.supervisor.lastError, silenceLimit: config.silenceLimit,
                 silenceEvents: s.supervisor.silenceEvents, lastDisconnectReason: s.lastDisconnectReason,
                 lastDisconnectAt: s.lastDisconnectAt, adapterProblem: s.adapterProblem,
-                bondProblem: s.supervisor.bondProblem
+                bondProblem: s.supervisor.bondProblem,
+                // A signalled property, sent when it changes: no running time in it.
+                bluezProblem: s.bluezUnansweredSince.map { _ in
+                    "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
+                        + "hung; Tether waits for it (`systemctl restart bluetooth` ends this)"
+                }
             )
         }
     }
@@ -383,6 +400,8 @@ public final class LinkService: @unchecked Sendable {
     // MARK: bluetoothd's view
 
     private func apply(_ event: BlueZEvent) {
+        // Anything bluetoothd sends says it runs again (a hang it came out of).
+        if liveness.unansweredSince != nil { liveness.heardFrom() }
         switch event {
         case .valueChanged(let path, let bytes):
             recordValue(path, bytes)
@@ -403,6 +422,7 @@ public final class LinkService: @unchecked Sendable {
             return
         case .serviceAppeared:
             bluezPresent = true
+            forgetBluezLiveness()
             // Agents die with bluetoothd: register (again) before anything
             // else is sent to this one.
             if let agent { lane.registerAgent(agent) }
@@ -415,6 +435,7 @@ public final class LinkService: @unchecked Sendable {
             return
         case .serviceVanished:
             bluezPresent = false
+            forgetBluezLiveness()
         default:
             break
         }
@@ -580,7 +601,33 @@ public final class LinkService: @unchecked Sendable {
         result.observation.radioBlock = radioBlock(adapter: resolution.adapter?.interfaceName)
         result.observation.controllerFailed = resolution.adapter == nil && initCheck.failed != nil
         result.observation.disconnectReasonsHeard = management != nil
+        result.observation.bluezAnswering = liveness.unansweredSince == nil
         return result
+    }
+
+    /// bluetoothd stopped answering, or answers again (`BluezLiveness`).
+    private func bluezAnsweringChanged(_ since: MonotonicInstant?) {
+        let previous = shared.withLock { s in
+            defer { s.bluezUnansweredSince = since }
+            return s.bluezUnansweredSince
+        }
+        if since != nil {
+            report.logger.error(
+                "bluetoothd owns org.bluez but did not answer a D-Bus ping within \(BluezLiveness.pingTimeout.roundedText) after a call to it went unanswered: it is hung, not gone, and nothing reaches the dongle through it; Tether waits for it and asks again every 5 to 10 s (`systemctl restart bluetooth` ends a hang that lasts)",
+                metadata: ["event": "bluez-unresponsive"]
+            )
+        } else if let previous {
+            report.logger.notice(
+                "bluetoothd answers again after \(previous.duration(to: .now).roundedText)", metadata: ["event": "bluez-answers"]
+            )
+        }
+        kernelViewChanged()
+    }
+
+    /// A new bluetoothd (or none): the old one's silence no longer counts.
+    private func forgetBluezLiveness() {
+        liveness.reset()
+        shared.withLock { $0.bluezUnansweredSince = nil }
     }
 
     /// Hands the supervisor the observation if it changed.

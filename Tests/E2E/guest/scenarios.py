@@ -625,6 +625,58 @@ def bluetoothd_kill(stack):
     return recovery(stack, fault, "bluetoothd SIGKILL", in_flight=IN_FLIGHT)
 
 
+def bluetoothd_hang(stack, hang_s=14):
+    """bluetoothd's main loop hangs (SIGSTOP for `hang_s`): it keeps
+    org.bluez, so nothing on the bus says it is gone, but it answers no call
+    and passes no GATT traffic. Tether must tell it apart from radio trouble
+    (its own D-Bus ping unanswered: event=bluez-unresponsive, status
+    waiting-for-bluez with bluez_problem), leave it when bluetoothd answers
+    again (event=bluez-answers), and be online again with readings. The
+    dongle hears no keep-alive meanwhile and sleeps after SLEEP_AFTER, as a
+    real one would; the scenario wakes it if so."""
+    process = stack.guest.children.get("bluetoothd")
+    if process is None or process.poll() is not None:
+        return False, {}, "bluetoothd is not running"
+    stack.drain()
+    injected = time.monotonic()
+    process.send_signal(signal.SIGSTOP)
+    figures, problems = {}, []
+    try:
+        told = stack.tether_log.wait_for(r"event=bluez-unresponsive", hang_s - 1, injected)
+        if told is None:
+            problems.append(f"no event=bluez-unresponsive within {hang_s - 1} s of the hang")
+        else:
+            figures["unresponsive_s"] = round(told[0] - injected, 2)
+            status = stack.tether_status()
+            figures["state"] = status.get("state")
+            if status.get("state") != "waiting-for-bluez" or not status.get("bluez_problem"):
+                problems.append(f"status during the hang: state {status.get('state')}, bluez_problem {status.get('bluez_problem')}")
+        time.sleep(max(0.0, hang_s - (time.monotonic() - injected)))
+    finally:
+        process.send_signal(signal.SIGCONT)
+    resumed = time.monotonic()
+    figures["dongle_at_resume"] = stack.dongle.status()["state"]
+    answers = stack.tether_log.wait_for(r"event=bluez-answers", 15, resumed)
+    if told is not None:
+        if answers is None:
+            problems.append("no event=bluez-answers within 15 s of bluetoothd resuming")
+        else:
+            figures["answers_after_resume_s"] = round(answers[0] - resumed, 2)
+    if figures["dongle_at_resume"] == "asleep":
+        stack.dongle.command("wake")
+    online = stack.state_line("online", 90, resumed)
+    if online is None:
+        return False, figures, "; ".join(problems + [f"not online within 90 s of bluetoothd resuming: {attempt_summary(stack, resumed)}"])
+    figures["online_after_resume_s"] = round(online[0] - resumed, 2)
+    stack.loss_windows.append((injected - IN_FLIGHT, online[0], "bluetoothd hung"))
+    reading = stack.wait_reading_after(online[0], 30)
+    if reading is None:
+        problems.append("online, but readings did not resume")
+    else:
+        figures["reading_after_resume_s"] = round(reading - resumed, 2)
+    return not problems, figures, "; ".join(problems)
+
+
 def adapter_power(stack):
     def fault():
         run(["bluetoothctl", "power", "off"])
@@ -2284,6 +2336,7 @@ SCENARIOS = [
     ("link-drop", link_drop),
     ("fast-link-drop", fast_link_drop),
     ("bluetoothd-kill", bluetoothd_kill),
+    ("bluetoothd-hang", bluetoothd_hang),
     ("adapter-power", adapter_power),
     ("rfkill-soft-block", rfkill_soft_block),
     ("escalation-hci-reset", escalation_hci_reset),

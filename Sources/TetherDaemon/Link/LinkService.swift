@@ -317,7 +317,7 @@ public final class LinkService: @unchecked Sendable {
                 // A signalled property, sent when it changes: no running time in it.
                 bluezProblem: s.bluezUnansweredSince.map { _ in
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
-                        + "hung; Tether waits for it (`systemctl restart bluetooth` ends this)"
+                        + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
                 }
             )
         }
@@ -613,7 +613,7 @@ public final class LinkService: @unchecked Sendable {
         }
         if since != nil {
             report.logger.error(
-                "bluetoothd owns org.bluez but did not answer a D-Bus ping within \(BluezLiveness.pingTimeout.roundedText) after a call to it went unanswered: it is hung, not gone, and nothing reaches the dongle through it; Tether waits for it and asks again every 5 to 10 s (`systemctl restart bluetooth` ends a hang that lasts)",
+                "bluetoothd owns org.bluez but did not answer a D-Bus ping within \(BluezLiveness.pingTimeout.roundedText) after a call to it went unanswered: it is hung, not gone, and nothing reaches the dongle through it; Tether waits for it and asks again every 5 to 10 s (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth` ends it)",
                 metadata: ["event": "bluez-unresponsive"]
             )
         } else if let previous {

@@ -13,6 +13,7 @@ import grp
 import json
 import os
 import re
+import signal
 import struct
 import subprocess
 import sys
@@ -355,6 +356,56 @@ def bluetooth_restart(c):
     return ok, figures, "" if ok else f"restart exit {result.returncode}, vanished seen {bool(vanished)}, online {bool(back)}"
 
 
+def bluetooth_hang(c):
+    """bluetoothd hangs (SIGSTOP on its main PID: it keeps org.bluez and
+    answers nothing). Tether says so (bluez-unresponsive); systemd's
+    watchdog, which the package's bluetooth.service drop-in turns on
+    (bluetoothd pets it from its main loop), kills it within WatchdogSec=10s
+    (SIGABRT, then SIGCONT) and Restart= starts it again; Tether is online
+    again without a restart of its own. The test bed's dongle sleeps after
+    8 s without a keep-alive (a real one, the shipped 30 s): woken if so."""
+    restarts = prop("tether.service", "NRestarts")
+    bluetoothd_restarts = int(prop("bluetooth.service", "NRestarts") or 0)
+    pid = int(prop("bluetooth.service", "MainPID") or 0)
+    if pid <= 0:
+        return False, {}, "bluetooth.service has no main PID"
+    told_before = len(journal("TETHER_EVENT=bluez-unresponsive", unit="tether.service"))
+    vanished_before = len(journal("TETHER_EVENT=bluez-vanished", unit="tether.service"))
+    injected = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    figures, problems = {}, []
+    told = wait_until(lambda: len(journal("TETHER_EVENT=bluez-unresponsive", unit="tether.service")) > told_before, 30)
+    if told:
+        figures["unresponsive_s"] = round(time.monotonic() - injected, 1)
+    else:
+        problems.append("no event=bluez-unresponsive")
+    restarted = wait_until(lambda: int(prop("bluetooth.service", "NRestarts") or 0) > bluetoothd_restarts
+                           and prop("bluetooth.service", "ActiveState") == "active", 60, step=0.5)
+    if restarted:
+        figures["bluetoothd_restarted_s"] = round(time.monotonic() - injected, 1)
+        watchdog = [e for e in journal(unit="bluetooth.service") if "atchdog timeout" in e.get("MESSAGE", "")]
+        figures["watchdog_timeout_logged"] = bool(watchdog)
+        if not watchdog:
+            problems.append("bluetoothd restarted, but systemd logged no watchdog timeout")
+    else:
+        os.kill(pid, signal.SIGCONT)
+        problems.append("systemd did not restart the hung bluetoothd within 60 s")
+    figures["dongle"] = dongle("status").get("state")
+    if figures["dongle"] == "asleep":
+        dongle("wake")
+    back = wait_until(lambda: online() and len(journal("TETHER_EVENT=bluez-vanished", unit="tether.service")) > vanished_before,
+                      120, step=0.2)
+    c.quiet_since = time.monotonic()
+    if back:
+        figures["online_again_s"] = round(c.quiet_since - injected, 1)
+    else:
+        problems.append(f"not online again: {status_text()}")
+    figures["tether_restarts"] = f"{restarts}->{prop('tether.service', 'NRestarts')}"
+    if prop("tether.service", "NRestarts") != restarts:
+        problems.append("tether.service restarted")
+    return not problems, figures, "; ".join(problems)
+
+
 def restart_dongle():
     """The dongle's unit again, its numbering going on: what a real dongle
     does after the supervision timeout of a link whose central went (it
@@ -559,6 +610,7 @@ CHECKS = [
     ("systemd-policy", policy),
     ("systemd-node-exporter", node_exporter),
     ("systemd-bluetooth-restart", bluetooth_restart),
+    ("systemd-bluetooth-hang", bluetooth_hang),
     ("systemd-rfkill-unblock", rfkill_unblock),
     ("systemd-sigkill", sigkill),
     ("systemd-journal-quiet", journal_quiet),

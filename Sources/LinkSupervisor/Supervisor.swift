@@ -241,8 +241,10 @@ public struct Supervisor: Sendable {
         }
 
         if !new.bluezReachable {
-            if case .waitingForBluez = current { return }
+            // Told also when it was waited for already: a hung one that the
+            // watchdog killed (systemd restarts it) is gone now.
             if old.bluezPresent && !new.bluezPresent { actions.append(.report(.bluezVanished)) }
+            if case .waitingForBluez = current { return }
             linkGoneQuietly()
             return enter(.waitingForBluez, new.bluezPresent ? "bluetoothd does not answer" : "bluetoothd is not on the bus")
         }

@@ -413,6 +413,17 @@ import Testing
             if case .transition(.waitingForBluez, _, let cause) = $0.action { cause.hasPrefix("bluetoothd answers again") } else { false }
         })
         #expect(link.state == .online)
+
+        // Hung again, and this time killed (systemd's watchdog) and started
+        // again: its end and its return are told.
+        link.observe(hung)
+        link.clearLog()
+        link.observe(LinkObservation())
+        #expect(link.log.contains { $0.action == .report(.bluezVanished) })
+        #expect(link.state == .waitingForBluez)
+        link.observe(VirtualLink.down)
+        #expect(link.log.contains { $0.action == .report(.bluezAppeared) })
+        #expect(link.state == .online)
     }
 
     @Test func unknownDongleIsSearchedForWithDiscovery() {

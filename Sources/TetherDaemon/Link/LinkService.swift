@@ -400,8 +400,13 @@ public final class LinkService: @unchecked Sendable {
     // MARK: bluetoothd's view
 
     private func apply(_ event: BlueZEvent) {
-        // Anything bluetoothd sends says it runs again (a hang it came out of).
-        if liveness.unansweredSince != nil { liveness.heardFrom() }
+        switch event {
+        case .serviceAppeared, .serviceVanished, .serviceUnanswered:
+            break  // the bus's news, not bluetoothd's
+        default:
+            // Anything bluetoothd sends says it runs again (a hang it came out of).
+            if liveness.unansweredSince != nil { liveness.heardFrom() }
+        }
         switch event {
         case .valueChanged(let path, let bytes):
             recordValue(path, bytes)

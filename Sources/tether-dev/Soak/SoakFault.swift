@@ -5,6 +5,11 @@ enum SoakFault: String, CaseIterable, Sendable {
     case inProgress = "in-progress"
     case bluezCrash = "bluez-crash"
     case bluezRestart = "bluez-restart"
+    /// bluetoothd's main loop hangs for 1.5–4 s (it keeps its name, answers
+    /// nothing, then serves what queued): short of Tether's verdict (a call
+    /// unanswered, then a ping unanswered for 3 s) and of the dongle's idle
+    /// sleep, so nothing may be lost and Tether must be online after it.
+    case bluezHang = "bluez-hang"
     case adapterOff = "adapter-off"
     case latencySpike = "latency-spike"
     case killDaemon = "kill-9"

@@ -298,6 +298,11 @@ final class SoakScript: @unchecked Sendable {
             let after = UInt32.random(in: 300...1500, using: &random)
             say("bluetoothd restarts gracefully, back after \(after) ms")
             try await remote.knob("Restart", [.uint32(after)])
+        case .bluezHang:
+            let hang = UInt32.random(in: 1500...4000, using: &random)
+            say("bluetoothd hangs for \(hang) ms")
+            try await remote.knob("Hang", [.uint32(hang)])
+            try await Task.sleep(for: .milliseconds(Int(hang)))
         case .adapterOff:
             let off = Int.random(in: 1000...3000, using: &random)
             say("adapter powered off for \(off) ms")

@@ -41,6 +41,9 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
     /// The adapter is off or gone (`NotReady`): wait for Powered, do not retry.
     public var isAdapterNotReady: Bool { name == BlueZ.ErrorName.notReady }
 
+    /// No reply came within the call's timeout: bluetoothd is slow, or hung.
+    public var isNoReply: Bool { name == DBusErrorName.noReply }
+
     /// The object is gone (device removed, bluetoothd restarted).
     public var isUnknownObject: Bool {
         name == DBusErrorName.unknownObject || name == DBusErrorName.unknownMethod

@@ -81,7 +81,7 @@ final class ActionLane: @unchecked Sendable {
         let box = LoopBound(completion)
         client.send(request) { [weak self] result in
             guard let self, sent == self.generation else { return }
-            if case .failure(let error) = result, error.name == DBusErrorName.noReply { onUnanswered?() }
+            if case .failure(let error) = result, error.isNoReply { onUnanswered?() }
             box.value(result)
         }
     }

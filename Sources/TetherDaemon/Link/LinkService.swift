@@ -90,8 +90,9 @@ public final class LinkService: @unchecked Sendable {
     private lazy var liveness = BluezLiveness(
         loop: loop,
         ping: { [unowned self] timeout, answered in
+            // Any reply, an error too, is an answer; only a timeout is not.
             lane.send(.ping(timeout: timeout)) { result in
-                if case .failure(let error) = result, error.name == DBusErrorName.noReply { answered(false) } else { answered(true) }
+                if case .failure(let error) = result, error.isNoReply { answered(false) } else { answered(true) }
             }
         },
         changed: { [unowned self] since in bluezAnsweringChanged(since) }

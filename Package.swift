@@ -6,7 +6,8 @@ import PackageDescription
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   CProcess            C shim: process-wide prctl(2) settings (variadic in C, so not callable from Swift)
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
-//   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers
+//   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers;
+//                       the root task and task sleeps on it, so the daemon needs no libdispatch thread
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
@@ -14,7 +15,7 @@ import PackageDescription
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
 //   LinkSupervisor      the supervisor state machine and retry policy: standard library only
 //   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
-//   Readings            the readings log: records, recorder, reader, follower (Foundation only)
+//   Readings            the readings log: records, recorder (on an EventLoop thread), reader, follower
 //   DurableFile         small files read and replaced whole, atomically and durably (cursor, status, metrics)
 //   MetricsTextfile     swift-metrics instruments on a swift-prometheus registry, written for node_exporter
 //   Forwarding          `tether forward`: the readings log to MQTT, at least once, from a durable cursor
@@ -24,7 +25,7 @@ import PackageDescription
 //   DeterministicSimulation  the supervisor, the error mapping and the readings log on a virtual clock
 //                       against a model of bluetoothd, the adapter, the dongle and the disk (`make dst`)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
-//   CommandLineArguments  argument types shared by the two executables (durations)
+//   CommandLineArguments  what the two executables share: argument types (durations), `main` (CommandMain)
 //   tether              the command-line front end: the product binary a gateway runs (its version from the
 //                       TetherVersion plugin: packaging/version.sh, as the Debian package's)
 //   tether-dev          development tools: `simulate`, `demo`, `soak` (not installed; no simulator in tether)
@@ -84,7 +85,7 @@ let package = Package(
         .target(name: "Hex", swiftSettings: productSettings),
         .target(name: "LinkSupervisor", swiftSettings: productSettings),
         .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: productSettings),
-        .target(name: "Readings", dependencies: ["Hex"], swiftSettings: productSettings),
+        .target(name: "Readings", dependencies: ["Hex", "EventLoop"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
             name: "MetricsTextfile",
@@ -106,7 +107,7 @@ let package = Package(
         ),
         .target(
             name: "Systemd",
-            dependencies: ["CSystemd", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
+            dependencies: ["CSystemd", "EventLoop", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
         ),
         .target(name: "BlueZLinkFailure", dependencies: ["BlueZ", "LinkSupervisor"], swiftSettings: productSettings),
         .target(
@@ -124,7 +125,8 @@ let package = Package(
         ),
         .target(
             name: "CommandLineArguments",
-            dependencies: ["Configuration", .product(name: "ArgumentParser", package: "swift-argument-parser")], swiftSettings: productSettings
+            dependencies: ["Configuration", "EventLoop", .product(name: "ArgumentParser", package: "swift-argument-parser")],
+            swiftSettings: productSettings
         ),
         .executableTarget(
             name: "tether",
@@ -142,7 +144,7 @@ let package = Package(
             name: "tether-dev",
             dependencies: [
                 "TetherDaemon", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments",
-                "DBus", "ChildProcess",
+                "DBus", "ChildProcess", "EventLoop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),

@@ -1,4 +1,5 @@
 import DBus
+import EventLoop
 
 /// A typed client for org.bluez on one bus connection.
 ///
@@ -50,7 +51,7 @@ public struct BlueZClient: Sendable {
             do throws(DBusError) {
                 return try await bus.nameOwner(of: BlueZ.service)
             } catch {
-                try? await Task.sleep(for: .milliseconds(100 << attempt))
+                try? await bus.loop.sleep(for: .milliseconds(100 << attempt))
             }
         }
         return nil
@@ -61,7 +62,7 @@ public struct BlueZClient: Sendable {
     func snapshot(attempts: Int) async -> ObjectTree? {
         for attempt in 0..<attempts {
             if let tree = try? await managedObjects() { return tree }
-            if attempt + 1 < attempts { try? await Task.sleep(for: .milliseconds(100 << attempt)) }
+            if attempt + 1 < attempts { try? await bus.loop.sleep(for: .milliseconds(100 << attempt)) }
         }
         return nil
     }

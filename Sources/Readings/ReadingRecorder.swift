@@ -1,4 +1,4 @@
-import Dispatch
+import EventLoop
 import Synchronization
 import FoundationEssentials
 #if canImport(Glibc)
@@ -106,14 +106,15 @@ public final class ReadingRecorder: @unchecked Sendable {
     private let onError: @Sendable (String) -> Void
     private let onRestored: (@Sendable (String) -> Void)?
     private let onStall: (@Sendable (DiskStall) -> Void)?
-    private let queue = DispatchQueue(label: "tether.readings")
-    /// Marks `queue`, so `flush`/`close` called from code already running on it
-    /// (e.g. an `onError` handler) do not deadlock on `queue.sync`.
-    private let queueKey = DispatchSpecificKey<Bool>()
+    /// The recorder's own thread: every write and fsync, and its timers.
+    /// An event loop rather than a dispatch queue: a dispatch worker thread,
+    /// once started, brings libdispatch's once-a-second pool monitor with it
+    /// for the life of the process.
+    private let queue = EventLoop(name: "tether-disk")
     private let state: Mutex<State>
 
-    private var syncTimer: DispatchSourceTimer?
-    private var retryTimer: DispatchSourceTimer?
+    private var syncTimer: EventLoop.TimerID?
+    private var retryTimer: EventLoop.TimerID?
     private var lastReport: ContinuousClock.Instant?
     /// `log.restoredFiles` already told through `onError`.
     private var restorationsReported = 0
@@ -159,12 +160,11 @@ public final class ReadingRecorder: @unchecked Sendable {
         self.onStall = onStall
         self.onError = onError
         self.state = Mutex(State(lastSeq: log.lastSeq))
-        queue.setSpecific(key: queueKey, value: true)
     }
 
     deinit {
-        syncTimer?.cancel()
-        retryTimer?.cancel()
+        // Its timers go with it (they hold the recorder weakly).
+        queue.stop()
     }
 
     public var stats: Stats {
@@ -221,7 +221,7 @@ public final class ReadingRecorder: @unchecked Sendable {
             state.drainScheduled = true
             return (true, stall)
         }
-        if drainNeeded { queue.async { self.drain() } }
+        if drainNeeded { queue.execute { self.drain() } }
         if let stall {
             tellStall(.stalled(
                 "\(stallText(stall)); readings wait in memory (at most \(maxBacklog), the oldest dropped beyond) until it does"))
@@ -235,7 +235,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// Writes everything pending and fsyncs, synchronously (e.g. on SIGTERM).
     /// If the disk is failing the readings stay pending and the error is reported.
     public func flush() {
-        onQueue {
+        onQueue { [self] in
             drain()
             syncNow()
         }
@@ -243,13 +243,12 @@ public final class ReadingRecorder: @unchecked Sendable {
 
     /// Flushes, then closes the log. Later `record` calls are ignored.
     public func close() {
-        onQueue {
+        onQueue { [self] in
             guard !logClosed else { return }
             state.withLock { state in state.closed = true }
             drain()
             syncNow()
-            retryTimer?.cancel()
-            retryTimer = nil
+            cancel(&retryTimer)
             let unwritten = state.withLock { state in state.backlog.count }
             if unwritten > 0 {
                 onError("closing the readings log with \(unwritten) readings that could not be written")
@@ -261,11 +260,13 @@ public final class ReadingRecorder: @unchecked Sendable {
 
     // MARK: - On the queue
 
-    private func onQueue(_ body: () -> Void) {
-        if DispatchQueue.getSpecific(key: queueKey) == true {
+    /// Runs `body` on the queue and waits for it; at once when called from
+    /// the queue (an `onError` handler calling `flush`), which must not wait for itself.
+    private func onQueue(_ body: @escaping () -> Void) {
+        if queue.inLoop {
             body()
         } else {
-            queue.sync(execute: body)
+            queue.executeAndWait(body)
         }
     }
 
@@ -314,8 +315,7 @@ public final class ReadingRecorder: @unchecked Sendable {
                 state.waitingForRetry = false
                 return !state.backlog.isEmpty || state.gap != nil
             }
-            retryTimer?.cancel()
-            retryTimer = nil
+            cancel(&retryTimer)
             reportRestorations()
             armSyncTimer()
             return more
@@ -357,8 +357,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     private func syncNow() {
-        syncTimer?.cancel()
-        syncTimer = nil
+        cancel(&syncTimer)
         guard !logClosed else { return }
         do {
             try onDisk { try log.sync() }
@@ -421,14 +420,15 @@ public final class ReadingRecorder: @unchecked Sendable {
         }
     }
 
-    private func oneShotTimer(after delay: Duration, _ handler: @escaping @Sendable (ReadingRecorder) -> Void) -> DispatchSourceTimer {
-        let timer = DispatchSource.makeTimerSource(queue: queue)
-        timer.schedule(deadline: .now() + Self.dispatchInterval(delay))
-        timer.setEventHandler { [weak self] in
+    private func oneShotTimer(after delay: Duration, _ handler: @escaping (ReadingRecorder) -> Void) -> EventLoop.TimerID {
+        queue.schedule(after: delay) { [weak self] in
             if let self { handler(self) }
         }
-        timer.resume()
-        return timer
+    }
+
+    private func cancel(_ timer: inout EventLoop.TimerID?) {
+        if let timer { queue.cancelTimer(timer) }
+        timer = nil
     }
 
     /// Reports through `onError`, at most once per `reportInterval` (monotonic clock,
@@ -438,12 +438,5 @@ public final class ReadingRecorder: @unchecked Sendable {
         if let lastReport, now - lastReport < reportInterval { return }
         lastReport = now
         onError(message)
-    }
-
-    private static func dispatchInterval(_ duration: Duration) -> DispatchTimeInterval {
-        let (seconds, attoseconds) = duration.components
-        guard seconds >= 0 else { return .nanoseconds(0) }
-        guard seconds < Int64(Int32.max) else { return .seconds(Int(Int32.max)) }
-        return .nanoseconds(Int(seconds * 1_000_000_000 + attoseconds / 1_000_000_000))
     }
 }

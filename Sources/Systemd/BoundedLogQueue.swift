@@ -1,4 +1,4 @@
-import Dispatch
+import EventLoop
 import Synchronization
 
 /// Log output handed to a writer thread, in order, with a bound.
@@ -12,8 +12,10 @@ import Synchronization
 /// notice says how many entries were lost. So a stall costs bounded memory
 /// and a known number of lines, never the daemon's loop.
 ///
-/// Threading: `submit` from any thread; `deliver` and the notice run on one
-/// serial dispatch queue, one entry at a time, in submission order.
+/// Threading: `submit` from any thread; `deliver` and the notice run on the
+/// queue's own thread (an event loop, not a dispatch queue, whose worker
+/// thread would bring libdispatch's once-a-second pool monitor with it),
+/// one entry at a time, in submission order.
 /// Invariants: queued bytes ≤ `limit` (plus the batch being written: memory
 /// stays under twice the limit), except one entry larger than the limit
 /// into an empty queue; at most one drain runs; every entry submitted is
@@ -28,7 +30,7 @@ public final class BoundedLogQueue<Entry: Sendable>: Sendable {
 
     public let limit: Int
     private let pending = Mutex(Pending())
-    private let queue: DispatchQueue
+    private let queue: EventLoop
     private let deliver: @Sendable (Entry) -> Void
     private let notice: @Sendable (_ dropped: Int, _ before: Entry) -> Entry
     private let droppedTotal = Atomic<Int>(0)
@@ -43,7 +45,7 @@ public final class BoundedLogQueue<Entry: Sendable>: Sendable {
         notice: @escaping @Sendable (_ dropped: Int, _ before: Entry) -> Entry
     ) {
         self.limit = limit
-        queue = DispatchQueue(label: label)
+        queue = EventLoop(name: label)
         self.deliver = deliver
         self.notice = notice
     }
@@ -68,7 +70,7 @@ public final class BoundedLogQueue<Entry: Sendable>: Sendable {
             pending.draining = true
             return true
         }
-        if startDrain { queue.async { self.drain() } }
+        if startDrain { queue.execute { self.drain() } }
     }
 
     private func drain() {
@@ -95,6 +97,10 @@ public final class BoundedLogQueue<Entry: Sendable>: Sendable {
 
     /// Waits until everything submitted so far is delivered (before exiting).
     public func flush() {
-        queue.sync {}
+        if !queue.inLoop { queue.executeAndWait {} }
+    }
+
+    deinit {
+        queue.stop()
     }
 }

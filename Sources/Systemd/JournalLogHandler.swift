@@ -1,4 +1,3 @@
-import Dispatch
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -41,7 +40,7 @@ public struct JournalLogHandler: LogHandler {
     /// The writer with its bound (tests make their own, to stall it alone).
     static func makeOutput(limit: Int) -> BoundedLogQueue<Outgoing> {
         BoundedLogQueue<Outgoing>(
-            label: "tether.journal", limit: limit,
+            label: "tether-journal", limit: limit,
             deliver: { $0.send() },
             notice: { dropped, before in before.dropNotice(dropped) }
         )

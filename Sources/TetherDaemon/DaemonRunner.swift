@@ -1,7 +1,6 @@
 import BlueZ
 import Configuration
 import DBus
-import Dispatch
 import EventLoop
 import FoundationEssentials
 #if canImport(Glibc)
@@ -82,6 +81,11 @@ public enum DaemonRunner {
         // threads to talk to another.
         let loop = EventLoop(name: "tether")
         loop.moderation = LinkService.loadModeration
+        // Work that may block for a while (the metrics file's write and
+        // fsync, a controller's reset) runs on a thread of its own, off the
+        // loop; not on the global executor's pool, whose first worker starts
+        // libdispatch's once-a-second monitor for good.
+        let io = EventLoop(name: "tether-io")
         // Metrics, when a textfile is configured: recorded on the loop,
         // written by a task of their own (below).
         let exporter = config.metrics.textfile.map { path in
@@ -90,21 +94,21 @@ public enum DaemonRunner {
         }
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
-            recorder: recorder, logger: logger, notifier: notifier, loop: loop, metrics: exporter?.0, rfkill: rfkill
+            recorder: recorder, logger: logger, notifier: notifier, loop: loop, io: io, metrics: exporter?.0, rfkill: rfkill
         )
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
                 group.addTask { await session.serve().map { .fatal($0) } }
                 group.addTask {
-                    await TerminationSignal.wait {
+                    await TerminationSignal.wait(on: loop) {
                         logger.notice("received SIGHUP: ignored; tether run does not reload its configuration (systemctl restart applies a changed one)")
                     }.map { .signal($0) }
                 }
                 if let (metrics, writer) = exporter {
                     group.addTask {
                         // File I/O (write, fsync, rename): off the loop.
-                        await withTaskExecutorPreference(globalConcurrentExecutor) {
-                            await writer.run(every: config.metrics.interval, on: ContinuousClock()) {
+                        await withTaskExecutorPreference(io) {
+                            await writer.run(every: config.metrics.interval, on: io.clock) {
                                 metrics.refresh(readings: recorder.stats)
                             }
                         }
@@ -147,6 +151,7 @@ public enum DaemonRunner {
             return Exit.ioError
         }
         logger.notice("stopped; \(stats.written) readings written, last seq \(stats.lastSeq)")
+        io.stop()
         loop.stop()
         return code
     }
@@ -162,6 +167,7 @@ private final class Session: Sendable {
     let logger: Logger
     let notifier: SystemdNotifier
     let loop: EventLoop
+    let io: EventLoop
     let metrics: LinkMetrics?
     let rfkill: RfkillSource
     /// The link being served right now; nil while (re)connecting to the bus.
@@ -169,9 +175,10 @@ private final class Session: Sendable {
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
-        notifier: SystemdNotifier, loop: EventLoop, metrics: LinkMetrics?, rfkill: RfkillSource
+        notifier: SystemdNotifier, loop: EventLoop, io: EventLoop, metrics: LinkMetrics?, rfkill: RfkillSource
     ) {
         self.loop = loop
+        self.io = io
         self.rfkill = rfkill
         self.metrics = metrics
         self.config = config
@@ -203,7 +210,7 @@ private final class Session: Sendable {
                     logger.error("cannot connect to D-Bus: \(error); retrying")
                     lastWarning = .now
                 }
-                try? await Task.sleep(for: delay)
+                try? await loop.sleep(for: delay)
                 delay = min(delay * 2, .seconds(10))
                 continue
             }
@@ -211,7 +218,8 @@ private final class Session: Sendable {
             lastWarning = nil
             delay = .milliseconds(500)
 
-            let service = LinkService(config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill)
+            let service = LinkService(
+                config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill, blockingWork: io)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {
                 try await control.export()
@@ -229,7 +237,7 @@ private final class Session: Sendable {
                     return DaemonRunner.Exit.unavailable
                 }
                 logger.error("cannot publish the control interface: \(error); reconnecting to D-Bus")
-                try? await Task.sleep(for: .seconds(1))
+                try? await loop.sleep(for: .seconds(1))
                 continue
             }
             if !ready {
@@ -263,7 +271,7 @@ private final class Session: Sendable {
             if !Task.isCancelled {
                 logger.warning("lost the D-Bus connection; reconnecting")
                 _ = notifier.status("reconnecting to D-Bus")
-                try? await Task.sleep(for: .seconds(1))
+                try? await loop.sleep(for: .seconds(1))
             }
         }
         return nil
@@ -271,61 +279,8 @@ private final class Session: Sendable {
 
     func petWatchdog(every interval: Duration) async {
         let watchdog = SupervisorWatchdog(notifier: notifier, logger: logger) { [self] in current.withLock { $0 } }
-        await watchdog.run(every: interval)
-    }
-}
-
-/// Waits for SIGTERM or SIGINT. The signals are ignored and observed
-/// through DispatchSources, so they arrive as ordinary events on a queue
-/// instead of interrupting whatever thread runs.
-///
-/// A daemon also must not die of the two signals whose default action ends
-/// it for no reason of its own: SIGPIPE (a write to a pipe or socket whose
-/// reader went: the write's EPIPE says it), and SIGHUP, which an operator
-/// sends expecting a reload. systemd counts a death by either as a clean
-/// exit, so `Restart=on-failure` would not bring the daemon back, and the
-/// dongle would fall asleep. With `onHangup`, SIGHUP is observed too and
-/// handed to it each time.
-public enum TerminationSignal {
-    /// The sources live as long as the process: the daemon exits after a signal.
-    /// Dispatch sources are thread-safe objects the SDK does not mark Sendable.
-    private struct KeptSource: @unchecked Sendable { let source: DispatchSourceSignal }
-    private static let kept = Mutex<[KeptSource]>([])
-
-    /// The signal's name; nil if the task was cancelled first.
-    public static func wait(onHangup: (@Sendable () -> Void)? = nil) async -> String? {
-        let state = Mutex<(continuation: CheckedContinuation<String?, Never>?, done: Bool)>((nil, false))
-        let finish: @Sendable (String?) -> Void = { name in
-            let continuation = state.withLock { s -> CheckedContinuation<String?, Never>? in
-                guard !s.done else { return nil }
-                s.done = true
-                defer { s.continuation = nil }
-                return s.continuation
-            }
-            continuation?.resume(returning: name)
-        }
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                let early = state.withLock { s -> Bool in
-                    if s.done { return true }
-                    s.continuation = continuation
-                    return false
-                }
-                if early { return continuation.resume(returning: nil) }
-                signal(SIGPIPE, SIG_IGN)
-                var handlers: [(Int32, @Sendable () -> Void)] = [(SIGTERM, { @Sendable in finish("SIGTERM") }), (SIGINT, { @Sendable in finish("SIGINT") })]
-                if let onHangup { handlers.append((SIGHUP, onHangup)) }
-                for (number, handler) in handlers {
-                    signal(number, SIG_IGN)
-                    let source = DispatchSource.makeSignalSource(signal: number, queue: .global())
-                    source.setEventHandler(handler: handler)
-                    source.resume()
-                    let kept = KeptSource(source: source)
-                    Self.kept.withLock { $0.append(kept) }
-                }
-            }
-        } onCancel: {
-            finish(nil)
-        }
+        // Its sleep is on the io thread's timers, not the loop's: a loop that
+        // hangs must still be seen, and said, before the ping is withheld.
+        await watchdog.run(every: interval, on: io.clock)
     }
 }

@@ -51,11 +51,16 @@ public struct SupervisorWatchdog: Sendable {
 
     /// Runs until cancelled; `interval` is half of systemd's `WATCHDOG_USEC`.
     public func run(every interval: Duration) async {
+        await run(every: interval, on: ContinuousClock())
+    }
+
+    /// As `run(every:)`, sleeping on `clock` (the daemon's: an event loop's timers).
+    public func run<C: Clock>(every interval: Duration, on clock: C) async where C.Duration == Duration {
         var silentSince: ContinuousClock.Instant?
         while !Task.isCancelled {
             let answered = Mutex(false)
             let asked = ping { answered.withLock { $0 = true } }
-            do { try await Task.sleep(for: interval) } catch { return }
+            do { try await clock.sleep(for: interval) } catch { return }
             if !asked || answered.withLock({ $0 }) {
                 if let since = silentSince {
                     logger.notice("\(loopName) answers again after \(DurationText.rounded(since.duration(to: .now)))")

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CommandLineArguments
 import DBus
+import EventLoop
 import Foundation
 import Simulator
 import TetherDaemon
@@ -186,7 +187,7 @@ struct SimulateCommand: AsyncParsableCommand {
         }
         let simulator = try await Simulator.start(busAddress: address, options: options)
         FileHandle.standardError.write(Data("simulated bluetoothd on \(address) (dongle \(options.address))\n".utf8))
-        _ = await TerminationSignal.wait()
+        _ = await TerminationSignal.wait(on: EventLoop.shared)
         await simulator.stop()
         daemon?.stop()
     }

@@ -1,6 +1,20 @@
 import ArgumentParser
+import CommandLineArguments
+import TetherDaemon
 
+/// The entry point: as `tether`'s (`CommandMain`), but the commands' tasks
+/// run on the global executor, as development tools may.
 @main
+enum TetherDevMain {
+    static func main() {
+        CommandMain.run(TetherDev.self, loopName: "tether-dev", preferring: globalConcurrentExecutor) { command in
+            // They wait for SIGTERM or SIGINT on a signalfd (the demo only at
+            // its end, with --forever: until then Ctrl-C ends it at once).
+            if command is SimulateCommand || (command as? DemoCommand)?.forever == true { TerminationSignal.takeOver() }
+        }
+    }
+}
+
 struct TetherDev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tether-dev",

@@ -104,21 +104,24 @@ struct ForwardCommand: AsyncParsableCommand {
         let notifier = SystemdNotifier(environment: environment)
         _ = notifier.ready()
         let watchdog = SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
+        // The watchdog's sleep and the metrics file's I/O, off the forwarder's
+        // loop and off libdispatch's pool (see `tether run`).
+        let io = EventLoop(name: "tether-io")
         await withTaskGroup(of: Void.self) { group in
             if let watchdog {
                 // Petted only while the loop answers; a wedged loop is logged,
                 // and does not hold up the stop.
                 let petter = SupervisorWatchdog(notifier: notifier, logger: logger, loop: loop, loopName: "the forwarder's loop")
-                group.addTask { await petter.run(every: watchdog) }
+                group.addTask { await petter.run(every: watchdog, on: io.clock) }
             }
             if let (metrics, writer) = exporter {
                 // Runs until the stop; ending by itself it would end the group.
-                group.addTask {
-                    await writer.run(every: metricsSettings.interval, on: ContinuousClock(), refresh: metrics.refresh)
+                group.addTask(executorPreference: io) {
+                    await writer.run(every: metricsSettings.interval, on: io.clock, refresh: metrics.refresh)
                 }
             }
             group.addTask {
-                let name = await TerminationSignal.wait {
+                let name = await TerminationSignal.wait(on: loop) {
                     logger.notice("received SIGHUP: ignored; tether forward does not reload its configuration (systemctl restart applies a changed one)")
                 }
                 logger.info("\(name ?? "cancelled"): stopping")
@@ -134,6 +137,7 @@ struct ForwardCommand: AsyncParsableCommand {
             }
         }
         loop.stop()
+        io.stop()
         if let (metrics, writer) = exporter {
             metrics.refresh()
             metrics.stopped()

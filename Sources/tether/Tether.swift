@@ -6,7 +6,6 @@ import Glibc
 import Musl
 #endif
 
-@main
 struct Tether: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tether",
@@ -29,11 +28,6 @@ struct Tether: AsyncParsableCommand {
         ]
     )
 
-    static func main() async {
-        quietLibdispatchPriorityLog()
-        declineTransparentHugePages()
-        await main(nil)
-    }
 
     /// Debian's kernels back anonymous memory with transparent huge pages
     /// wherever a 2 MiB-aligned stretch of a mapping allows ("always"): on
@@ -42,7 +36,7 @@ struct Tether: AsyncParsableCommand {
     /// AnonHugePages). A daemon this small gains nothing from huge pages, and
     /// each `tether@` instance would pay the 2 MiB. A kernel without the
     /// setting refuses it (EINVAL), which changes nothing.
-    private static func declineTransparentHugePages() {
+    static func declineTransparentHugePages() {
         _ = tether_decline_transparent_huge_pages()
     }
 
@@ -55,7 +49,7 @@ struct Tether: AsyncParsableCommand {
     /// set LIBDISPATCH_LOG (the tests set it to stderr). The units let the
     /// daemons' threads take their priorities (LimitNICE=-4), so under
     /// systemd nothing fails in the first place.
-    private static func quietLibdispatchPriorityLog() {
+    static func quietLibdispatchPriorityLog() {
         // Before the first worker thread: libdispatch reads it at its first log.
         setenv("LIBDISPATCH_LOG", "NO", 0)
     }

@@ -83,6 +83,47 @@ import Testing
         #expect(seqs.prefix(seqsAfterKill.count).elementsEqual(seqsAfterKill))
     }
 
+    /// The daemon runs on threads of its own and none of libdispatch's: once
+    /// a dispatch worker thread has run, libdispatch wakes the process every
+    /// second for good (its pool monitor), so an idle daemon would not sleep.
+    /// Everything that used the global pool runs here: start-up, readings
+    /// written and synced, the metrics file, a control call, the log.
+    @Test func theDaemonRunsOnItsOwnThreadsAndNoneOfLibdispatchs() async throws {
+        var options = SimulatorOptions()
+        options.notifyRate = 20
+        let harness = try await DaemonHarness(simulator: options)
+        let metrics = harness.directory.url.appendingPathComponent("tether.prom").path
+        let config = try Self.writeConfig(harness)
+        let withMetrics = try String(contentsOfFile: config, encoding: .utf8) + "\n[metrics]\ntextfile = \"\(metrics)\"\ninterval = \"1s\"\n"
+        try withMetrics.write(toFile: config, atomically: false, encoding: .utf8)
+        let daemon = try startDaemon(harness, config: config)
+        let log = { (try? String(contentsOfFile: harness.directory.url.appendingPathComponent("daemon.log").path, encoding: .utf8)) ?? "" }
+        #expect(await eventually { ((try? harness.records().count) ?? 0) > 40 && FileManager.default.fileExists(atPath: metrics) })
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let status = try await tether.run(["status", "--json"])
+        #expect(status.status == 0, "tether status: \(status.all)")
+        try await Task.sleep(for: .seconds(2))
+
+        let names = try Self.threadNames(of: daemon.pid)
+        let ours: Set = ["tether", "tether-main", "tether-io", "tether-disk", "tether-log"]
+        let foreign = names.filter { !ours.contains($0) }
+        print("figure: tether run's threads: \(names.sorted().joined(separator: ", "))")
+        #expect(foreign.isEmpty, "threads that are not Tether's own: \(foreign)")
+        #expect(names.filter { $0 == "tether" }.count == 2, "the main thread and the loop: \(names)")
+
+        let exit = daemon.terminate()
+        await harness.stop()
+        #expect(ChildProcess.exitCode(exit) == 0, "exit status after SIGTERM; log:\n\(log().suffix(2000))")
+    }
+
+    /// The names of a process's threads (`/proc/PID/task/*/comm`).
+    static func threadNames(of pid: pid_t) throws -> [String] {
+        let tasks = "/proc/\(pid)/task"
+        return try FileManager.default.contentsOfDirectory(atPath: tasks).map { tid in
+            ((try? String(contentsOfFile: "\(tasks)/\(tid)/comm", encoding: .utf8)) ?? "?").trimmingCharacters(in: .whitespacesAndNewlines)
+        }
+    }
+
     /// SIGHUP (an operator expecting a reload) and SIGPIPE (a write to a
     /// reader that went) end a process by default, and systemd counts such
     /// an end as clean: `Restart=on-failure` would not restart it.

@@ -187,6 +187,11 @@ import Testing
         #expect(report["running"] as? Bool == true && report["connected"] as? Bool == true, "\(report)")
         #expect(report["broker"] as? String == "127.0.0.1:\(broker.port)")
         #expect(report["backlog"] as? Int == 0 && report["gap_records"] as? Int == 0 && report["error"] is NSNull, "\(report)")
+        // Like `tether run`, it runs on threads of its own, none of libdispatch's
+        // (whose first worker brings a once-a-second wake-up for good).
+        let threads = try DaemonProcessTests.threadNames(of: process.pid)
+        let ours: Set = ["tether", "tether-main", "tether-forward", "tether-io", "tether-log"]
+        #expect(threads.allSatisfy(ours.contains), "threads that are not Tether's own: \(threads)")
         let text = try await tether.run(["status", "--forwarder-state-directory", setup.state])
         #expect(text.status == 3)
         #expect(text.stdout.contains("tether (default): not running"), "\(text.all)")

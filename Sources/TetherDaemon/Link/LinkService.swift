@@ -25,7 +25,7 @@ import USBDevice
 /// timers, and the hand-off of each turn's readings to the recorder. Only
 /// `status`, `reconnect`, `ping`, `changes` and `run` may be used from other
 /// threads; they hop onto the loop. The blocking jobs, an HCI reset and the
-/// USB reset and rebind, run on a child task off the loop.
+/// USB reset and rebind, run on a child task off the loop (`blockingWork`).
 ///
 /// Invariants:
 /// - effects reach bluetoothd in the order the supervisor decided them: each
@@ -75,6 +75,8 @@ public final class LinkService: @unchecked Sendable {
     private let start = MonotonicInstant.now
     private let changeInput: AsyncStream<LinkStatusChange>.Continuation
     private let blockingInput: AsyncStream<BlockingJob>.Continuation
+    /// Where the blocking jobs run: the daemon's io thread.
+    private let blockingWork: any TaskExecutor
     private let blockingJobs: AsyncStream<BlockingJob>
 
     /// Every change of state, attempt, error or schedule, newest kept if the
@@ -170,8 +172,9 @@ public final class LinkService: @unchecked Sendable {
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
         kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
-        seed: UInt64 = UInt64.random(in: .min ... .max)
+        seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor
     ) {
+        self.blockingWork = blockingWork
         self.kernelReasons = kernelReasons
         rfkillSource = rfkill
         initCheck = ControllerInitCheck(name: config.bluez.adapter, address: config.bluez.adapterAddress)
@@ -232,7 +235,7 @@ public final class LinkService: @unchecked Sendable {
         await onLoop { [self] in monitor.queryOwner() }
 
         await withTaskGroup(of: Void.self) { group in
-            group.addTask(executorPreference: globalConcurrentExecutor) { [self] in await runBlockingJobs() }
+            group.addTask(executorPreference: blockingWork) { [self] in await runBlockingJobs() }
             group.addTask { [client] in await client.bus.waitUntilClosed() }
             group.addTask { await waitForCancellation() }
             // Cancellation or the bus going away ends the service.
@@ -980,7 +983,7 @@ public final class LinkService: @unchecked Sendable {
     /// (HCI_CMD_TIMEOUT), so 5 s leaves room for one queued before ours.
     static let controllerCheckTimeout: Duration = .seconds(5)
 
-    /// A child task on the global executor: an HCI reset and a USB reset or
+    /// A child task on `blockingWork`: an HCI reset and a USB reset or
     /// rebind are calls that can block for seconds, which the loop must never do.
     private func runBlockingJobs() async {
         for await job in blockingJobs {

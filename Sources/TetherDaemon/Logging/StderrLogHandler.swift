@@ -5,7 +5,6 @@ import Glibc
 import Musl
 #endif
 import Logging
-import Dispatch
 import Systemd
 
 /// Plain log lines on stderr: time, level, message, then `key=value` metadata.
@@ -21,7 +20,7 @@ public struct StderrLogHandler: LogHandler {
     /// waits; beyond it lines are dropped, counted, and reported in one
     /// line once the reader takes lines again.
     private static let output = BoundedLogQueue<[UInt8]>(
-        label: "tether.log", limit: 1 << 20,
+        label: "tether-log", limit: 1 << 20,
         deliver: { LogOutput.write($0, to: 2) },
         notice: { dropped, _ in
             Array("\(timestamp()) WARNING \(dropped) log lines dropped: stderr's reader did not take them in time event=log-dropped\n".utf8)

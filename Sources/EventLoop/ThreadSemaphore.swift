@@ -1,0 +1,55 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// A POSIX semaphore, for a thread that must block until another thread
+/// (a loop) has done something: `EventLoop.executeAndWait`, the root task.
+final class ThreadSemaphore: @unchecked Sendable {
+    // @unchecked: sem_post and sem_wait are thread-safe; the semaphore is
+    // allocated once and never moved.
+    private let semaphore: UnsafeMutablePointer<sem_t>
+
+    init() {
+        semaphore = .allocate(capacity: 1)
+        sem_init(semaphore, 0, 0)
+    }
+
+    deinit {
+        sem_destroy(semaphore)
+        semaphore.deallocate()
+    }
+
+    func signal() {
+        sem_post(semaphore)
+    }
+
+    /// Blocks until signalled (a signal handler's EINTR is waited out).
+    func wait() {
+        while sem_wait(semaphore) != 0 {}
+    }
+}
+
+extension EventLoop {
+    /// Runs `body` on the loop's thread, after the work submitted before it,
+    /// and blocks the calling thread until it has run. For a caller that is
+    /// not on the loop (it would wait for itself) and a loop that has not
+    /// been stopped.
+    public func executeAndWait(_ body: @escaping () -> Void) {
+        precondition(!inLoop, "executeAndWait on the loop \(name) itself")
+        let handed = HandedClosure(body: body)
+        let done = ThreadSemaphore()
+        execute {
+            handed.body()
+            done.signal()
+        }
+        done.wait()
+    }
+}
+
+/// A closure run on the loop while its caller blocks for it: only one
+/// thread touches it at a time.
+private struct HandedClosure: @unchecked Sendable {
+    let body: () -> Void
+}

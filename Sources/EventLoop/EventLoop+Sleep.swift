@@ -1,5 +1,3 @@
-import Synchronization
-
 extension EventLoop {
     /// Suspends the calling task for `duration` on this loop's timers.
     ///
@@ -12,22 +10,11 @@ extension EventLoop {
     /// Throws `CancellationError` as soon as the task is cancelled (and at
     /// once if it already was); the timer is then removed from the loop.
     public func sleep(for duration: Duration) async throws {
-        let sleep = LoopSleep()
-        try await withTaskCancellationHandler {
-            try await withCheckedThrowingContinuation { (continuation: CheckedContinuation<Void, any Error>) in
-                guard sleep.wait(continuation) else { return }
-                execute { [self] in
-                    // Cancelled between the two: nothing to schedule.
-                    guard sleep.isWaiting else { return }
-                    sleep.timer = schedule(after: duration) { sleep.finish(cancelled: false) }
-                }
-            }
-        } onCancel: {
-            guard sleep.finish(cancelled: true) else { return }
-            execute { [self] in
-                if let timer = sleep.timer { cancelTimer(timer) }
-            }
+        let woke: Void? = await LoopWait<Void>(on: self).value { [self] wait in
+            let timer = schedule(after: duration) { wait.resume(()) }
+            return { [self] in cancelTimer(timer) }
         }
+        guard woke != nil else { throw CancellationError() }
     }
 
     /// A `Clock` whose `sleep` runs on this loop's timers (see `sleep(for:)`),
@@ -47,60 +34,5 @@ public struct EventLoopClock: Clock {
 
     public func sleep(until deadline: Instant, tolerance: Duration? = nil) async throws {
         try await loop.sleep(for: ContinuousClock.now.duration(to: deadline))
-    }
-}
-
-/// One sleeping task: its continuation is resumed exactly once, by the timer
-/// or by cancellation, whichever comes first.
-private final class LoopSleep: Sendable {
-    private enum State {
-        case idle
-        case waiting(CheckedContinuation<Void, any Error>)
-        case done
-    }
-
-    private let state = Mutex(State.idle)
-    private let timerID = Mutex<EventLoop.TimerID?>(nil)
-
-    var timer: EventLoop.TimerID? {
-        get { timerID.withLock { $0 } }
-        set { timerID.withLock { $0 = newValue } }
-    }
-
-    var isWaiting: Bool {
-        state.withLock { if case .waiting = $0 { true } else { false } }
-    }
-
-    /// Parks `continuation`; false (and resumed, throwing) if the task was
-    /// cancelled before it got here.
-    func wait(_ continuation: CheckedContinuation<Void, any Error>) -> Bool {
-        let parked = state.withLock { state -> Bool in
-            guard case .idle = state else { return false }
-            state = .waiting(continuation)
-            return true
-        }
-        if !parked { continuation.resume(throwing: CancellationError()) }
-        return parked
-    }
-
-    /// Resumes the task; false if it was resumed already. Cancellation before
-    /// `wait` leaves `.done`, so `wait` throws at once.
-    @discardableResult
-    func finish(cancelled: Bool) -> Bool {
-        let continuation = state.withLock { state -> CheckedContinuation<Void, any Error>? in
-            switch state {
-            case .idle:
-                state = .done
-                return nil
-            case .waiting(let continuation):
-                state = .done
-                return continuation
-            case .done:
-                return nil
-            }
-        }
-        guard let continuation else { return false }
-        if cancelled { continuation.resume(throwing: CancellationError()) } else { continuation.resume() }
-        return true
     }
 }

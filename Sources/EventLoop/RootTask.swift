@@ -36,11 +36,15 @@ private final class RootTaskCompletion<Result: Sendable>: Sendable {
     private let done = ThreadSemaphore()
     private let result = Mutex<Result?>(nil)
 
+    /// Called once, by the root task.
     func finish(_ value: Result) {
         result.withLock { $0 = value }
         done.signal()
     }
 
+    /// Blocks until `finish`. The semaphore is posted only after the result
+    /// is stored, so the first turn finds it; the loop stands in for a
+    /// force-unwrap, not for a retry.
     func wait() -> Result {
         while true {
             done.wait()

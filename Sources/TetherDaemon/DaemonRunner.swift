@@ -22,6 +22,8 @@ public enum DaemonRunner {
         public static let ok: Int32 = 0
         /// Another daemon owns this instance's bus name.
         public static let unavailable: Int32 = 69  // EX_UNAVAILABLE
+        /// The system refused what the daemon needs to run (a signalfd).
+        public static let osError: Int32 = 71  // EX_OSERR
         public static let cannotCreate: Int32 = 73  // EX_CANTCREAT
         public static let ioError: Int32 = 74  // EX_IOERR
         /// The bus policy does not let this user own the name.
@@ -100,9 +102,14 @@ public enum DaemonRunner {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
                 group.addTask { await session.serve().map { .fatal($0) } }
                 group.addTask {
-                    await TerminationSignal.wait(on: loop) {
-                        logger.notice("received SIGHUP: ignored; tether run does not reload its configuration (systemctl restart applies a changed one)")
-                    }.map { .signal($0) }
+                    do {
+                        return try await TerminationSignal.wait(on: loop) {
+                            logger.notice("received SIGHUP: ignored; tether run does not reload its configuration (systemctl restart applies a changed one)")
+                        }.map { .signal($0) }
+                    } catch {
+                        logger.critical("\(error)")
+                        return .fatal(Exit.osError)
+                    }
                 }
                 if let (metrics, writer) = exporter {
                     group.addTask {

@@ -49,12 +49,8 @@ public struct SupervisorWatchdog: Sendable {
         statusLine = { nil }
     }
 
-    /// Runs until cancelled; `interval` is half of systemd's `WATCHDOG_USEC`.
-    public func run(every interval: Duration) async {
-        await run(every: interval, on: ContinuousClock())
-    }
-
-    /// As `run(every:)`, sleeping on `clock` (the daemon's: an event loop's timers).
+    /// Runs until cancelled, sleeping on `clock` (the daemon's: an event
+    /// loop's timers); `interval` is half of systemd's `WATCHDOG_USEC`.
     public func run<C: Clock>(every interval: Duration, on clock: C) async where C.Duration == Duration {
         var silentSince: ContinuousClock.Instant?
         while !Task.isCancelled {

@@ -5,7 +5,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import Synchronization
 
 /// SIGTERM and SIGINT (stop) and SIGHUP, read from a signalfd on an event
 /// loop, so they arrive as ordinary events on the loop instead of
@@ -43,88 +42,52 @@ public enum TerminationSignal {
     }
 
     /// Waits on `loop` for SIGTERM or SIGINT and returns its name; nil if
-    /// the task was cancelled first.
-    public static func wait(on loop: EventLoop, onHangup: (@Sendable () -> Void)? = nil) async -> String? {
+    /// the task was cancelled first. Throws when no signalfd can be made
+    /// (out of descriptors or memory): the signals stay blocked, so a caller
+    /// that went on would be deaf to `systemctl stop`.
+    public static func wait(
+        on loop: EventLoop, onHangup: (@Sendable () -> Void)? = nil
+    ) async throws(Unavailable) -> String? {
         // In a process that did not take the signals over (a test running
         // the daemon in-process) a write to a closed socket must still not kill it.
         signal(SIGPIPE, SIG_IGN)
-        var set = observedSet()
-        let fd = signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC))
-        guard fd >= 0 else { return nil }
-        let waiter = SignalWaiter(fd: fd, loop: loop, onHangup: onHangup)
-        return await withTaskCancellationHandler {
-            await withCheckedContinuation { continuation in
-                waiter.start(continuation)
+        let received = await LoopWait<Result<String, Unavailable>>(on: loop).value { wait in
+            var set = observedSet()
+            let fd = signalfd(-1, &set, Int32(SFD_NONBLOCK | SFD_CLOEXEC))
+            guard fd >= 0 else {
+                wait.resume(.failure(Unavailable(errno: errno)))
+                return {}
             }
-        } onCancel: {
-            waiter.finish(nil)
+            let watch = loop.watch(fd, interest: .readable) { _ in
+                if let name = readSignals(fd, onHangup: onHangup) { wait.resume(.success(name)) }
+            }
+            return {
+                loop.removeWatch(watch)
+                close(fd)
+            }
         }
-    }
-}
-
-/// One `wait`: the signalfd's watch on the loop, and the continuation resumed once.
-private final class SignalWaiter: Sendable {
-    private struct State {
-        var continuation: CheckedContinuation<String?, Never>?
-        var watch: EventLoop.WatchID?
-        var done = false
+        return try received?.get()
     }
 
-    private let fd: Int32
-    private let loop: EventLoop
-    private let onHangup: (@Sendable () -> Void)?
-    private let state = Mutex(State())
-
-    init(fd: Int32, loop: EventLoop, onHangup: (@Sendable () -> Void)?) {
-        self.fd = fd
-        self.loop = loop
-        self.onHangup = onHangup
-    }
-
-    func start(_ continuation: CheckedContinuation<String?, Never>) {
-        let cancelled = state.withLock { state -> Bool in
-            if state.done { return true }
-            state.continuation = continuation
-            return false
-        }
-        if cancelled {
-            close(fd)
-            return continuation.resume(returning: nil)
-        }
-        loop.execute { [self] in
-            guard !state.withLock({ $0.done }) else { return }
-            let watch = loop.watch(fd, interest: .readable) { [self] _ in readSignals() }
-            state.withLock { $0.watch = watch }
-        }
-    }
-
-    private func readSignals() {
+    /// Reads what the signalfd holds: the name of the first SIGTERM or
+    /// SIGINT, or nil; each SIGHUP goes to `onHangup`.
+    private static func readSignals(_ fd: Int32, onHangup: (@Sendable () -> Void)?) -> String? {
         var info = signalfd_siginfo()
         let size = MemoryLayout<signalfd_siginfo>.size
         while withUnsafeMutableBytes(of: &info, { read(fd, $0.baseAddress, size) }) == size {
             switch Int32(bitPattern: info.ssi_signo) {
-            case SIGTERM: return finish("SIGTERM")
-            case SIGINT: return finish("SIGINT")
+            case SIGTERM: return "SIGTERM"
+            case SIGINT: return "SIGINT"
             case SIGHUP: onHangup?()
             default: break
             }
         }
+        return nil
     }
 
-    /// Resumes the waiting task once; the descriptor is closed on the loop,
-    /// after its watch is removed.
-    func finish(_ name: String?) {
-        let continuation = state.withLock { state -> CheckedContinuation<String?, Never>? in
-            guard !state.done else { return nil }
-            state.done = true
-            defer { state.continuation = nil }
-            return state.continuation
-        }
-        guard let continuation else { return }
-        loop.execute { [self] in
-            if let watch = state.withLock({ $0.watch }) { loop.removeWatch(watch) }
-            close(fd)
-        }
-        continuation.resume(returning: name)
+    /// No signalfd could be made.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let errno: Int32
+        public var description: String { "cannot read SIGTERM and SIGINT: signalfd: \(String(cString: strerror(errno)))" }
     }
 }

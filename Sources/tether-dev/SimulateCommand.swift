@@ -187,7 +187,7 @@ struct SimulateCommand: AsyncParsableCommand {
         }
         let simulator = try await Simulator.start(busAddress: address, options: options)
         FileHandle.standardError.write(Data("simulated bluetoothd on \(address) (dongle \(options.address))\n".utf8))
-        _ = await TerminationSignal.wait(on: EventLoop.shared)
+        _ = try await TerminationSignal.wait(on: EventLoop.shared)
         await simulator.stop()
         daemon?.stop()
     }

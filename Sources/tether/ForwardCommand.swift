@@ -32,7 +32,8 @@ struct ForwardCommand: AsyncParsableCommand {
             metrics (broker connected, records published and acknowledged, backlog, gaps) for \
             node_exporter's textfile collector. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
             password, cursor, CA, certificate or key file (each named); 73 when the state directory is missing and \
-            cannot be created, or is not a writable directory (named).
+            cannot be created, or is not a writable directory (named); 71 if the system gives it no \
+            signalfd to read SIGTERM from.
             """
     )
 
@@ -105,29 +106,40 @@ struct ForwardCommand: AsyncParsableCommand {
         _ = notifier.ready()
         let watchdog = SystemdNotifier.watchdogInterval(environment: environment, pid: getpid())
         // The watchdog's sleep and the metrics file's I/O, off the forwarder's
-        // loop and off libdispatch's pool (see `tether run`).
-        let io = EventLoop(name: "tether-io")
-        await withTaskGroup(of: Void.self) { group in
-            if let watchdog {
+        // loop and off libdispatch's pool (see `tether run`); no thread when
+        // there is neither (started by hand).
+        let io = watchdog != nil || exporter != nil ? EventLoop(name: "tether-io") : nil
+        let signalFailure = await withTaskGroup(of: TerminationSignal.Unavailable?.self) { group in
+            if let watchdog, let io {
                 // Petted only while the loop answers; a wedged loop is logged,
                 // and does not hold up the stop.
                 let petter = SupervisorWatchdog(notifier: notifier, logger: logger, loop: loop, loopName: "the forwarder's loop")
-                group.addTask { await petter.run(every: watchdog, on: io.clock) }
+                group.addTask {
+                    await petter.run(every: watchdog, on: io.clock)
+                    return nil
+                }
             }
-            if let (metrics, writer) = exporter {
+            if let (metrics, writer) = exporter, let io {
                 // Runs until the stop; ending by itself it would end the group.
                 group.addTask(executorPreference: io) {
                     await writer.run(every: metricsSettings.interval, on: io.clock, refresh: metrics.refresh)
+                    return nil
                 }
             }
             group.addTask {
-                let name = await TerminationSignal.wait(on: loop) {
-                    logger.notice("received SIGHUP: ignored; tether forward does not reload its configuration (systemctl restart applies a changed one)")
+                do throws(TerminationSignal.Unavailable) {
+                    let name = try await TerminationSignal.wait(on: loop) {
+                        logger.notice("received SIGHUP: ignored; tether forward does not reload its configuration (systemctl restart applies a changed one)")
+                    }
+                    logger.info("\(name ?? "cancelled"): stopping")
+                    return nil
+                } catch {
+                    return error
                 }
-                logger.info("\(name ?? "cancelled"): stopping")
             }
-            _ = await group.next()
+            let first = await group.next() ?? nil
             group.cancelAll()
+            return first
         }
         _ = notifier.stopping()
         await withCheckedContinuation { continuation in
@@ -137,11 +149,16 @@ struct ForwardCommand: AsyncParsableCommand {
             }
         }
         loop.stop()
-        io.stop()
+        io?.stop()
         if let (metrics, writer) = exporter {
             metrics.refresh()
             metrics.stopped()
             writer.write()
+        }
+        if let signalFailure {
+            logger.critical("\(signalFailure)")
+            LoggingSetup.flush()
+            throw ExitCode(DaemonRunner.Exit.osError)
         }
         LoggingSetup.flush()
     }

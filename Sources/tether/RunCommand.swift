@@ -23,7 +23,7 @@ struct RunCommand: AsyncParsableCommand {
             DBUS_SYSTEM_BUS_ADDRESS when set. Exit status: 0 after SIGTERM or SIGINT once every reading \
             is on disk; 69 if another daemon owns the instance's bus name; 73 if the readings directory \
             cannot be used; 74 if readings could not be written; 77 if the D-Bus policy forbids the name; \
-            78 on a bad config. rfkill blocks are read from /dev/rfkill and names from /sys/class/rfkill, \
+            78 on a bad config; 71 if the system gives it no signalfd to read SIGTERM from. rfkill blocks are read from /dev/rfkill and names from /sys/class/rfkill, \
             or, as development seams (the simulator's rfkill, `tether-dev simulate --rfkill`), from \
             TETHER_RFKILL_DEVICE and TETHER_RFKILL_SYSFS when set. Notifications reach it as D-Bus signals (dongle.notify_path = \
             "start-notify", the default) or through a socket bluetoothd hands it ("acquire-notify", \

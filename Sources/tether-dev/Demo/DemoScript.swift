@@ -120,7 +120,7 @@ final class DemoScript: Sendable {
 
             if forever {
                 say("the script is done; everything keeps running. Ctrl-C to stop.")
-                _ = await TerminationSignal.wait(on: EventLoop.shared)
+                _ = try await TerminationSignal.wait(on: EventLoop.shared)
             }
             say("stopping the daemon (SIGTERM flushes the readings log)")
             let status = daemon?.terminate(grace: .seconds(10)) ?? -1

@@ -21,15 +21,11 @@ public final class LoopWait<Value: Sendable>: Sendable {
         case done
     }
 
-    private struct Arming {
-        var disarm: Disarm?
-        /// The wait ended; a disarm handed over from now on runs at once.
-        var over = false
-    }
-
     public let loop: EventLoop
     private let state = Mutex(State.idle)
-    private let arming = Mutex(Arming())
+    /// What `arm` returned, until the wait's end takes it. Touched on the
+    /// loop only; a Mutex because the class is shared across threads.
+    private let disarm = Mutex<Disarm?>(nil)
 
     public init(on loop: EventLoop) {
         self.loop = loop
@@ -51,7 +47,11 @@ public final class LoopWait<Value: Sendable>: Sendable {
                 loop.execute { [self] in
                     // Ended (cancelled) between parking and this turn: nothing to arm.
                     guard isWaiting else { return }
-                    hold(arm(self))
+                    // A wait that ends from here on (an event while arming,
+                    // cancellation on another thread) queues its teardown
+                    // behind this turn, so the teardown finds the disarm.
+                    let armed = arm(self)
+                    disarm.withLock { $0 = armed }
                 }
             }
         } onCancel: {
@@ -84,24 +84,9 @@ public final class LoopWait<Value: Sendable>: Sendable {
         }
         guard let continuation else { return }
         loop.execute { [self] in
-            let disarm = arming.withLock { arming -> Disarm? in
-                arming.over = true
-                defer { arming.disarm = nil }
-                return arming.disarm
-            }
-            disarm?()
+            let armed = disarm.withLock { $0.take() }
+            armed?()
         }
         continuation.resume(returning: value)
-    }
-
-    /// On the loop: keeps `disarm` for the end of the wait, or runs it now if
-    /// the wait ended while `arm` ran (its event came at once).
-    private func hold(_ disarm: @escaping Disarm) {
-        let runNow = arming.withLock { arming -> Bool in
-            if arming.over { return true }
-            arming.disarm = disarm
-            return false
-        }
-        if runNow { disarm() }
     }
 }

@@ -64,9 +64,17 @@ public struct Device: Sendable, Equatable {
     }
 
     /// BlueZ's object path for a device address under an adapter:
-    /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`.
+    /// `/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF`. Byte by byte: an address is
+    /// ASCII, and anything else is left for `appending` to refuse.
     public static func path(adapter: ObjectPath, address: String) -> ObjectPath? {
-        adapter.appending("dev_" + address.uppercased().replacing(":", with: "_"))
+        let element = address.utf8.map { byte -> UInt8 in
+            switch byte {
+            case UInt8(ascii: ":"): UInt8(ascii: "_")
+            case UInt8(ascii: "a")...UInt8(ascii: "z"): byte - (UInt8(ascii: "a") - UInt8(ascii: "A"))
+            default: byte
+            }
+        }
+        return adapter.appending("dev_" + String(decoding: element, as: UTF8.self))
     }
 }
 

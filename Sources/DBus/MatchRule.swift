@@ -37,9 +37,7 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         var parts = ["type='signal'"]
         func add(_ key: String, _ value: String?) {
             guard let value else { return }
-            // Inside quotes nothing is special but the quote itself, which is
-            // written as '\'' (close, escaped quote, reopen).
-            parts.append("\(key)='\(value.replacing("'", with: "'\\''"))'")
+            parts.append("\(key)='\(Self.quoted(value))'")
         }
         add("sender", sender)
         add("interface", interface)
@@ -48,6 +46,20 @@ public struct MatchRule: Sendable, Hashable, CustomStringConvertible {
         add("path_namespace", pathNamespace?.rawValue)
         add("arg0", arg0)
         return parts.joined(separator: ",")
+    }
+
+    /// A value as it goes between the rule's quotes. Inside them nothing is
+    /// special but the quote itself, which is written as '\'' (close,
+    /// escaped quote, reopen). Done scalar by scalar rather than with
+    /// `replacing(_:with:)`, whose generic searcher the daemon would fault in
+    /// at start for this alone (docs/development.md, "Footprint").
+    static func quoted(_ value: String) -> String {
+        guard value.utf8.contains(UInt8(ascii: "'")) else { return value }
+        var quoted = ""
+        for scalar in value.unicodeScalars {
+            if scalar == "'" { quoted += "'\\''" } else { quoted.unicodeScalars.append(scalar) }
+        }
+        return quoted
     }
 
     /// Checks the rule against a received signal.

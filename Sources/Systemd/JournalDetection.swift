@@ -27,7 +27,7 @@ public enum JournalDetection {
     /// The same decision for this process, as it is now.
     public static func shouldUseJournal(socketPath: String = JournalLogHandler.defaultSocketPath) -> Bool {
         shouldUseJournal(
-            environment: ProcessInfo.processInfo.environment,
+            environment: ProcessEnvironment.current(),
             stderrIdentity: FileIdentity(descriptor: STDERR_FILENO),
             socketExists: isSocket(atPath: socketPath)
         )

@@ -15,7 +15,7 @@ extension SystemdNotifier {
     /// think it owes pings. A value that does not parse disables the
     /// watchdog rather than guessing, as libsystemd does.
     public static func watchdogInterval(
-        environment: [String: String] = ProcessInfo.processInfo.environment,
+        environment: [String: String] = ProcessEnvironment.current(),
         pid: Int32 = getpid()
     ) -> Duration? {
         guard let text = environment["WATCHDOG_USEC"], let microseconds = UInt64(text),

@@ -14,7 +14,7 @@ public struct SystemdNotifier: Sendable {
     public let socketAddress: String?
 
     /// Reads NOTIFY_SOCKET from `environment`; absent or empty means not supervised.
-    public init(environment: [String: String] = ProcessInfo.processInfo.environment) {
+    public init(environment: [String: String] = ProcessEnvironment.current()) {
         self.init(socketAddress: environment["NOTIFY_SOCKET"])
     }
 

@@ -44,7 +44,7 @@ struct ForwardCommand: AsyncParsableCommand {
 
     func run() async throws {
         let instance = try options.instanceOptions.resolved()
-        let environment = ProcessInfo.processInfo.environment
+        let environment = ProcessEnvironment.current()
         LoggingSetup.bootstrap(level: options.logLevel)
         let logger = Logger(label: "tether-forward")
         let path = options.configPath(for: instance)

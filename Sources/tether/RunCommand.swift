@@ -38,7 +38,7 @@ struct RunCommand: AsyncParsableCommand {
 
     func run() async throws {
         let instance = try options.instanceOptions.resolved()
-        let environment = ProcessInfo.processInfo.environment
+        let environment = ProcessEnvironment.current()
         LoggingSetup.bootstrap(level: options.logLevel)
         let logger = Logger(label: "tether")
         let path = options.configPath(for: instance)

@@ -93,6 +93,14 @@ import Testing
 
     @Test func devicePathFollowsBlueZsShape() {
         #expect(Device.path(adapter: Self.adapter, address: "aa:bb:cc:dd:ee:ff") == Self.device)
+        #expect(Device.path(adapter: Self.adapter, address: "AA:bb:Cc:dD:EE:ff") == Self.device)
+    }
+
+    /// Only what an object path may hold gets through; an address with
+    /// anything else has no path rather than a wrong one.
+    @Test func aDeviceAddressThatIsNoPathElementHasNoPath() {
+        #expect(Device.path(adapter: Self.adapter, address: "aa:bb:cc:dd:ee:é") == nil)
+        #expect(Device.path(adapter: Self.adapter, address: "aa-bb") == nil)
     }
 }
 

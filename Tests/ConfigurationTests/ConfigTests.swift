@@ -553,6 +553,22 @@ struct ValueSyntaxTests {
         #expect(BluetoothAddressText.normalize("aa:bb:cc:dd:ee:0g") == nil)
         #expect(BluetoothAddressText.normalize("aa:bb-cc:dd:ee:0f") == nil)
     }
+
+    /// Spaces, tabs and line ends around a value are dropped; other
+    /// whitespace is not ASCII syntax and stays, to be refused.
+    @Test func asciiWhitespaceAroundAValueIsTrimmed() {
+        #expect(BluetoothAddressText.normalize(" \taa:bb:cc:dd:ee:0f\r\n ") == "AA:BB:CC:DD:EE:0F")
+        #expect(BluetoothAddressText.normalize("\u{00A0}aa:bb:cc:dd:ee:0f") == nil)
+        #expect(BluetoothAddressText.normalize("aa:bb:cc:dd:ee:0f\u{2003}") == nil)
+        #expect(BluetoothAddressText.normalize("  ") == nil)
+        #expect("  é\u{301} x \t".trimmingASCIIWhitespace() == "é\u{301} x")
+    }
+
+    @Test func decimalDigitsAreASCIIOnly() {
+        #expect(DecimalText.digitValue("7") == 7)
+        #expect(DecimalText.digitValue("\u{0667}") == nil)  // ARABIC-INDIC DIGIT SEVEN
+        #expect(DecimalText.digitValue("x") == nil)
+    }
 }
 
 // The fuzz test uses LinkSupervisor's SplitMix64 (the supervisor's jitter source).

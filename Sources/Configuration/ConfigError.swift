@@ -40,10 +40,7 @@ public struct ConfigError: Error, Sendable, Equatable, CustomStringConvertible {
     /// and escaped, so that the message stays one line and shows where the key ends.
     static func displayed(_ key: String) -> String {
         let isBare = key.split(separator: ".", omittingEmptySubsequences: false).allSatisfy { segment in
-            !segment.isEmpty && segment.utf8.allSatisfy { byte in
-                (byte >= UInt8(ascii: "a") && byte <= UInt8(ascii: "z")) || (byte >= UInt8(ascii: "A") && byte <= UInt8(ascii: "Z"))
-                    || (byte >= UInt8(ascii: "0") && byte <= UInt8(ascii: "9")) || byte == UInt8(ascii: "_") || byte == UInt8(ascii: "-")
-            }
+            !segment.isEmpty && segment.utf8.allSatisfy(TOMLBareKey.allows)
         }
         return isBare ? key : ConfigContext.quoted(key)
     }

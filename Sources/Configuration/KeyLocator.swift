@@ -90,23 +90,8 @@ struct KeyLocator {
             }
             return nil
         }
-        let bare = text.prefix(while: isBareKeyCharacter)
+        let bare = text.prefix(while: TOMLBareKey.allows)
         guard !bare.isEmpty else { return nil }
         return (String(bare), text.dropFirst(bare.count))
-    }
-
-    /// What a TOML bare key is made of: A–Z, a–z, 0–9, "_" and "-". Compared as
-    /// ASCII: `isLetter` and `isNumber` would look each character up in the
-    /// standard library's Unicode tables, at every start, to then accept only
-    /// ASCII.
-    private static func isBareKeyCharacter(_ character: Character) -> Bool {
-        guard let ascii = character.asciiValue else { return false }
-        return switch ascii {
-        case UInt8(ascii: "A")...UInt8(ascii: "Z"), UInt8(ascii: "a")...UInt8(ascii: "z"),
-             UInt8(ascii: "0")...UInt8(ascii: "9"), UInt8(ascii: "_"), UInt8(ascii: "-"):
-            true
-        default:
-            false
-        }
     }
 }

@@ -24,10 +24,14 @@ public enum JournalDetection {
         return socketExists && underSystemd
     }
 
-    /// The same decision for this process, as it is now.
-    public static func shouldUseJournal(socketPath: String = JournalLogHandler.defaultSocketPath) -> Bool {
+    /// The same decision for this process, as it is now (its environment, as
+    /// the caller already read it or read here).
+    public static func shouldUseJournal(
+        environment: [String: String] = ProcessEnvironment.current(),
+        socketPath: String = JournalLogHandler.defaultSocketPath
+    ) -> Bool {
         shouldUseJournal(
-            environment: ProcessEnvironment.current(),
+            environment: environment,
             stderrIdentity: FileIdentity(descriptor: STDERR_FILENO),
             socketExists: isSocket(atPath: socketPath)
         )

@@ -45,7 +45,7 @@ struct ForwardCommand: AsyncParsableCommand {
     func run() async throws {
         let instance = try options.instanceOptions.resolved()
         let environment = ProcessEnvironment.current()
-        LoggingSetup.bootstrap(level: options.logLevel)
+        LoggingSetup.bootstrap(level: options.logLevel, environment: environment)
         let logger = Logger(label: "tether-forward")
         let path = options.configPath(for: instance)
         let settings: Forwarder.Settings

@@ -7,8 +7,8 @@ enum LoggingSetup {
     /// journald's native protocol when the daemon runs under systemd (its
     /// fields make `journalctl TETHER_EVENT=disconnected` work), plain lines
     /// on stderr otherwise. swift-log allows one bootstrap per process.
-    static func bootstrap(level: Logger.Level) {
-        if JournalDetection.shouldUseJournal() {
+    static func bootstrap(level: Logger.Level, environment: [String: String]) {
+        if JournalDetection.shouldUseJournal(environment: environment) {
             LoggingSystem.bootstrap { label in JournalLogHandler(label: label, level: level) }
         } else {
             LoggingSystem.bootstrap { label in StderrLogHandler(label: label, level: level) }

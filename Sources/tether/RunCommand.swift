@@ -39,7 +39,7 @@ struct RunCommand: AsyncParsableCommand {
     func run() async throws {
         let instance = try options.instanceOptions.resolved()
         let environment = ProcessEnvironment.current()
-        LoggingSetup.bootstrap(level: options.logLevel)
+        LoggingSetup.bootstrap(level: options.logLevel, environment: environment)
         let logger = Logger(label: "tether")
         let path = options.configPath(for: instance)
         let loaded: TetherConfig

@@ -16,8 +16,7 @@ that holds it, so the pattern names the section the linker really sees:
   _Concurrency's non-public code, libdispatch) gives the whole object's
   `.text`, `*ARCHIVE:MEMBER(.text)`, after all the single functions.
 
-Both keep first-seen order. Printed to stdout; the count of single functions
-to stderr.
+Both keep first-seen order. Printed to stdout; how many of each, to stderr.
 """
 import bisect
 import os

@@ -17,10 +17,11 @@
 # config, the connect, subscribing, SECONDS (default 20) online with a 1 s
 # keep-alive and 10 notifications/s, one drop and its reconnect, `tether
 # reconnect`, and the stop; then a second, short start-up with a config that
-# draws a warning. Both use the shipped example config (config/tether.toml). A function that moved or was renamed since the
-# file was written is simply placed with the rest: the file goes stale
-# gradually, never wrong. Regenerate it after large changes and compare
-# `make bench BENCH=footprint` before and after.
+# draws a warning. Both use the shipped example config (config/tether.toml).
+# A function that moved or was renamed since the file was written is simply
+# placed with the rest: the file goes stale gradually, never wrong. Regenerate
+# it after large changes and compare `make bench BENCH=footprint` before and
+# after.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 seconds=${1:-20}

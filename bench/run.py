@@ -418,7 +418,7 @@ def bench_footprint():
             ("CPU seconds over that time", t["cpu_seconds"], p["cpu_seconds"], "", None),
             ("idle CPU ms per minute (keep-alive 1 s, no notifications)", t["idle_cpu_ms_per_minute"],
              p["idle_cpu_ms_per_minute"], "≤ 10", t["idle_cpu_ms_per_minute"] <= 10),
-            ("  the floor: those two wake-ups a second with no work (bench/wake_floor.c), ms per minute",
+            ("  the floor: a timer wake-up and a reply wake-up a second, no work (bench/wake_floor.c), ms per minute",
              floor.get("cpu_ms_per_minute"), None, "", None),
             ("wake-ups/s idle, all threads (keep-alive 1 s, no notifications)", t["idle_wakeups_per_s"],
              p["idle_wakeups_per_s"], "≤ 4", t["idle_wakeups_per_s"] <= 4),

@@ -56,6 +56,32 @@ extension BlueZClient {
         }
     }
 
+    /// `WriteValue(value, {type: command})`, marshalled once for `send(_:)`,
+    /// which asks for no answer. bluetoothd's D-Bus library sends none to a
+    /// call that asks for none (`gdbus/object.c`), and for a command its
+    /// answer would come before the radio has sent anything: it would say
+    /// only that bluetoothd took the write.
+    public func prepareWriteCommand(_ characteristic: ObjectPath, _ value: [UInt8]) throws(BlueZError) -> PreparedCall {
+        do {
+            return try PreparedCall(
+                destination: BlueZ.service, path: characteristic, interface: BlueZ.gattCharacteristicInterface,
+                method: "WriteValue", [.bytes(value), .vardict(["type": .string(WriteType.command.rawValue)])]
+            )
+        } catch {
+            throw BlueZError(error)
+        }
+    }
+
+    /// Sends a prepared call now, after every request sent before it; no
+    /// reply comes. Throws only when the bus cannot take it. Call on the
+    /// bus's loop.
+    public func send(_ call: PreparedCall) throws(BlueZError) {
+        let sent: Result<Void, DBusError> = bus.assumeIsolated { bus in
+            Result { () throws(DBusError) in try bus.send(call) }
+        }
+        try sent.mapError(BlueZError.init).get()
+    }
+
     private func shape(of request: BlueZRequest)
         -> (ObjectPath, String, String, [DBusValue], Duration)
     {

@@ -9,7 +9,7 @@ public enum ConfigKeys {
         "passkey_file",
     ]
     public static let keepalive: Set<String> = [
-        "enabled", "interval", "characteristic", "write", "write_type", "timeout", "sleep_after",
+        "enabled", "interval", "characteristic", "write", "write_type", "timeout", "sleep_after", "confirm_every",
     ]
     public static let reconnect: Set<String> = [
         "first_delay", "initial_backoff", "max_backoff", "jitter", "connect_timeout",

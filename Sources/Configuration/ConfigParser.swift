@@ -159,6 +159,7 @@ extension TetherConfig {
         }
         result.timeout = try section.duration("timeout") ?? result.timeout
         result.sleepAfter = try section.duration("sleep_after") ?? result.sleepAfter
+        result.confirmEvery = try section.duration("confirm_every") ?? result.confirmEvery
         return result
     }
 

@@ -9,6 +9,7 @@ extension Supervisor.Settings {
             keepaliveInterval: config.keepalive.interval, keepaliveTimeout: config.keepalive.timeout,
             escalation: config.reconnect.escalate
         )
+        keepaliveConfirmEvery = config.keepalive.confirmsEveryPoll ? nil : config.keepalive.confirmEvery
         silenceLimit = config.silenceLimit
         staleDeviceRemoval = config.reconnect.removeStaleDevice
         pairs = config.dongle.pairing.pairs

@@ -149,6 +149,17 @@ public struct TetherConfig: Sendable, Equatable {
         public var timeout: Duration
         /// How long the dongle stays awake without traffic.
         public var sleepAfter: Duration
+        /// A write command's polls wait for bluetoothd's answer at least
+        /// this often, and are sent without asking for one in between;
+        /// zero: every poll waits. Reads and write requests always wait.
+        public var confirmEvery: Duration
+
+        /// Whether each poll waits for bluetoothd's answer: a read (the
+        /// answer is the reading), a write request (the dongle's answer),
+        /// or `confirm_every` of zero.
+        public var confirmsEveryPoll: Bool {
+            write == nil || writeType != .command || confirmEvery == .zero
+        }
 
         public init(
             enabled: Bool = true,
@@ -157,7 +168,8 @@ public struct TetherConfig: Sendable, Equatable {
             write: [UInt8]? = [0x00],
             writeType: WriteType = .command,
             timeout: Duration = .seconds(3),
-            sleepAfter: Duration = .seconds(30)
+            sleepAfter: Duration = .seconds(30),
+            confirmEvery: Duration = .seconds(5)
         ) {
             self.enabled = enabled
             self.interval = interval
@@ -166,6 +178,7 @@ public struct TetherConfig: Sendable, Equatable {
             self.writeType = writeType
             self.timeout = timeout
             self.sleepAfter = sleepAfter
+            self.confirmEvery = confirmEvery
         }
     }
 

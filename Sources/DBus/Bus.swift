@@ -258,6 +258,12 @@ public actor Bus {
         try connection.send(message)
     }
 
+    /// Sends a copy of a prepared call now, after everything sent before it;
+    /// nothing answers it.
+    public func send(_ call: PreparedCall) throws(DBusError) {
+        try connection.send(call.template.copy())
+    }
+
     private func callDaemon(_ method: String, _ arguments: [DBusValue], timeout: Duration = defaultTimeout)
         async throws(DBusError) -> [DBusValue]
     {

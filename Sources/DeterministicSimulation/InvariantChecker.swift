@@ -113,12 +113,13 @@ struct InvariantChecker {
                     "subscribe #\(id) on a link seen connected=\(seen.connected) resolved=\(seen.servicesResolved) characteristics=\(seen.characteristicsReady)"
                 )
             }
-        case .poll(let id, _):
+        case .poll, .pollWithoutReply:
             countCall(simulation)
             count(.callOrder)
             let state = simulation.supervisor.state
             if state != .online && state != .waitingForData {
-                simulation.violated(.callOrder, "keep-alive poll #\(id) in state \(state.rawValue)")
+                let poll = if case .poll(let id, _) = action { "#\(id)" } else { "without reply" }
+                simulation.violated(.callOrder, "keep-alive poll \(poll) in state \(state.rawValue)")
             }
             lastPollAt = now
         case .disconnect, .startDiscovery, .stopDiscovery, .escalate, .powerOn, .removeDevice:

@@ -47,6 +47,10 @@ extension Simulation {
                 return deliver(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
             }
             writeValue(id, timeout: timeout)
+        case .pollWithoutReply:
+            // The write reaches the dongle as an answered one does; nothing
+            // comes back, not even bluetoothd's "Not connected".
+            if world.connected, world.observation.characteristicsReady, world.dongleReachable { world.dongleLastHeard = now }
         case .startDiscovery:
             guard world.observation.adapterPresent else {
                 return deliver(.discoveryFailed(LinkFailure(.transient, "no adapter")))

@@ -42,6 +42,10 @@ struct SimulationSettings {
         flushInterval = .seconds(1)
         maxBacklog = random.pick([40, 100_000])
         faultEvery = random.pick([.seconds(600), .seconds(1200), .seconds(3600)])
+        // keepalive.confirm_every: 0 (every poll answered), the default, or
+        // longer, so that polls without a reply run between answered ones.
+        // Drawn last, so that the draws above stay what they were per seed.
+        supervisor.keepaliveConfirmEvery = random.pick([nil, .seconds(5), .seconds(15), .seconds(30)])
     }
 
     var recoveryBound: Duration {

@@ -84,6 +84,7 @@ enum TraceItem {
         case .subscribe(let id): "subscribe #\(id)"
         case .pair(let id, let timeout): "pair #\(id) timeout \(timeout.roundedText)"
         case .poll(let id, let timeout): "poll #\(id) timeout \(timeout.roundedText)"
+        case .pollWithoutReply: "poll without reply"
         case .startDiscovery: "startDiscovery"
         case .stopDiscovery: "stopDiscovery"
         case .escalate(let step): "escalate \(step.rawValue)"

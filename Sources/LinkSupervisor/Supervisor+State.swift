@@ -146,6 +146,9 @@ extension Supervisor {
         var lastDataAt: Duration?
         /// The poll in flight (its operation id), judged by its deadline.
         var pollInFlight: Int?
+        /// When the last poll that waits for an answer was sent; nil before
+        /// the session's first poll.
+        var lastConfirmedPollAt: Duration?
         var failedPolls = 0
     }
 

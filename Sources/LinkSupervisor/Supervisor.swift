@@ -16,6 +16,9 @@
 /// - at most one connect, one subscribe and one poll are in flight, each
 ///   tagged with an id held only by the state that waits for it; results
 ///   for anything else are stale and ignored;
+/// - on a link that is up, the first poll and then one at least every
+///   `keepaliveConfirmEvery` wait for bluetoothd's answer (all of them when
+///   it is nil); the polls in between ask for none and are never in flight;
 /// - no connect attempt is made while bluetoothd is away or the adapter off,
 ///   nor on a device object bluetoothd has said is gone (removed at
 ///   Tether's request, or answered `UnknownObject`) while the observation
@@ -40,6 +43,15 @@ public struct Supervisor: Sendable {
         public var keepaliveEnabled: Bool
         public var keepaliveInterval: Duration
         public var keepaliveTimeout: Duration
+        /// At least this long between polls that wait for bluetoothd's
+        /// answer; the polls in between are sent without asking for one
+        /// (`.pollWithoutReply`). Nil: every poll waits. Only for a write
+        /// command, whose answer says no more than that bluetoothd runs and
+        /// took the write: the dongle answers a command with nothing. An
+        /// answer costs the daemon a second wake-up per poll, and a
+        /// keep-alive every second is its whole idle load. The first poll of
+        /// a link waits, so a write that bluetoothd refuses shows at once.
+        public var keepaliveConfirmEvery: Duration?
         public var escalation: [EscalationStep]
         /// Failed link checks in a row that force a reconnect.
         public var failedPollsBeforeReconnect = 2
@@ -706,8 +718,15 @@ public struct Supervisor: Sendable {
         // started, whatever this one takes.
         startTimer(.keepalive, after: settings.keepaliveInterval)
         if session.pollInFlight != nil { return }  // the deadline will judge it
-        let poll = nextOperation()
-        _ = withSession { $0.pollInFlight = poll }
+        if let every = settings.keepaliveConfirmEvery, let last = session.lastConfirmedPollAt, now - last < every {
+            actions.append(.pollWithoutReply)
+            return
+        }
+        let poll = nextOperation(), sentAt = now
+        _ = withSession { session in
+            session.pollInFlight = poll
+            session.lastConfirmedPollAt = sentAt
+        }
         actions.append(.poll(poll, timeout: settings.keepaliveTimeout))
         startTimer(.pollDeadline, after: settings.keepaliveTimeout)
     }

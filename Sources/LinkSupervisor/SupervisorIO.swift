@@ -214,7 +214,12 @@ public enum SupervisorAction: Sendable, Equatable {
     /// Device1.Pair with Tether's agent, then Trusted = true; answered by
     /// `.pairFinished`.
     case pair(attempt: Int, timeout: Duration)
+    /// A keep-alive poll answered by `.pollFinished`, or by the
+    /// `.pollDeadline` timer.
     case poll(Int, timeout: Duration)
+    /// A keep-alive write sent without asking bluetoothd for an answer
+    /// (D-Bus NO_REPLY_EXPECTED): nothing reports back.
+    case pollWithoutReply
     case startDiscovery
     case stopDiscovery
     case escalate(EscalationStep)

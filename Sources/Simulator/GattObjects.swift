@@ -67,7 +67,10 @@ extension GattDatabase {
                 "WriteValue": .init(in: "aya{sv}") { call in
                     guard let value = try call.argument(0).bytes else { throw BlueZFault.invalidArguments() }
                     let options = try call.argument(1).stringKeyedDictionary ?? [:]
-                    try await simulator.writeCharacteristic(characteristic, value: value, client: call.sender, options: options)
+                    try await simulator.writeCharacteristic(
+                        characteristic, value: value, client: call.sender, options: options,
+                        noReply: call.message.noReplyExpected
+                    )
                     return []
                 },
                 "StartNotify": .init { call in

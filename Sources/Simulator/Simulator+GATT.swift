@@ -49,7 +49,8 @@ extension Simulator {
     }
 
     func writeCharacteristic(
-        _ characteristic: GattDatabase.Characteristic, value: [UInt8], client: String, options: [String: DBusValue]
+        _ characteristic: GattDatabase.Characteristic, value: [UInt8], client: String, options: [String: DBusValue],
+        noReply: Bool = false
     ) async throws {
         try requireLink()
         let type = options["type"]?.string ?? "request"
@@ -85,6 +86,7 @@ extension Simulator {
                 return hex.count == 1 ? "0" + hex : hex
             }.joined()
             $0.type = type
+            if noReply { $0.noReply = true }
         }
     }
 

@@ -26,6 +26,9 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
     /// Adapter power (power; reason: rfkill or rfkill-unblock when rfkill
     /// changed it, error when a power-on was refused), a lockup's state.
     public var on: Bool?
+    /// A write whose caller asked for no answer (D-Bus NO_REPLY_EXPECTED);
+    /// absent otherwise.
+    public var noReply: Bool?
 
     public init(
         t: Double, ev: String, client: String? = nil, uuid: String? = nil, hex: String? = nil, type: String? = nil,
@@ -171,6 +174,7 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         add("message", message)
         add("reason", reason)
         if let on { fields.append("\"on\":\(on)") }
+        if let noReply { fields.append("\"noReply\":\(noReply)") }
         return "{" + fields.joined(separator: ",") + "}"
     }
 

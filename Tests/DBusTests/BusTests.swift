@@ -114,6 +114,40 @@ import Testing
         }
     }
 
+    /// A prepared call (the keep-alive sent without a reply): each send is a
+    /// call of its own, with its own serial, the same arguments, and the flag
+    /// that tells the receiver not to answer; calls sent after it still come
+    /// after it.
+    @Test func aPreparedCallIsSentAsACopyEachTimeAndAsksForNoReply() async throws {
+        try await withBuses { server, client in
+            let received = Mutex<[Message]>([])
+            try await server.requestName("org.example.Sink")
+            try await server.export("/org/example", [
+                ExportedInterface(name: "org.example.Sink", methods: [
+                    "Take": .init(in: "aya{sv}") { call in
+                        received.withLock { $0.append(call.message) }
+                        return []
+                    },
+                    "Count": .init(out: "u") { _ in [.uint32(UInt32(received.withLock { $0.count }))] },
+                ])
+            ])
+            let arguments: [DBusValue] = [.bytes([0x00]), .vardict(["type": .string("command")])]
+            let call = try PreparedCall(
+                destination: "org.example.Sink", path: "/org/example", interface: "org.example.Sink", method: "Take", arguments
+            )
+            for _ in 0..<3 { try await client.send(call) }
+            // One connection's calls are served in order: the count comes after the three.
+            let count = try await client.call(
+                destination: "org.example.Sink", path: "/org/example", interface: "org.example.Sink", method: "Count"
+            )
+            #expect(count == [.uint32(3)])
+            let messages = received.withLock { $0 }
+            #expect(messages.count == 3)
+            #expect(messages.allSatisfy { $0.noReplyExpected && $0.body == arguments })
+            #expect(Set(messages.map(\.serial)).count == 3, "serials \(messages.map(\.serial))")
+        }
+    }
+
     @Test func invalidNamesAreErrorsNotAborts() async throws {
         try await withBuses { _, client in
             await #expect(throws: DBusError.self) {

@@ -238,7 +238,10 @@ import Testing
         // nothing; before, the keep-alive's timeouts ended in connect
         // attempts that failed "no connection within 20s" for as long as it
         // lasted, and status blamed the radio.
-        let harness = try await DaemonHarness()
+        // Told within 2 s (the next answered keep-alive, confirm_every) +
+        // 0.8 s (its timeout) + 3 s (the ping's): the 9 s bound keeps room
+        // for a loaded machine. With the default 5 s it could take 8.8 s.
+        let harness = try await DaemonHarness { $0.keepalive.confirmEvery = .seconds(2) }
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
         let hung = ContinuousClock.now

@@ -88,10 +88,13 @@ import Testing
             .pollFinished(poll: 3, .failure(LinkFailure(.transient, "Not connected"))), actions: [], status: status(.online),
             at: .milliseconds(7_005)
         )
+        metrics.observe(.timerFired(.keepalive), actions: [.pollWithoutReply], status: status(.online), at: .seconds(8))
+        metrics.observe(.timerFired(.keepalive), actions: [.pollWithoutReply], status: status(.online), at: .seconds(9))
         let s = samples()
         #expect(s.value("tether_keepalive_polls_total", ["result": "ok"]) == 1)
         #expect(s.value("tether_keepalive_polls_total", ["result": "timeout"]) == 1)
         #expect(s.value("tether_keepalive_polls_total", ["result": "failed"]) == 1)
+        #expect(s.value("tether_keepalive_polls_total", ["result": "sent"]) == 2)
         #expect(s.value("tether_keepalive_poll_duration_seconds_count") == 1)
         #expect(s.value("tether_keepalive_poll_duration_seconds_bucket", ["le": "0.01"]) == 0)
         #expect(s.value("tether_keepalive_poll_duration_seconds_bucket", ["le": "0.025"]) == 1)

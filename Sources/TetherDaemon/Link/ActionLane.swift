@@ -44,6 +44,9 @@ final class ActionLane: @unchecked Sendable {
     /// Incremented by `cancelAll`: replies to requests sent before are dropped.
     private var generation = 0
     private var escalation: EscalationInFlight?
+    /// The keep-alive write sent without a reply, marshalled for this
+    /// characteristic object.
+    private var keepAliveWrite: (characteristic: ObjectPath, call: PreparedCall)?
 
     /// An escalation step between its last call and the adapter showing powered again.
     private struct EscalationInFlight {
@@ -108,6 +111,8 @@ final class ActionLane: @unchecked Sendable {
             pair(id, timeout: timeout)
         case .poll(let id, let timeout):
             poll(id, timeout: timeout)
+        case .pollWithoutReply:
+            pollWithoutReply()
         case .startDiscovery:
             guard let adapter = resolution.adapter?.path else {
                 return finish(.discoveryFailed(LinkFailure(.transient, "no adapter")))
@@ -278,6 +283,31 @@ final class ActionLane: @unchecked Sendable {
                     finish(.pollFinished(poll: id, .failure(Self.failure(error))))
                 }
             }
+        }
+    }
+
+    /// The keep-alive write, sent without asking for an answer. The
+    /// supervisor decides this only for a write command, where bluetoothd
+    /// answers at once (`gatt-client.c` returns from `WriteValue` when the
+    /// command is queued) and, asked for no answer, sends none: the daemon
+    /// is not woken a second time. A refusal goes unseen until the next
+    /// poll that waits for its answer. The call is marshalled once per
+    /// characteristic object and sent as a copy each time.
+    private func pollWithoutReply() {
+        guard let characteristic = resolution.keepalive, let bytes = config.keepalive.write else {
+            return logger.debug("keep-alive not sent: the characteristic is not resolved")
+        }
+        do throws(BlueZError) {
+            let call: PreparedCall
+            if let prepared = keepAliveWrite, prepared.characteristic == characteristic.path {
+                call = prepared.call
+            } else {
+                call = try client.prepareWriteCommand(characteristic.path, bytes)
+                keepAliveWrite = (characteristic.path, call)
+            }
+            try client.send(call)
+        } catch {
+            logger.debug("keep-alive not sent: \(error)")
         }
     }
 

@@ -82,6 +82,8 @@ public final class LinkMetrics: @unchecked Sendable {
 
     enum PollResult: String, CaseIterable {
         case ok, failed, timeout
+        /// Sent without asking for an answer (`keepalive.confirm_every`).
+        case sent
     }
 
     struct EscalationKey: Hashable {
@@ -168,7 +170,7 @@ public final class LinkMetrics: @unchecked Sendable {
         var polls: [PollResult: CoreMetrics.Counter] = [:]
         for result in PollResult.allCases {
             polls[result] = registry.counter(
-                "tether_keepalive_polls_total", help: "Keep-alive polls of the dongle, by result (ok, failed, timeout).",
+                "tether_keepalive_polls_total", help: "Keep-alive polls of the dongle, by result: ok, failed, timeout, or sent (without asking bluetoothd for an answer).",
                 labels: [("result", result.rawValue)]
             )
         }
@@ -265,6 +267,8 @@ public final class LinkMetrics: @unchecked Sendable {
             switch action {
             case .poll(let poll, _):
                 pollStarts[poll] = now
+            case .pollWithoutReply:
+                polls[.sent]?.increment()
             case .connect:
                 connectStartedAt = now
             case .report(.connected):

@@ -48,6 +48,10 @@ service_uuid = "6e400001-b5a3-f393-e0a9-e50e24dcca9e"
 interval = "2s"
 timeout = "2s"
 sleep_after = "8s"
+# Every keep-alive waits for bluetoothd's answer: systemd-bluetooth-hang needs
+# Tether's verdict on a hung bluetoothd (at most 2 + 2 + 3 s) before
+# bluetooth.service's watchdog (10 s) restarts it.
+confirm_every = "0s"
 
 [reconnect]
 initial_backoff = "500ms"

@@ -1,0 +1,34 @@
+import CDBus
+
+/// A method call marshalled once and sent many times, never asking for a
+/// reply: what a keep-alive sends every second.
+///
+/// Each `Bus.send(_:)` puts a copy on the bus (`dbus_message_copy`: the
+/// marshalled header and body as they are, a fresh serial when sent), so
+/// the arguments are neither built nor marshalled again, and no reply is
+/// tracked or waited for. The receiver is told not to answer
+/// (NO_REPLY_EXPECTED), and a well-behaved one sends nothing back, so the
+/// caller is not woken by it.
+///
+/// Invariant: the template is never sent itself, so it stays unlocked and
+/// unchanged after `init`; it carries no file descriptors (a copy would
+/// hold duplicates of them).
+///
+/// Threading: `@unchecked Sendable` because the template is immutable
+/// after `init` and libdbus only reads it when copying; sending happens on
+/// the bus's loop, as every other send.
+public final class PreparedCall: @unchecked Sendable {
+    let template: OutgoingMessage
+
+    public init(
+        destination: String, path: ObjectPath, interface: String, method: String, _ arguments: [DBusValue]
+    ) throws(DBusError) {
+        template = try OutgoingMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: method, body: arguments
+        )
+        guard !template.carriesUnixFDs else {
+            throw .invalidArgument("a prepared call cannot carry file descriptors")
+        }
+        template.setNoReply()
+    }
+}

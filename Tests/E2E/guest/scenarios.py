@@ -183,10 +183,12 @@ def disconnect_counts():
     return counts
 
 
-def dongle_events(since=0.0):
+def dongle_events(since=0.0, path=None):
+    """The dongle's event log from `since` on: the btvirt pass's dongle by
+    default, another one's (the USB pass's) by its `path`."""
     records = []
     try:
-        lines = (OUT / "dongle-events.jsonl").read_text().splitlines()
+        lines = (path or OUT / "dongle-events.jsonl").read_text().splitlines()
     except OSError:
         return records
     for line in lines:
@@ -208,10 +210,12 @@ def run(argv, timeout=30):
 
 
 class Dongle:
-    """The Bumble dongle's control socket: one JSON reply line per command."""
+    """The Bumble dongle's control socket: one JSON reply line per command,
+    and the event log that dongle writes."""
 
-    def __init__(self, path=CONTROL):
+    def __init__(self, path=CONTROL, events=None):
         self.path = path
+        self.events = events or OUT / "dongle-events.jsonl"
 
     def command(self, text):
         return dongle_command(self.path, text)
@@ -561,7 +565,7 @@ def keep_alive(stack):
     time.sleep(hold)
     after = stack.dongle.status()
     drops = stack.tether_log.matching(r"event=disconnected", since)
-    writes = sum(1 for e in dongle_events(since) if e["event"] == "write" and e["t"] <= since + hold)
+    writes = sum(1 for e in dongle_events(since, stack.dongle.events) if e["event"] == "write" and e["t"] <= since + hold)
     figures = {"held_s": hold, "sleep_after_s": SLEEP_AFTER, "dongle_sleeps": after["sleeps"] - before["sleeps"],
                "reconnections": after["connections"] - before["connections"],
                "notifications": after["seq"] - before["seq"], "keepalive_writes": writes}
@@ -1579,7 +1583,7 @@ def usb_stack_up(stack):
     bluetoothd lists it. Then Tether starts, on that controller by its
     address (adapter=), for the dongle on its air: online and a reading."""
     stack.guest.stop("tether")
-    stack.dongle = Dongle(USB_DONGLE_CONTROL)
+    stack.dongle = Dongle(USB_DONGLE_CONTROL, events=OUT / "usb-events.jsonl")
     stack.sent_log = OUT / "usb-sent.jsonl"
     stack.readings = WORK / "readings-usb"
     stack.notify_path = "start-notify"

@@ -62,11 +62,9 @@ extension BlueZClient {
     /// answer would come before the radio has sent anything: it would say
     /// only that bluetoothd took the write.
     public func prepareWriteCommand(_ characteristic: ObjectPath, _ value: [UInt8]) throws(BlueZError) -> PreparedCall {
+        let (path, interface, member, arguments, _) = shape(of: .writeValue(characteristic, value, type: .command, timeout: callTimeout))
         do {
-            return try PreparedCall(
-                destination: BlueZ.service, path: characteristic, interface: BlueZ.gattCharacteristicInterface,
-                method: "WriteValue", [.bytes(value), .vardict(["type": .string(WriteType.command.rawValue)])]
-            )
+            return try PreparedCall(destination: BlueZ.service, path: path, interface: interface, method: member, arguments)
         } catch {
             throw BlueZError(error)
         }

@@ -33,6 +33,8 @@ ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
 WORK = Path("/tmp/e2e")
 CONTROL = WORK / "dongle.sock"
+# The btvirt pass's dongle writes its events here (dongle.py --event-log).
+DONGLE_EVENTS = OUT / "dongle-events.jsonl"
 READINGS = WORK / "readings"
 METRICS = WORK / "metrics" / "tether.prom"
 NUS_TX = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
@@ -188,7 +190,7 @@ def dongle_events(since=0.0, path=None):
     default, another one's (the USB pass's) by its `path`."""
     records = []
     try:
-        lines = (path or OUT / "dongle-events.jsonl").read_text().splitlines()
+        lines = (path or DONGLE_EVENTS).read_text().splitlines()
     except OSError:
         return records
     for line in lines:
@@ -215,7 +217,7 @@ class Dongle:
 
     def __init__(self, path=CONTROL, events=None):
         self.path = path
-        self.events = events or OUT / "dongle-events.jsonl"
+        self.events = events or DONGLE_EVENTS
 
     def command(self, text):
         return dongle_command(self.path, text)
@@ -316,7 +318,7 @@ class Stack:
             "--first-seq", str(first_seq),
             "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--control", str(CONTROL),
             "--readvertise-every", str(READVERTISE_EVERY),
-            "--sent-log", str(OUT / "dongle-sent.jsonl"), "--event-log", str(OUT / "dongle-events.jsonl"),
+            "--sent-log", str(OUT / "dongle-sent.jsonl"), "--event-log", str(DONGLE_EVENTS),
         ] + (["--pairing", pairing] if pairing != "none" else []), watch=True)
         self.dongle_pairing = pairing
         ready = self.guest.watches["dongle"].wait_for(r"^ready (\S+)", 60)
@@ -338,7 +340,7 @@ class Stack:
         between its CCCD write and the socket: from each "subscribed" in the
         dongle's log to Tether's line saying the socket arrived."""
         windows = []
-        path = OUT / "dongle-events.jsonl"
+        path = DONGLE_EVENTS
         if self.notify_path == "start-notify" or not path.exists():
             return windows
         for line in path.read_text().splitlines():
@@ -1496,6 +1498,7 @@ def adapter_renumbered(stack):
 
 USB_CONTROL = WORK / "usb.sock"
 USB_DONGLE_CONTROL = WORK / "usb-dongle.sock"
+USB_DONGLE_EVENTS = OUT / "usb-events.jsonl"
 USB_ADDRESS = "00:AA:01:04:00:01"
 USB_NEW_ADDRESS = "00:AA:01:04:00:03"
 USBDEVFS_RESET = 0x5514  # _IO('U', 20)
@@ -1567,7 +1570,7 @@ def start_usb_bridge(stack, *options):
         "--control", str(USB_DONGLE_CONTROL), "--usb-control", str(USB_CONTROL),
         "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
         "--first-seq", str(max((r["seq"] for r in stack.all_sent()), default=0) + 1 if stack.sent_log.name == "usb-sent.jsonl" else 1),
-        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(OUT / "usb-events.jsonl"), "--trace", *options],
+        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(USB_DONGLE_EVENTS), "--trace", *options],
         watch=True)
     ready = stack.guest.watches[name].wait_for(r"^ready (\S+) (\S+)", 60, since)
     if ready is None:
@@ -1583,7 +1586,7 @@ def usb_stack_up(stack):
     bluetoothd lists it. Then Tether starts, on that controller by its
     address (adapter=), for the dongle on its air: online and a reading."""
     stack.guest.stop("tether")
-    stack.dongle = Dongle(USB_DONGLE_CONTROL, events=OUT / "usb-events.jsonl")
+    stack.dongle = Dongle(USB_DONGLE_CONTROL, events=USB_DONGLE_EVENTS)
     stack.sent_log = OUT / "usb-sent.jsonl"
     stack.readings = WORK / "readings-usb"
     stack.notify_path = "start-notify"

@@ -123,8 +123,10 @@ public enum DaemonRunner {
                     }
                 }
                 if let watchdog {
-                    group.addTask {
-                        await session.petWatchdog(every: watchdog / 2)
+                    // On the io thread, so that a hung loop is still logged
+                    // before the pet is withheld.
+                    group.addTask(executorPreference: io) {
+                        await session.petWatchdog(timeout: watchdog)
                         return nil
                     }
                 }
@@ -284,10 +286,10 @@ private final class Session: Sendable {
         return nil
     }
 
-    func petWatchdog(every interval: Duration) async {
+    func petWatchdog(timeout: Duration) async {
         let watchdog = SupervisorWatchdog(notifier: notifier, logger: logger) { [self] in current.withLock { $0 } }
         // Its sleep is on the io thread's timers, not the loop's: a loop that
         // hangs must still be seen, and said, before the ping is withheld.
-        await watchdog.run(every: interval, on: io.clock)
+        await watchdog.run(timeout: timeout, on: io.clock)
     }
 }

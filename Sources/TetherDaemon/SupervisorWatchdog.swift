@@ -50,8 +50,13 @@ public struct SupervisorWatchdog: Sendable {
     }
 
     /// Runs until cancelled, sleeping on `clock` (the daemon's: an event
-    /// loop's timers); `interval` is half of systemd's `WATCHDOG_USEC`.
-    public func run<C: Clock>(every interval: Duration, on clock: C) async where C.Duration == Duration {
+    /// loop's timers). `timeout` is systemd's whole watchdog timeout
+    /// (`SystemdNotifier.watchdogInterval`, from `WATCHDOG_USEC`); it pets at
+    /// half of it, as sd_watchdog_enabled(3) advises, so that one late tick
+    /// is not fatal. (Petting once per timeout races systemd's kill at every
+    /// tick: `tether forward` once did, and lost the race a minute in.)
+    public func run<C: Clock>(timeout: Duration, on clock: C) async where C.Duration == Duration {
+        let interval = timeout / 2
         var silentSince: ContinuousClock.Instant?
         while !Task.isCancelled {
             let answered = Mutex(false)

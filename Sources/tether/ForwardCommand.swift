@@ -114,8 +114,8 @@ struct ForwardCommand: AsyncParsableCommand {
                 // Petted only while the loop answers; a wedged loop is logged,
                 // and does not hold up the stop.
                 let petter = SupervisorWatchdog(notifier: notifier, logger: logger, loop: loop, loopName: "the forwarder's loop")
-                group.addTask {
-                    await petter.run(every: watchdog, on: io.clock)
+                group.addTask(executorPreference: io) {
+                    await petter.run(timeout: watchdog, on: io.clock)
                     return nil
                 }
             }

@@ -107,6 +107,39 @@ import Testing
         #expect(stat(fresh, &info) == 0 && info.st_mode & 0o777 == 0o700)
     }
 
+    /// Under systemd's watchdog (`WatchdogSec=`, here 1 s), the forwarder pets
+    /// at half of it, as the daemon does: it once petted once per timeout,
+    /// so every pet raced systemd's kill, and `make e2e`'s systemd pass saw
+    /// tether-forward.service killed a minute after it started.
+    @Test func petsSystemdsWatchdogAtHalfItsTimeout() async throws {
+        let setup = try Setup(records: 10)
+        defer { setup.directory.remove() }
+        try setup.writeConfig(mqtt: [#"url = "mqtt://127.0.0.1:1""#])
+        let notify = try DatagramReceiver(address: setup.directory.path + "/notify")
+        var environment = ProcessInfo.processInfo.environment
+        environment["NOTIFY_SOCKET"] = notify.address
+        environment["WATCHDOG_USEC"] = "1000000"
+        environment.removeValue(forKey: "WATCHDOG_PID")
+        let process = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath,
+            arguments: ["forward", "--config", setup.config, "--state-directory", setup.state],
+            environment: environment, stderrPath: setup.directory.path + "/forward.log")
+        let start = ContinuousClock.now
+        var messages: [(at: Duration, message: NotifyDatagram)] = []
+        _ = await eventually(timeout: .seconds(10)) {
+            while let datagram = try? notify.receive() {
+                messages.append((start.duration(to: .now), NotifyDatagram(datagram.payload)))
+            }
+            return messages.filter { $0.message["WATCHDOG"] == "1" }.count >= 5
+        }
+        _ = process.terminate()
+        #expect(messages.first?.message["READY"] == "1", "READY=1 comes first: \(messages.map(\.message.keys)) \(setup.log())")
+        let pings = messages.filter { $0.message["WATCHDOG"] == "1" }.map(\.at)
+        #expect(pings.count >= 5, "WATCHDOG=1 sent: \(pings) \(setup.log())")
+        let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 }
+        #expect(gaps.allSatisfy { $0 < .milliseconds(900) }, "WATCHDOG=1 at half of WATCHDOG_USEC: gaps \(gaps)")
+    }
+
     /// A broker that refuses the password, or a certificate the CA does not
     /// verify: the broker's side may be what changes, so the forwarder keeps
     /// retrying, and says as an error what to check; SIGTERM still ends it

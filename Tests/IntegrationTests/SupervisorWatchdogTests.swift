@@ -48,7 +48,7 @@ import TetherDaemon
         let watchdog = SupervisorWatchdog(
             notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
         ) { link }
-        let task = Task { await watchdog.run(every: .milliseconds(50), on: ContinuousClock()) }
+        let task = Task { await watchdog.run(timeout: .milliseconds(100), on: ContinuousClock()) }
         func pings(during period: Duration) async throws -> Int {
             try await Self.pings(on: socket, during: period)
         }
@@ -72,7 +72,7 @@ import TetherDaemon
         let watchdog = SupervisorWatchdog(
             notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() }
         ) { nil }
-        let task = Task { await watchdog.run(every: .milliseconds(50), on: ContinuousClock()) }
+        let task = Task { await watchdog.run(timeout: .milliseconds(100), on: ContinuousClock()) }
         try await Task.sleep(for: .milliseconds(300))
         task.cancel()
         await task.value
@@ -90,7 +90,7 @@ import TetherDaemon
             notifier: SystemdNotifier(socketAddress: socket.address), logger: Logger(label: "test") { _ in SwiftLogNoOpLogHandler() },
             loop: loop, loopName: "the test's loop"
         )
-        let task = Task { await watchdog.run(every: .milliseconds(50), on: ContinuousClock()) }
+        let task = Task { await watchdog.run(timeout: .milliseconds(100), on: ContinuousClock()) }
         func pings(during period: Duration) async throws -> Int {
             try await Self.pings(on: socket, during: period)
         }

@@ -50,7 +50,8 @@ timeout = "2s"
 sleep_after = "8s"
 # Every keep-alive waits for bluetoothd's answer: systemd-bluetooth-hang needs
 # Tether's verdict on a hung bluetoothd (at most 2 + 2 + 3 s) before
-# bluetooth.service's watchdog (10 s) restarts it.
+# bluetooth.service's watchdog restarts it (10 s after its last pet, which the
+# check makes the moment of the hang).
 confirm_every = "0s"
 
 [reconnect]

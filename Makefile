@@ -215,6 +215,7 @@ DST_BUGS += SEQ_REUSED_AFTER_RESTART      # Sources/Readings/ReadingLog.swift
 DST_BUGS += TORN_TAIL_KEPT                # Sources/Readings/LogTailRecovery.swift
 DST_BUGS += NO_KEEPALIVE_AFTER_RECONNECT  # Sources/LinkSupervisor/Supervisor.swift
 DST_BUGS += ONLINE_AFTER_SILENCE          # Sources/LinkSupervisor/Supervisor.swift
+DST_BUGS += STATUS_CHANGED_UNTOLD         # Sources/LinkSupervisor/Supervisor.swift
 # Each bug builds in its own scratch directory (the flags differ, and a
 # rebuild after a change to the sources is then incremental).
 DST_BUG_BUILD ?= .build-dst-bug

@@ -11,6 +11,7 @@ public enum Invariant: String, CaseIterable, Sendable {
     case boundedActions = "bounded-actions"
     case recoversAfterFaults = "recovers-after-faults"
     case stopDrains = "stop-drains"
+    case statusTold = "status-told"
 
     public var statement: String {
         switch self {
@@ -41,6 +42,10 @@ public enum Invariant: String, CaseIterable, Sendable {
                 + "\(Self.recoverySlack.simulationStamp)"
         case .stopDrains:
             "a stop (SIGTERM) with a working disk leaves nothing unwritten: every reading delivered is in the log"
+        case .statusTold:
+            "the keep-alive's own steps (its timer, a poll's answer or deadline, a turn's notifications) that decide "
+                + "only timers and polls leave the supervisor's status (what tether status shows) as it was: the daemon "
+                + "skips its status bookkeeping after them (Supervisor.leavesStatusAsItWas)"
         }
     }
 

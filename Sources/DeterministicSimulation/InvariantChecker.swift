@@ -66,7 +66,16 @@ struct InvariantChecker {
         }
     }
 
-    mutating func handled(_ simulation: Simulation) {
+    /// `before`: the supervisor's status before the step that handled `event` and decided `actions`.
+    mutating func handled(
+        _ simulation: Simulation, event: SupervisorEvent, statusBefore before: Supervisor.Status, actions: [SupervisorAction]
+    ) {
+        count(.statusTold)
+        if Supervisor.leavesStatusAsItWas(event, deciding: actions), simulation.supervisor.status != before {
+            simulation.violated(
+                .statusTold,
+                "the status changed (\(before) → \(simulation.supervisor.status)) in a step said to leave it: \(event), deciding \(actions)")
+        }
         let state = simulation.supervisor.state
         if state == .online || state == .waitingForData {
             if subscribedSince == nil {

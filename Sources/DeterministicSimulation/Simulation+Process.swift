@@ -107,8 +107,9 @@ extension Simulation {
     private func process(_ event: SupervisorEvent) {
         record(.event(event))
         checker.willHandle(event, self)
+        let statusBefore = supervisor.status
         let actions = supervisor.handle(event, at: now)
-        checker.handled(self)
+        checker.handled(self, event: event, statusBefore: statusBefore, actions: actions)
         if let cleared = lastClearAt, supervisor.state == .online {
             longestRecovery = max(longestRecovery, now - cleared)
             lastClearAt = nil

@@ -62,6 +62,28 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     case silence
 }
 
+extension SupervisorTimer {
+    /// Hashed by case, not by its raw value (the default for an enum with
+    /// one): timers are set and cancelled at every keep-alive, and hashing
+    /// their names was a measurable part of an idle daemon's work.
+    public func hash(into hasher: inout Hasher) {
+        let slot: UInt8 =
+            switch self {
+            case .retry: 0
+            case .attemptDeadline: 1
+            case .keepalive: 2
+            case .pollDeadline: 3
+            case .disconnectDeadline: 4
+            case .discoveryRetry: 5
+            case .searchCheck: 6
+            case .powerOn: 7
+            case .adapterRecovery: 8
+            case .silence: 9
+            }
+        hasher.combine(slot)
+    }
+}
+
 /// Inputs to the supervisor.
 public enum SupervisorEvent: Sendable {
     /// The world as seen now (sent whenever it changes).
@@ -237,6 +259,28 @@ public enum SupervisorAction: Sendable, Equatable {
     case report(SupervisorReport)
     /// The answer to a `.reconnectRequested`: decided here, once.
     case answerReconnect(ReconnectAnswer)
+}
+
+extension Supervisor {
+    /// Whether a step (`event` handled, `actions` decided) left `status` as
+    /// it was, without building it: the keep-alive's own steps (its timer, a
+    /// poll's answer or deadline, a turn's notifications) that decided
+    /// nothing but timers and polls. Any change they make to the status
+    /// comes with a transition or a report. Most of an idle daemon's steps
+    /// are these, so its adapter skips its status bookkeeping after them;
+    /// DST's `status-told` checks the promise on every step.
+    public static func leavesStatusAsItWas(_ event: SupervisorEvent, deciding actions: [SupervisorAction]) -> Bool {
+        switch event {
+        case .timerFired(.keepalive), .timerFired(.pollDeadline), .pollFinished, .dataReceived: break
+        default: return false
+        }
+        return actions.allSatisfy { action in
+            switch action {
+            case .startTimer, .cancelTimer, .poll, .pollWithoutReply: true
+            default: false
+            }
+        }
+    }
 }
 
 /// What became of a reconnect request.

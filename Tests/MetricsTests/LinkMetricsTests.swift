@@ -182,3 +182,12 @@ import Testing
         #expect(samples().value("tether_controller_init_failed") == 0)
     }
 }
+
+extension LinkMetrics {
+    /// One step as `LinkService.carryOut` records it when the status may have
+    /// changed: the event and its actions, then the status.
+    func observe(_ event: SupervisorEvent, actions: [SupervisorAction], status: Supervisor.Status, at now: Duration) {
+        observe(event, actions: actions, at: now)
+        observe(status)
+    }
+}

@@ -873,18 +873,26 @@ public final class LinkService: @unchecked Sendable {
     }
 
     /// Records what the supervisor decided on `event` and performs it, in order.
+    ///
+    /// After the keep-alive's own steps (`Supervisor.leavesStatusAsItWas`:
+    /// most of an idle daemon's steps) the supervisor's status is as it was.
+    /// So unless the resolution changed too, the status is not built, stored
+    /// or compared: that bookkeeping copied the supervisor twice per step.
     private func carryOut(_ actions: [SupervisorAction], of event: SupervisorEvent, at now: Duration) {
-        let status = supervisor.status
-        metrics?.observe(event, actions: actions, status: status, at: now)
-        shared.withLock { s in
-            s.supervisor = status
-            if status.state == .online {
-                if s.connectedSince == nil { s.connectedSince = Date() }
-            } else {
-                s.connectedSince = nil
+        metrics?.observe(event, actions: actions, at: now)
+        if resolutionChangedSincePublish || !Supervisor.leavesStatusAsItWas(event, deciding: actions) {
+            let status = supervisor.status
+            metrics?.observe(status)
+            shared.withLock { s in
+                s.supervisor = status
+                if status.state == .online {
+                    if s.connectedSince == nil { s.connectedSince = Date() }
+                } else {
+                    s.connectedSince = nil
+                }
             }
+            publishIfChanged(actions, status: status)
         }
-        publishIfChanged(actions)
         for action in actions {
             switch action {
             case .startTimer(let timer, let delay):
@@ -951,14 +959,15 @@ public final class LinkService: @unchecked Sendable {
         var adapterProblem: String?
     }
 
-    private func publishIfChanged(_ actions: [SupervisorAction]) {
-        // Most events (a poll and its reply) change neither: skip the work.
-        guard supervisor.status != published?.supervisor || resolutionChangedSincePublish
+    /// `status`: the supervisor's, if the caller has it at hand.
+    private func publishIfChanged(_ actions: [SupervisorAction], status supervisorStatus: Supervisor.Status? = nil) {
+        let supervisorStatus = supervisorStatus ?? supervisor.status
+        guard supervisorStatus != published?.supervisor || resolutionChangedSincePublish
             || anyReadingWritten != published?.anyReading || adapterProblem != published?.adapterProblem
         else { return }
         resolutionChangedSincePublish = false
         let current = PublishedFields(
-            supervisor: supervisor.status, device: resolution.device?.address ?? config.dongle.address,
+            supervisor: supervisorStatus, device: resolution.device?.address ?? config.dongle.address,
             adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten, adapterProblem: adapterProblem
         )
         guard current != published else { return }

@@ -46,6 +46,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let readingsLogFailing: Meter
     private let lastReading: Meter
     private let polls: [PollResult: CoreMetrics.Counter]
+    private let pollsSent: CoreMetrics.Counter
     private let pollLatency: CoreMetrics.Timer
     private let connectToOnline: CoreMetrics.Timer
     private let silenceEvents: CoreMetrics.Counter
@@ -167,14 +168,17 @@ public final class LinkMetrics: @unchecked Sendable {
             "tether_last_reading_timestamp_seconds",
             help: "When the last reading arrived, in seconds since the Unix epoch; 0 before the first."
         )
-        var polls: [PollResult: CoreMetrics.Counter] = [:]
-        for result in PollResult.allCases {
-            polls[result] = registry.counter(
+        func pollCounter(_ result: PollResult) -> CoreMetrics.Counter {
+            registry.counter(
                 "tether_keepalive_polls_total", help: "Keep-alive polls of the dongle, by result: ok, failed, timeout, or sent (without asking bluetoothd for an answer).",
                 labels: [("result", result.rawValue)]
             )
         }
+        var polls: [PollResult: CoreMetrics.Counter] = [:]
+        for result in PollResult.allCases where result != .sent { polls[result] = pollCounter(result) }
         self.polls = polls
+        // Apart: counted once a second on an idle link, with no look-up.
+        pollsSent = pollCounter(.sent)
         pollLatency = registry.durationHistogram(
             "tether_keepalive_poll_duration_seconds", help: "How long a keep-alive poll that was answered took.",
             buckets: Self.pollBuckets
@@ -239,7 +243,7 @@ public final class LinkMetrics: @unchecked Sendable {
     // MARK: On the loop
 
     /// After the supervisor handled `event` at `now` (its clock) and decided `actions`.
-    func observe(_ event: SupervisorEvent, actions: [SupervisorAction], status: Supervisor.Status, at now: Duration) {
+    func observe(_ event: SupervisorEvent, actions: [SupervisorAction], at now: Duration) {
         switch event {
         case .pollFinished(let poll, let result):
             // A poll that already timed out was counted then.
@@ -268,7 +272,7 @@ public final class LinkMetrics: @unchecked Sendable {
             case .poll(let poll, _):
                 pollStarts[poll] = now
             case .pollWithoutReply:
-                polls[.sent]?.increment()
+                pollsSent.increment()
             case .connect:
                 connectStartedAt = now
             case .report(.connected):
@@ -298,6 +302,11 @@ public final class LinkMetrics: @unchecked Sendable {
                 break
             }
         }
+    }
+
+    /// The supervisor's status after a step that may have changed it (one
+    /// with a transition or a report).
+    func observe(_ status: Supervisor.Status) {
         // A new supervisor (the link service is made anew after a D-Bus
         // reconnect) counts from 0 again; the counter goes on.
         if status.reconnects < lastReconnects { lastReconnects = 0 }

@@ -56,13 +56,12 @@ extension BlueZClient {
         }
     }
 
-    /// `WriteValue(value, {type: command})`, marshalled once for `send(_:)`,
-    /// which asks for no answer. bluetoothd's D-Bus library sends none to a
-    /// call that asks for none (`gdbus/object.c`), and for a command its
-    /// answer would come before the radio has sent anything: it would say
-    /// only that bluetoothd took the write.
-    public func prepareWriteCommand(_ characteristic: ObjectPath, _ value: [UInt8]) throws(BlueZError) -> PreparedCall {
-        let (path, interface, member, arguments, _) = shape(of: .writeValue(characteristic, value, type: .command, timeout: callTimeout))
+    /// `request` marshalled once, for sending many times: `send(_:)` asks
+    /// for no answer, `send(_:timeout:completion:)` waits for it. (The
+    /// request's own timeout is not part of the call; each send gives one.)
+    /// A request whose call would carry file descriptors cannot be prepared.
+    public func prepare(_ request: BlueZRequest) throws(BlueZError) -> PreparedCall {
+        let (path, interface, member, arguments, _) = shape(of: request)
         do {
             return try PreparedCall(destination: BlueZ.service, path: path, interface: interface, method: member, arguments)
         } catch {
@@ -70,14 +69,28 @@ extension BlueZClient {
         }
     }
 
-    /// Sends a prepared call now, after every request sent before it; no
-    /// reply comes. Throws only when the bus cannot take it. Call on the
-    /// bus's loop.
+    /// Sends a prepared call now, after every request sent before it, asking
+    /// for no answer: bluetoothd's D-Bus library sends none to a call that
+    /// asks for none (`gdbus/object.c`). Throws only when the bus cannot
+    /// take it. Call on the bus's loop.
     public func send(_ call: PreparedCall) throws(BlueZError) {
         let sent: Result<Void, DBusError> = bus.assumeIsolated { bus in
             Result { () throws(DBusError) in try bus.send(call) }
         }
         try sent.mapError(BlueZError.init).get()
+    }
+
+    /// Sends a prepared call now, as `send(_:completion:)` sends a request,
+    /// and waits up to `timeout` for its answer. Call on the bus's loop.
+    public func send(
+        _ call: PreparedCall, timeout: Duration,
+        completion: @escaping @Sendable (Result<[DBusValue], BlueZError>) -> Void
+    ) {
+        bus.assumeIsolated { bus in
+            bus.startCall(call, timeout: timeout) { result in
+                completion(result.map(\.body).mapError(BlueZError.init))
+            }
+        }
     }
 
     private func shape(of request: BlueZRequest)

@@ -42,20 +42,6 @@ public actor Bus {
     private var signalHandlers: [Int: (rules: [MatchRule], handler: @Sendable (Message) -> Void)] = [:]
     private var nextSubscriptionID = 0
     private var closeWaiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
-    /// The last method call marshalled here, with what it was made from.
-    /// The daemon's keep-alive sends the same call every interval: libdbus
-    /// marshals a `WriteValue` in about 65,000 instructions and copies the
-    /// marshalled message in a few thousand (docs/development.md, idle CPU).
-    private var lastMethodCall: (key: MethodCallKey, message: OutgoingMessage)?
-
-    private struct MethodCallKey: Equatable {
-        let destination: String?
-        let path: ObjectPath
-        let interface: String?
-        let method: String
-        let arguments: [DBusValue]
-    }
-
     private struct Subscription {
         var rules: [MatchRule]
         var sink: Sink
@@ -196,7 +182,9 @@ public actor Bus {
         destination: String?, path: ObjectPath, interface: String?, method: String,
         _ arguments: [DBusValue] = [], timeout: Duration = defaultTimeout
     ) async throws(DBusError) -> Message {
-        let message = try methodCall(destination: destination, path: path, interface: interface, method: method, arguments)
+        let message = try OutgoingMessage.methodCall(
+            destination: destination, path: path, interface: interface, member: method, body: arguments
+        )
         let handle = CallHandle()
         let result: Result<Message, DBusError> = await withTaskCancellationHandler {
             await withCheckedContinuation { continuation in
@@ -220,7 +208,9 @@ public actor Bus {
     ) {
         let message: OutgoingMessage
         do {
-            message = try methodCall(destination: destination, path: path, interface: interface, method: method, arguments)
+            message = try OutgoingMessage.methodCall(
+                destination: destination, path: path, interface: interface, member: method, body: arguments
+            )
         } catch {
             completion(.failure(error))
             return
@@ -228,23 +218,20 @@ public actor Bus {
         _ = connection.call(message, timeout: timeout, completion: completion)
     }
 
-    /// A new method call message: a copy of the last one when it is made
-    /// from the same parts, else marshalled afresh (and remembered). A copy
-    /// has no serial yet (the connection gives it one when it sends it), so
-    /// the remembered message may be one already sent. A call carrying file
-    /// descriptors is not remembered: its copy would hold duplicates of them.
-    private func methodCall(
-        destination: String?, path: ObjectPath, interface: String?, method: String, _ arguments: [DBusValue]
-    ) throws(DBusError) -> OutgoingMessage {
-        let key = MethodCallKey(destination: destination, path: path, interface: interface, method: method, arguments: arguments)
-        if let lastMethodCall, lastMethodCall.key == key {
-            return try lastMethodCall.message.copy()
+    /// Sends a copy of a prepared call now, after everything sent before
+    /// it, and waits for its reply as `startCall` does.
+    public func startCall(
+        _ call: PreparedCall, timeout: Duration = defaultTimeout,
+        completion: @escaping @Sendable (Result<Message, DBusError>) -> Void
+    ) {
+        let message: OutgoingMessage
+        do {
+            message = try call.template.copy()
+        } catch {
+            completion(.failure(error))
+            return
         }
-        let message = try OutgoingMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: method, body: arguments
-        )
-        lastMethodCall = message.carriesUnixFDs ? nil : (key, message)
-        return message
+        _ = connection.call(message, timeout: timeout, completion: completion)
     }
 
     /// Sends a method call without waiting for (or wanting) a reply.
@@ -258,10 +245,12 @@ public actor Bus {
         try connection.send(message)
     }
 
-    /// Sends a copy of a prepared call now, after everything sent before it;
-    /// nothing answers it.
+    /// Sends a copy of a prepared call now, after everything sent before it,
+    /// asking for no reply: nothing answers it.
     public func send(_ call: PreparedCall) throws(DBusError) {
-        try connection.send(call.template.copy())
+        let message = try call.template.copy()
+        message.setNoReply()
+        try connection.send(message)
     }
 
     private func callDaemon(_ method: String, _ arguments: [DBusValue], timeout: Duration = defaultTimeout)

@@ -18,7 +18,10 @@ import Musl
 /// - a readable socket is drained in one turn (every complete message read
 ///   and dispatched), so a burst costs one wake-up, not one per message;
 /// - once `close()` has run, `raw` is nil and every entry point fails with
-///   `.disconnected`.
+///   `.disconnected`;
+/// - every call in `inFlight` has a timer on the loop, and leaves `inFlight`
+///   exactly once: by its reply, its timer, a cancel or `close()`, whichever
+///   comes first; its completion runs then, and only then.
 final class Connection: @unchecked Sendable {
     let loop: EventLoop
     private(set) var raw: OpaquePointer?
@@ -27,8 +30,9 @@ final class Connection: @unchecked Sendable {
     /// libdbus's timeouts between its add and remove callbacks.
     private var timeoutsAdded: Set<OpaquePointer> = []
     private var dispatchScheduled = false
-    /// Calls awaiting a reply, failed with `.disconnected` on close.
-    private var inFlight: [ObjectIdentifier: PendingCall] = [:]
+    /// Calls awaiting a reply, by the serial their reply will name; failed
+    /// with `.disconnected` on close.
+    private var inFlight: [UInt32: PendingCall] = [:]
     /// Called on the loop for every incoming signal and method call.
     var onMessage: ((Message) -> Void)?
     /// Called on the loop with each incoming signal before it is decoded;
@@ -83,8 +87,14 @@ final class Connection: @unchecked Sendable {
         dbus_connection_close(connection)
         dbus_connection_set_watch_functions(connection, nil, nil, nil, nil, nil)
         dbus_connection_set_timeout_functions(connection, nil, nil, nil, nil, nil)
-        for (_, pending) in inFlight { pending.cancel(with: .disconnected) }
+        // In the order they were sent, so what the callers see does not
+        // depend on the dictionary's order.
+        let abandoned = inFlight.values.sorted { $0.serial < $1.serial }
         inFlight.removeAll()
+        for pending in abandoned {
+            loop.cancelTimer(pending.timeout)
+            pending.finish(.failure(.disconnected))
+        }
         for (_, watch) in watches { loop.removeWatch(watch) }
         watches.removeAll()
         for (_, timer) in timers { loop.cancelTimer(timer) }
@@ -126,6 +136,14 @@ final class Connection: @unchecked Sendable {
     /// Sends a method call; `completion` runs on the loop exactly once, with
     /// the reply, an error reply, or a local failure (timeout, disconnect).
     /// Returns a handle that can cancel the call.
+    ///
+    /// The reply is matched by its serial here, not through a libdbus
+    /// pending call: libdbus builds the `NoReply` error it would deliver on a
+    /// timeout when the call is sent, and tracks the call in hash tables and
+    /// a timeout of its own, about 19,000 instructions a call; the daemon's
+    /// answered keep-alive pays that every few seconds (docs/development.md,
+    /// idle CPU). The bus daemon passes on only replies to calls it saw
+    /// (a reply no call asked for is refused there), as libdbus assumes too.
     func call(
         _ message: OutgoingMessage, timeout: Duration, completion: @escaping (Result<Message, DBusError>) -> Void
     ) -> PendingCall? {
@@ -139,38 +157,27 @@ final class Connection: @unchecked Sendable {
             completion(.failure(error))
             return nil
         }
-        let milliseconds = Connection.milliseconds(timeout)
-        var pendingPointer: OpaquePointer?
-        guard dbus_connection_send_with_reply(connection, message.raw, &pendingPointer, milliseconds) != 0 else {
+        var serial: UInt32 = 0
+        guard dbus_connection_send(connection, message.raw, &serial) != 0 else {
             completion(.failure(.outOfMemory))
             return nil
         }
-        guard let pendingPointer else {
-            // libdbus returns no pending call when the connection is already gone.
-            completion(.failure(.disconnected))
-            return nil
+        // Replies are read and dispatched only on this loop, so none can
+        // arrive before the call is in `inFlight`.
+        let timer = loop.schedule(after: timeout) { [weak self] in
+            self?.settle(serial) { $0.finish(.failure(.timeout)) }
         }
-        var key: ObjectIdentifier?
-        let pending = PendingCall(raw: pendingPointer) { [weak self] result in
-            if let key { self?.inFlight.removeValue(forKey: key) }
-            completion(result)
-        }
-        key = ObjectIdentifier(pending)
-        inFlight[ObjectIdentifier(pending)] = pending
-        let box = Unmanaged.passRetained(pending).toOpaque()
-        guard dbus_pending_call_set_notify(pendingPointer, Connection.pendingCompleted, box, Connection.releasePending) != 0
-        else {
-            Unmanaged<PendingCall>.fromOpaque(box).release()
-            pending.finish(.failure(.outOfMemory))
-            return nil
-        }
-        // Replies are only read on this loop, so the call cannot have
-        // completed between sending and setting the notify function; the
-        // check keeps that assumption honest.
-        if dbus_pending_call_get_completed(pendingPointer) != 0 {
-            pending.complete()
-        }
+        let pending = PendingCall(serial: serial, timeout: timer, connection: self, completion: completion)
+        inFlight[serial] = pending
         return pending
+    }
+
+    /// Takes the call awaiting `serial` out of `inFlight`, stops its timer
+    /// and hands it to `outcome`; nothing if it has already been settled.
+    fileprivate func settle(_ serial: UInt32, _ outcome: (PendingCall) -> Void) {
+        guard let pending = inFlight.removeValue(forKey: serial) else { return }
+        loop.cancelTimer(pending.timeout)
+        outcome(pending)
     }
 
     private static func milliseconds(_ duration: Duration) -> Int32 {
@@ -220,6 +227,11 @@ final class Connection: @unchecked Sendable {
 
     private func handle(_ rawMessage: OpaquePointer) -> DBusHandlerResult {
         let type = dbus_message_get_type(rawMessage)
+        if type == CDBUS_MESSAGE_TYPE_METHOD_RETURN || type == CDBUS_MESSAGE_TYPE_ERROR {
+            // A reply to a call that already timed out or was cancelled is dropped.
+            settle(dbus_message_get_reply_serial(rawMessage)) { $0.complete(with: rawMessage) }
+            return DBUS_HANDLER_RESULT_HANDLED
+        }
         if type == CDBUS_MESSAGE_TYPE_SIGNAL {
             if dbus_message_is_signal(rawMessage, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
                 // The peer hung up. Defer the teardown: we are inside dbus_connection_dispatch.
@@ -300,16 +312,6 @@ final class Connection: @unchecked Sendable {
         connection.armTimeout(timeout)
     }
 
-    private static let pendingCompleted: DBusPendingCallNotifyFunction = { _, data in
-        guard let data else { return }
-        Unmanaged<PendingCall>.fromOpaque(data).takeUnretainedValue().complete()
-    }
-
-    private static let releasePending: DBusFreeFunction = { data in
-        guard let data else { return }
-        Unmanaged<PendingCall>.fromOpaque(data).release()
-    }
-
     /// What the loop should watch `watch`'s descriptor for; nothing while libdbus has it disabled.
     private static func interest(of watch: OpaquePointer) -> EventLoop.Readiness {
         guard dbus_watch_get_enabled(watch) != 0 else { return [] }
@@ -354,25 +356,28 @@ final class Connection: @unchecked Sendable {
     }
 }
 
-/// One method call in flight.
+/// One method call in flight, known to its connection by the serial its
+/// reply will name. Touched only on the connection's loop.
 final class PendingCall {
-    private var raw: OpaquePointer?
+    let serial: UInt32
+    /// The loop timer that fails the call with `.timeout`.
+    let timeout: EventLoop.TimerID
+    private weak var connection: Connection?
     private var completion: ((Result<Message, DBusError>) -> Void)?
 
-    init(raw: OpaquePointer, completion: @escaping (Result<Message, DBusError>) -> Void) {
-        self.raw = raw
+    init(
+        serial: UInt32, timeout: EventLoop.TimerID, connection: Connection,
+        completion: @escaping (Result<Message, DBusError>) -> Void
+    ) {
+        self.serial = serial
+        self.timeout = timeout
+        self.connection = connection
         self.completion = completion
     }
 
-    /// Called when libdbus has the reply (or made up a NoReply on timeout).
-    func complete() {
-        guard let raw, completion != nil else { return }
-        guard let reply = dbus_pending_call_steal_reply(raw) else {
-            finish(.failure(.disconnected))
-            return
-        }
-        defer { dbus_message_unref(reply) }
-        // libdbus completes a call with any message that names its serial, whatever its type.
+    /// Completes the call with `reply`, a method return or an error naming
+    /// its serial (the connection has checked the type).
+    func complete(with reply: OpaquePointer) {
         guard case let (message, bodyError)? = Message.copy(from: reply) else {
             finish(.failure(.malformed("the reply is of an unknown message type \(dbus_message_get_type(reply))")))
             return
@@ -380,6 +385,7 @@ final class PendingCall {
         if message.kind == .error {
             let name = message.errorName ?? DBusErrorName.failed
             if name == DBusErrorName.noReply {
+                // The bus daemon's word for a callee that left without answering.
                 finish(.failure(.timeout))
             } else if name == DBusErrorName.disconnected {
                 finish(.failure(.disconnected))
@@ -393,19 +399,17 @@ final class PendingCall {
         }
     }
 
-    /// Abandons the call; the completion sees `error`.
+    /// Abandons the call; the completion sees `error`, and a reply that
+    /// comes later is dropped.
     func cancel(with error: DBusError) {
-        if let raw { dbus_pending_call_cancel(raw) }
-        finish(.failure(error))
+        guard let connection else { return finish(.failure(error)) }
+        connection.settle(serial) { $0.finish(.failure(error)) }
     }
 
+    /// Runs the completion, once: later calls do nothing.
     func finish(_ result: Result<Message, DBusError>) {
         let callback = completion
         completion = nil
-        if let raw {
-            self.raw = nil
-            dbus_pending_call_unref(raw)
-        }
         callback?(result)
     }
 }

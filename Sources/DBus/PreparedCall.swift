@@ -1,14 +1,15 @@
 import CDBus
 
-/// A method call marshalled once and sent many times, never asking for a
-/// reply: what a keep-alive sends every second.
+/// A method call marshalled once and sent many times: what a keep-alive
+/// sends every second.
 ///
-/// Each `Bus.send(_:)` puts a copy on the bus (`dbus_message_copy`: the
-/// marshalled header and body as they are, a fresh serial when sent), so
-/// the arguments are neither built nor marshalled again, and no reply is
-/// tracked or waited for. The receiver is told not to answer
-/// (NO_REPLY_EXPECTED), and a well-behaved one sends nothing back, so the
-/// caller is not woken by it.
+/// Each send puts a copy on the bus (`dbus_message_copy`: the marshalled
+/// header and body as they are, a fresh serial when sent), so the arguments
+/// are neither built nor marshalled again. `Bus.send(_:)` sends a copy
+/// that tells the receiver not to answer (NO_REPLY_EXPECTED): a
+/// well-behaved one sends nothing back, so the caller is not woken by it.
+/// `Bus.startCall(_:timeout:completion:)` sends one that waits for the
+/// reply, as any other call.
 ///
 /// Invariant: the template is never sent itself, so it stays unlocked and
 /// unchanged after `init`; it carries no file descriptors (a copy would
@@ -29,6 +30,5 @@ public final class PreparedCall: @unchecked Sendable {
         guard !template.carriesUnixFDs else {
             throw .invalidArgument("a prepared call cannot carry file descriptors")
         }
-        template.setNoReply()
     }
 }

@@ -148,6 +148,25 @@ import Testing
         }
     }
 
+    /// The same prepared call, started: its copy asks for the reply (the
+    /// template is left as it was) and the reply reaches the caller.
+    @Test func aStartedPreparedCallWaitsForItsReply() async throws {
+        try await withBuses { server, client in
+            let name = try await serveDelayedEcho(on: server)
+            let call = try PreparedCall(
+                destination: name, path: "/delay", interface: "org.example.Delay", method: "Echo",
+                [.uint32(0), .variant(.int32(7))]
+            )
+            try await client.send(call)
+            for _ in 0..<2 {
+                let reply = await withCheckedContinuation { continuation in
+                    Task { await client.startCall(call, timeout: .seconds(5)) { continuation.resume(returning: $0) } }
+                }
+                #expect(try reply.get().body == [.variant(.int32(7))])
+            }
+        }
+    }
+
     @Test func invalidNamesAreErrorsNotAborts() async throws {
         try await withBuses { _, client in
             await #expect(throws: DBusError.self) {
@@ -184,6 +203,75 @@ import Testing
             }
             #expect(ContinuousClock.now - start < .seconds(3))
             #expect(DBusError.timeout.name == "org.freedesktop.DBus.Error.NoReply")
+        }
+    }
+
+    /// `org.example.Delay.Echo(ms, value)` at /delay on `server`: answers
+    /// with `value` after `ms` milliseconds, each call on its own.
+    private func serveDelayedEcho(on server: Bus) async throws -> String {
+        try await server.export("/delay", [
+            ExportedInterface(name: "org.example.Delay", methods: [
+                "Echo": .init(in: "uv", out: "v") { call in
+                    guard case .uint32(let ms) = try call.argument(0) else { return [] }
+                    try? await Task.sleep(for: .milliseconds(Int(ms)))
+                    return [try call.argument(1)]
+                }
+            ])
+        ])
+        return await server.uniqueName
+    }
+
+    private func delayedEcho(_ client: Bus, _ server: String, after ms: UInt32, _ value: Int32, timeout: Duration = .seconds(5))
+        async throws(DBusError) -> DBusValue?
+    {
+        try await client.call(
+            destination: server, path: "/delay", interface: "org.example.Delay", method: "Echo",
+            [.uint32(ms), .variant(.int32(value))], timeout: timeout
+        ).first
+    }
+
+    /// Replies are matched to calls by their serial: each caller gets its
+    /// own answer whatever order the answers come in.
+    @Test func answersInAnotherOrderReachTheirOwnCallers() async throws {
+        try await withBuses { server, client in
+            let name = try await serveDelayedEcho(on: server)
+            async let slow = delayedEcho(client, name, after: 400, 1)
+            async let middle = delayedEcho(client, name, after: 200, 2)
+            async let fast = delayedEcho(client, name, after: 0, 3)
+            let answers = try await [slow, middle, fast]
+            #expect(answers == [.variant(.int32(1)), .variant(.int32(2)), .variant(.int32(3))])
+        }
+    }
+
+    /// A call that timed out completes once, with `.timeout`; its answer,
+    /// coming later, is dropped and reaches no other call.
+    @Test func anAnswerAfterTheTimeoutIsDropped() async throws {
+        try await withBuses { server, client in
+            let name = try await serveDelayedEcho(on: server)
+            await #expect(throws: DBusError.timeout) {
+                _ = try await delayedEcho(client, name, after: 300, 1, timeout: .milliseconds(100))
+            }
+            // In flight while the late answer to the first call arrives.
+            let second = try await delayedEcho(client, name, after: 500, 2)
+            #expect(second == .variant(.int32(2)))
+        }
+    }
+
+    /// A cancelled call completes with `.cancelled` at once; its answer is
+    /// dropped, and calls after it are answered as usual.
+    @Test func aCancelledCallEndsAtOnceAndItsAnswerIsDropped() async throws {
+        try await withBuses { server, client in
+            let name = try await serveDelayedEcho(on: server)
+            let cancelled = Task { () async throws(DBusError) -> DBusValue? in
+                try await delayedEcho(client, name, after: 300, 1)
+            }
+            try await Task.sleep(for: .milliseconds(50))
+            let start = ContinuousClock.now
+            cancelled.cancel()
+            await #expect(throws: DBusError.cancelled) { _ = try await cancelled.value }
+            #expect(ContinuousClock.now - start < .milliseconds(250))
+            let next = try await delayedEcho(client, name, after: 400, 2)
+            #expect(next == .variant(.int32(2)))
         }
     }
 

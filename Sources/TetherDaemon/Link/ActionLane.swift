@@ -44,9 +44,9 @@ final class ActionLane: @unchecked Sendable {
     /// Incremented by `cancelAll`: replies to requests sent before are dropped.
     private var generation = 0
     private var escalation: EscalationInFlight?
-    /// The keep-alive write sent without a reply, marshalled for this
+    /// The keep-alive's call (its write, or its read), marshalled for this
     /// characteristic object.
-    private var keepAliveWrite: (characteristic: ObjectPath, call: PreparedCall)?
+    private var keepAliveCall: (characteristic: ObjectPath, call: PreparedCall)?
 
     /// An escalation step between its last call and the adapter showing powered again.
     private struct EscalationInFlight {
@@ -80,9 +80,24 @@ final class ActionLane: @unchecked Sendable {
     /// Sends `request` now; `completion` runs on the loop with its reply,
     /// unless the lane was cancelled meanwhile.
     func send(_ request: BlueZRequest, _ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void) {
+        client.send(request, completion: replyHandler(completion))
+    }
+
+    /// Sends a prepared call as `send(_:_:)` sends a request.
+    private func send(
+        _ call: PreparedCall, timeout: Duration, _ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void
+    ) {
+        client.send(call, timeout: timeout, completion: replyHandler(completion))
+    }
+
+    /// `completion` as the bus calls it: dropped once the lane is cancelled,
+    /// and after `onUnanswered` when the call got no reply.
+    private func replyHandler(_ completion: @escaping (Result<[DBusValue], BlueZError>) -> Void)
+        -> @Sendable (Result<[DBusValue], BlueZError>) -> Void
+    {
         let sent = generation
         let box = LoopBound(completion)
-        client.send(request) { [weak self] result in
+        return { [weak self] result in
             guard let self, sent == self.generation else { return }
             if case .failure(let error) = result, error.isNoReply { onUnanswered?() }
             box.value(result)
@@ -258,17 +273,24 @@ final class ActionLane: @unchecked Sendable {
 
     // MARK: Keep-alive
 
+    /// A keep-alive poll that waits for its answer: the write's (which
+    /// tells that bluetoothd took it), or the read's (a reading).
     private func poll(_ id: Int, timeout: Duration) {
         guard let characteristic = resolution.keepalive, let device = resolution.device else {
             return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "keep-alive characteristic not found"))))
         }
-        if let bytes = config.keepalive.write {
-            let type: WriteType = config.keepalive.writeType == .command ? .command : .request
-            send(.writeValue(characteristic.path, bytes, type: type, timeout: timeout)) { [finish] result in
+        let call: PreparedCall
+        do throws(BlueZError) {
+            call = try keepAlive(characteristic.path)
+        } catch {
+            return finish(.pollFinished(poll: id, .failure(Self.failure(error))))
+        }
+        if config.keepalive.write != nil {
+            send(call, timeout: timeout) { [finish] result in
                 finish(.pollFinished(poll: id, result.map { _ in () }.mapError(Self.failure)))
             }
         } else {
-            send(.readValue(characteristic.path, timeout: timeout)) { [finish, weak self] result in
+            send(call, timeout: timeout) { [finish, weak self] result in
                 switch result {
                 case .success(let body):
                     guard let bytes = body.first?.bytes else {
@@ -291,24 +313,35 @@ final class ActionLane: @unchecked Sendable {
     /// answers at once (`gatt-client.c` returns from `WriteValue` when the
     /// command is queued) and, asked for no answer, sends none: the daemon
     /// is not woken a second time. A refusal goes unseen until the next
-    /// poll that waits for its answer. The call is marshalled once per
-    /// characteristic object and sent as a copy each time.
+    /// poll that waits for its answer.
     private func pollWithoutReply() {
-        guard let characteristic = resolution.keepalive, let bytes = config.keepalive.write else {
+        guard let characteristic = resolution.keepalive, config.keepalive.write != nil else {
             return logger.debug("keep-alive not sent: the characteristic is not resolved")
         }
         do throws(BlueZError) {
-            let call: PreparedCall
-            if let prepared = keepAliveWrite, prepared.characteristic == characteristic.path {
-                call = prepared.call
-            } else {
-                call = try client.prepareWriteCommand(characteristic.path, bytes)
-                keepAliveWrite = (characteristic.path, call)
-            }
-            try client.send(call)
+            try client.send(keepAlive(characteristic.path))
         } catch {
             logger.debug("keep-alive not sent: \(error)")
         }
+    }
+
+    /// The keep-alive's call on `characteristic`, marshalled once per
+    /// characteristic object and sent as a copy each time: the same bytes
+    /// go out every interval, and marshalling them again cost more than
+    /// the rest of the poll (docs/development.md, idle CPU).
+    private func keepAlive(_ characteristic: ObjectPath) throws(BlueZError) -> PreparedCall {
+        if let keepAliveCall, keepAliveCall.characteristic == characteristic { return keepAliveCall.call }
+        // The request's timeout is not part of the call: each send gives its own.
+        let request: BlueZRequest
+        if let bytes = config.keepalive.write {
+            let type: WriteType = config.keepalive.writeType == .command ? .command : .request
+            request = .writeValue(characteristic, bytes, type: type, timeout: client.callTimeout)
+        } else {
+            request = .readValue(characteristic, timeout: client.callTimeout)
+        }
+        let call = try client.prepare(request)
+        keepAliveCall = (characteristic, call)
+        return call
     }
 
     // MARK: Escalation

@@ -133,12 +133,12 @@ extension Simulation {
     // MARK: Timers (`SupervisorTimers`: one of each at a time)
 
     func startTimer(_ timer: SupervisorTimer, after delay: Duration) {
-        timerGenerations[timer.index] += 1
-        schedule(.supervisorTimer(timer, generation: timerGenerations[timer.index]), after: delay)
+        timerGenerations[timer.slot] += 1
+        schedule(.supervisorTimer(timer, generation: timerGenerations[timer.slot]), after: delay)
     }
 
     func cancelTimer(_ timer: SupervisorTimer) {
-        timerGenerations[timer.index] += 1
+        timerGenerations[timer.slot] += 1
     }
 
     /// `text` without the run's directory (it holds the process id): traces are the same on every run.

@@ -130,7 +130,7 @@ final class Simulation {
     private func step(_ event: SimulationEvent) {
         switch event {
         case .supervisorTimer(let timer, let generation):
-            guard tetherAlive, timerGenerations[timer.index] == generation else { return }
+            guard tetherAlive, timerGenerations[timer.slot] == generation else { return }
             deliver(.timerFired(timer))
         case .connectOutcome(let token, let result, let replies):
             connectOutcome(token: token, result, replies: replies)
@@ -182,11 +182,6 @@ final class Simulation {
         record(.tether("end of the run: stopping"))
         if tetherAlive { stopTether(graceful: true) }
     }
-}
-
-extension SupervisorTimer {
-    var index: Int { Self.indices[self] }
-    private static let indices = IndexTable<SupervisorTimer>()
 }
 
 extension FaultKind {

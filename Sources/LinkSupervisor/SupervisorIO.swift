@@ -63,24 +63,28 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
 }
 
 extension SupervisorTimer {
-    /// Hashed by case, not by its raw value (the default for an enum with
+    /// Its place in `allCases`, 0 to 9: for tables indexed by timer, and
+    /// for hashing.
+    public var slot: Int {
+        switch self {
+        case .retry: 0
+        case .attemptDeadline: 1
+        case .keepalive: 2
+        case .pollDeadline: 3
+        case .disconnectDeadline: 4
+        case .discoveryRetry: 5
+        case .searchCheck: 6
+        case .powerOn: 7
+        case .adapterRecovery: 8
+        case .silence: 9
+        }
+    }
+
+    /// Hashed by `slot`, not by its raw value (the default for an enum with
     /// one): timers are set and cancelled at every keep-alive, and hashing
     /// their names was a measurable part of an idle daemon's work.
     public func hash(into hasher: inout Hasher) {
-        let slot: UInt8 =
-            switch self {
-            case .retry: 0
-            case .attemptDeadline: 1
-            case .keepalive: 2
-            case .pollDeadline: 3
-            case .disconnectDeadline: 4
-            case .discoveryRetry: 5
-            case .searchCheck: 6
-            case .powerOn: 7
-            case .adapterRecovery: 8
-            case .silence: 9
-            }
-        hasher.combine(slot)
+        hasher.combine(UInt8(truncatingIfNeeded: slot))
     }
 }
 

@@ -36,6 +36,13 @@ import Testing
         return link
     }
 
+    /// Tables indexed by timer (the simulation's) rely on each slot being
+    /// the timer's place in `allCases`, one slot per timer.
+    @Test func eachTimersSlotIsItsPlaceAmongAllTimers() {
+        #expect(SupervisorTimer.allCases.map(\.slot) == Array(SupervisorTimer.allCases.indices))
+        #expect(Set(SupervisorTimer.allCases).count == SupervisorTimer.allCases.count)
+    }
+
     @Test func startsWaitingAndGoesOnlineThroughEveryStage() {
         var link = VirtualLink(settings: Self.settings)
         #expect(link.state == .waitingForBluez)

@@ -124,19 +124,12 @@ import Testing
             executable: DaemonProcessTests.tetherPath,
             arguments: ["forward", "--config", setup.config, "--state-directory", setup.state],
             environment: environment, stderrPath: setup.directory.path + "/forward.log")
-        let start = ContinuousClock.now
-        var messages: [(at: Duration, message: NotifyDatagram)] = []
-        _ = await eventually(timeout: .seconds(10)) {
-            while let datagram = try? notify.receive() {
-                messages.append((start.duration(to: .now), NotifyDatagram(datagram.payload)))
-            }
-            return messages.filter { $0.message["WATCHDOG"] == "1" }.count >= 5
-        }
+        let log = NotifyLog(notify)
+        _ = await log.collect(timeout: .seconds(10)) { $0.filter { $0["WATCHDOG"] == "1" }.count >= 5 }
         _ = process.terminate()
-        #expect(messages.first?.message["READY"] == "1", "READY=1 comes first: \(messages.map(\.message.keys)) \(setup.log())")
-        let pings = messages.filter { $0.message["WATCHDOG"] == "1" }.map(\.at)
-        #expect(pings.count >= 5, "WATCHDOG=1 sent: \(pings) \(setup.log())")
-        let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 }
+        #expect(log.messages.first?.message["READY"] == "1", "READY=1 comes first: \(log.messages.map(\.message.keys)) \(setup.log())")
+        #expect(log.watchdogPets.count >= 5, "WATCHDOG=1 sent: \(log.watchdogPets) \(setup.log())")
+        let gaps = log.watchdogGaps
         #expect(gaps.allSatisfy { $0 < .milliseconds(900) }, "WATCHDOG=1 at half of WATCHDOG_USEC: gaps \(gaps)")
     }
 

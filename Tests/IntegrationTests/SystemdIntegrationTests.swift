@@ -28,33 +28,24 @@ import TetherDaemon
     @Test func notifiesReadyStatusWatchdogAndStopping() async throws {
         let harness = try await DaemonHarness()
         let notify = try DatagramReceiver(address: harness.directory.url.appendingPathComponent("notify").path)
-        let start = ContinuousClock.now
+        let log = NotifyLog(notify)
         // Pings every 0.5 s.
         let daemon = try Self.startDaemon(harness, notifySocket: notify.address, extra: ["WATCHDOG_USEC": "1000000"])
 
-        var messages: [(at: Duration, message: NotifyDatagram)] = []
-        func collect(until done: ([NotifyDatagram]) -> Bool) async -> Bool {
-            await eventually(timeout: .seconds(15)) {
-                while let datagram = try? notify.receive() {
-                    messages.append((start.duration(to: .now), NotifyDatagram(datagram.payload)))
-                }
-                return done(messages.map(\.message))
-            }
-        }
-        #expect(await collect { $0.contains { $0["READY"] == "1" } })
-        let ready = try #require(messages.first { $0.message["READY"] == "1" })
-        #expect(messages.first?.message["READY"] == "1", "READY=1 comes first")
+        #expect(await log.collect(timeout: .seconds(15)) { $0.contains { $0["READY"] == "1" } })
+        let ready = try #require(log.messages.first { $0.message["READY"] == "1" })
+        #expect(log.messages.first?.message["READY"] == "1", "READY=1 comes first")
         print("figure: sd_notify: process start → READY=1 in \(DurationText.rounded(ready.at))")
 
-        #expect(await collect { $0.contains { $0["STATUS"]?.hasPrefix("online \(DaemonHarness.address), last reading") == true } },
-                "STATUS= follows the state: \(messages.compactMap { $0.message["STATUS"] })")
-        #expect(await collect { $0.filter { $0["WATCHDOG"] == "1" }.count >= 3 })
-        let pings = messages.filter { $0.message["WATCHDOG"] == "1" }.map(\.at)
-        let gaps = zip(pings.dropFirst(), pings).map { $0 - $1 }
+        #expect(await log.collect(timeout: .seconds(15)) {
+            $0.contains { $0["STATUS"]?.hasPrefix("online \(DaemonHarness.address), last reading") == true }
+        }, "STATUS= follows the state: \(log.messages.compactMap { $0.message["STATUS"] })")
+        #expect(await log.collect(timeout: .seconds(15)) { $0.filter { $0["WATCHDOG"] == "1" }.count >= 3 })
+        let gaps = log.watchdogGaps
         #expect(gaps.allSatisfy { $0 < .milliseconds(900) }, "WATCHDOG=1 at half of WATCHDOG_USEC: gaps \(gaps)")
 
         daemon.signal(SIGTERM)
-        #expect(await collect { $0.contains { $0["STOPPING"] == "1" } })
+        #expect(await log.collect(timeout: .seconds(15)) { $0.contains { $0["STOPPING"] == "1" } })
         let status = daemon.wait(timeout: .seconds(10))
         #expect(ChildProcess.exitCode(status) == 0)
         await harness.stop()

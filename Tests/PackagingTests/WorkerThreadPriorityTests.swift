@@ -79,10 +79,11 @@ struct WorkerThreadPriorityTests {
         try "[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\n[readings]\ndirectory = \"\(readings)\"\n[mqtt]\nurl = \"mqtt://127.0.0.1:1\"\n"
             .write(toFile: config, atomically: false, encoding: .utf8)
         chmod(config, 0o644)
-        // The binary may sit under a directory nobody cannot enter.
+        // The binary may sit under a directory nobody cannot enter, so it
+        // runs from a copy. The shell makes the copy: had this process
+        // written it, a child forked meanwhile by a test running beside this
+        // one could inherit the open file, and exec would fail with ETXTBSY.
         let copy = directory.path + "/tether"
-        try FileManager.default.copyItem(atPath: binary, toPath: copy)
-        chmod(copy, 0o755)
         // As systemd does: the filter is installed last, just before exec.
         let seccomp = """
             import errno, os, seccomp, sys
@@ -100,10 +101,16 @@ struct WorkerThreadPriorityTests {
             "/usr/bin/python3", "-c", seccomp, denySetpriority ? "deny" : "allow",
             copy,
         ] + (forward ? ["forward", "--state-directory", readings] : ["run"]) + ["--config", config]
-        let script = "\"$@\" & pid=$!; sleep \(seconds); pkill -TERM -f \"$0\"; wait $pid"
+        let script = """
+            cp "$TETHER_BINARY" "$0" && chmod 755 "$0" || exit 70
+            "$@" & pid=$!; sleep \(seconds); pkill -TERM -f "$0"; wait $pid
+            """
         let result = try Packaging.run(
             "/bin/sh", ["-c", script, copy] + command,
-            environment: ["LIBDISPATCH_LOG": "stderr", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(directory.path)/no-bus"],
+            environment: [
+                "LIBDISPATCH_LOG": "stderr", "DBUS_SYSTEM_BUS_ADDRESS": "unix:path=\(directory.path)/no-bus",
+                "TETHER_BINARY": binary,
+            ],
             timeout: .seconds(30)
         )
         let traced = (try? String(contentsOfFile: trace, encoding: .utf8)) ?? ""

@@ -578,7 +578,9 @@ def stop(c):
 
 
 def forward(c):
-    """tether-forward.service delivered every record on disk to mosquitto."""
+    """tether-forward.service delivered every record on disk to mosquitto, and
+    ran the whole boot without systemd restarting it or killing it for a
+    missed watchdog pet (it pets at half of WatchdogSec=)."""
     last = max((r["seq"] for r in records()), default=0)
 
     def caught_up():
@@ -598,10 +600,13 @@ def forward(c):
                     pass
     wanted = {r["seq"] for r in records()}
     missing = sorted(wanted - set(received))
+    restarts = prop("tether-forward.service", "NRestarts")
+    watchdog_kills = [e for e in journal(unit="tether-forward.service") if "atchdog timeout" in e.get("MESSAGE", "")]
     figures = {"on_disk": len(wanted), "received": len(received), "distinct": len(set(received)),
-               "missing": len(missing), "acknowledged_seq": (report or {}).get("acknowledged_seq")}
-    ok = bool(report) and not missing and len(wanted) > 0
-    return ok, figures, "" if ok else f"missing {missing[:10]}"
+               "missing": len(missing), "acknowledged_seq": (report or {}).get("acknowledged_seq"),
+               "forwarder_restarts": restarts, "forwarder_watchdog_timeouts": len(watchdog_kills)}
+    ok = bool(report) and not missing and len(wanted) > 0 and restarts == "0" and not watchdog_kills
+    return ok, figures, "" if ok else f"missing {missing[:10]}, restarts {restarts}, watchdog timeouts {len(watchdog_kills)}"
 
 
 def security(c):

@@ -180,12 +180,6 @@ final class Connection: @unchecked Sendable {
         outcome(pending)
     }
 
-    private static func milliseconds(_ duration: Duration) -> Int32 {
-        let (seconds, attoseconds) = duration.components
-        let ms = seconds * 1000 + attoseconds / 1_000_000_000_000_000
-        return Int32(clamping: max(1, ms))
-    }
-
     // MARK: Dispatching
 
     private func scheduleDispatch() {

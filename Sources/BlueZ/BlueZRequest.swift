@@ -49,10 +49,8 @@ extension BlueZClient {
         bus.assumeIsolated { bus in
             bus.startCall(
                 destination: BlueZ.service, path: path, interface: interface, method: member, arguments,
-                timeout: timeout
-            ) { result in
-                completion(result.map(\.body).mapError(BlueZError.init))
-            }
+                timeout: timeout, completion: Self.replyBody(completion)
+            )
         }
     }
 
@@ -87,10 +85,16 @@ extension BlueZClient {
         completion: @escaping @Sendable (Result<[DBusValue], BlueZError>) -> Void
     ) {
         bus.assumeIsolated { bus in
-            bus.startCall(call, timeout: timeout) { result in
-                completion(result.map(\.body).mapError(BlueZError.init))
-            }
+            bus.startCall(call, timeout: timeout, completion: Self.replyBody(completion))
         }
+    }
+
+    /// What both reply-waiting sends hand their caller: the reply's body,
+    /// or the error classified as bluetoothd's.
+    private static func replyBody(
+        _ completion: @escaping @Sendable (Result<[DBusValue], BlueZError>) -> Void
+    ) -> @Sendable (Result<Message, DBusError>) -> Void {
+        { result in completion(result.map { $0.body }.mapError(BlueZError.init)) }
     }
 
     private func shape(of request: BlueZRequest)

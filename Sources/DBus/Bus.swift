@@ -206,16 +206,11 @@ public actor Bus {
         _ arguments: [DBusValue] = [], timeout: Duration = defaultTimeout,
         completion: @escaping @Sendable (Result<Message, DBusError>) -> Void
     ) {
-        let message: OutgoingMessage
-        do {
-            message = try OutgoingMessage.methodCall(
+        startCall(timeout: timeout, completion: completion) { () throws(DBusError) in
+            try OutgoingMessage.methodCall(
                 destination: destination, path: path, interface: interface, member: method, body: arguments
             )
-        } catch {
-            completion(.failure(error))
-            return
         }
-        _ = connection.call(message, timeout: timeout, completion: completion)
     }
 
     /// Sends a copy of a prepared call now, after everything sent before
@@ -224,9 +219,35 @@ public actor Bus {
         _ call: PreparedCall, timeout: Duration = defaultTimeout,
         completion: @escaping @Sendable (Result<Message, DBusError>) -> Void
     ) {
+        startCall(timeout: timeout, completion: completion) { () throws(DBusError) in try call.template.copy() }
+    }
+
+    /// Sends a method call without waiting for (or wanting) a reply.
+    public func callNoReply(
+        destination: String?, path: ObjectPath, interface: String?, method: String, _ arguments: [DBusValue] = []
+    ) throws(DBusError) {
+        try sendNoReply { () throws(DBusError) in
+            try OutgoingMessage.methodCall(
+                destination: destination, path: path, interface: interface, member: method, body: arguments
+            )
+        }
+    }
+
+    /// Sends a copy of a prepared call now, after everything sent before it,
+    /// asking for no reply: nothing answers it.
+    public func send(_ call: PreparedCall) throws(DBusError) {
+        try sendNoReply { () throws(DBusError) in try call.template.copy() }
+    }
+
+    /// The one way a call waiting for its reply is sent: a message that
+    /// cannot be made fails the completion, as a failed send would.
+    private func startCall(
+        timeout: Duration, completion: @escaping @Sendable (Result<Message, DBusError>) -> Void,
+        _ makeMessage: () throws(DBusError) -> OutgoingMessage
+    ) {
         let message: OutgoingMessage
         do {
-            message = try call.template.copy()
+            message = try makeMessage()
         } catch {
             completion(.failure(error))
             return
@@ -234,21 +255,9 @@ public actor Bus {
         _ = connection.call(message, timeout: timeout, completion: completion)
     }
 
-    /// Sends a method call without waiting for (or wanting) a reply.
-    public func callNoReply(
-        destination: String?, path: ObjectPath, interface: String?, method: String, _ arguments: [DBusValue] = []
-    ) throws(DBusError) {
-        let message = try OutgoingMessage.methodCall(
-            destination: destination, path: path, interface: interface, member: method, body: arguments
-        )
-        message.setNoReply()
-        try connection.send(message)
-    }
-
-    /// Sends a copy of a prepared call now, after everything sent before it,
-    /// asking for no reply: nothing answers it.
-    public func send(_ call: PreparedCall) throws(DBusError) {
-        let message = try call.template.copy()
+    /// The one way a call asking for no reply is sent.
+    private func sendNoReply(_ makeMessage: () throws(DBusError) -> OutgoingMessage) throws(DBusError) {
+        let message = try makeMessage()
         message.setNoReply()
         try connection.send(message)
     }

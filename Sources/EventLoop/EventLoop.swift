@@ -366,8 +366,14 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         threadID.store(0, ordering: .releasing)
     }
 
+    /// A plain loop: a key path here (`map(\.deadline)`) went through the
+    /// runtime's generic key-path projection and metadata cache on every turn.
     private func nextTimerDeadline() -> MonotonicInstant? {
-        timers.values.lazy.map(\.deadline).min()
+        var earliest: MonotonicInstant?
+        for timer in timers.values where earliest.map({ timer.deadline < $0 }) ?? true {
+            earliest = timer.deadline
+        }
+        return earliest
     }
 
     /// A handler may schedule or cancel timers: pick the earliest again each time.

@@ -4,20 +4,30 @@
 # .text. The host's release link passes it to GNU ld (-T). A line names the
 # input section that holds an executed function, found by its address in the
 # profiled link's map (packaging/text-order-sections.py): the function's own
-# section where it has one (.text.SYMBOL), in the order callgrind first lists
-# them; then, whole, the objects built without sections per function (the
-# standard library's and _Concurrency's non-public code, libdispatch) whose
-# code ran. The daemon then faults in the code it runs in a row instead of one
-# or two functions on each of ~100 pages of 64 KiB scattered over an 11 MB
-# binary (docs/development.md, "The code layout").
+# section where it has one (.text.SYMBOL); then, whole, the objects built
+# without sections per function (the standard library's and _Concurrency's
+# non-public code, libdispatch) whose code ran. The daemon then faults in the
+# code it runs in a row instead of one or two functions on each of ~100 pages
+# of 64 KiB scattered over an 11 MB binary (docs/development.md, "The code
+# layout").
+#
+# The functions that run while online come first: what an idle daemon runs
+# every second (the keep-alive) and what every reading runs sit together on a
+# few pages, so each wake-up touches few pages (and TLB entries) of code; the
+# start-up, connect and stop code follows, in the order callgrind first lists
+# it. In first-seen order alone, the online code was spread over ~100 pages
+# among the start-up code.
 #
 #   packaging/text-order.sh [SECONDS]        (make text-order; needs valgrind)
 #
 # It runs the release binary under callgrind against the simulator: start-up,
 # config, the connect, subscribing, SECONDS (default 20) online with a 1 s
-# keep-alive and 10 notifications/s, one drop and its reconnect, `tether
-# reconnect`, and the stop; then a second, short start-up with a config that
-# draws a warning. Both use the shipped example config (config/tether.toml).
+# keep-alive and 10 notifications/s, then 6 s online with no notifications
+# (the idle daemon), one drop and its reconnect, `tether reconnect`, and the
+# stop; then a second, short start-up with a config that draws a warning.
+# The online part is dumped on its own (callgrind_control --dump), so its
+# functions can be told from the rest. Both runs use the shipped example
+# config (config/tether.toml).
 # A function that moved or was renamed since the file was written is simply
 # placed with the rest: the file goes stale gradually, never wrong. Regenerate
 # it after large changes and compare `make bench BENCH=footprint` before and
@@ -81,10 +91,22 @@ profile() {
     daemon=$!
     for _ in $(seq 600); do grep -q "→ online" "$work/$1.log" && break; sleep 0.1; done
     grep -q "→ online" "$work/$1.log" || { echo "$0: the daemon did not come online" >&2; tail -20 "$work/$1.log" >&2; exit 1; }
-    sleep "$3"
     if [ "$1" = main ]; then
+        # Start-up and connect in $1.callgrind.1; online (readings, then idle) in .2.
+        sleep 3
+        callgrind_control --dump=start-up "$daemon" >/dev/null
+        sleep "$3"
+        busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call io.tether.Simulator /io/tether/Simulator \
+            io.tether.Simulator1 SetNotifyRate d 0
+        sleep 6
+        callgrind_control --dump=online "$daemon" >/dev/null
+        # Online again after the reconnect needs readings.
+        busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call io.tether.Simulator /io/tether/Simulator \
+            io.tether.Simulator1 SetNotifyRate d 10
         "$work/tether" reconnect --wait --timeout 60s >/dev/null || echo "$0: tether reconnect failed (the order still holds the rest)" >&2
         sleep 3
+    else
+        sleep "$3"
     fi
     kill -TERM "$daemon"
     wait "$daemon" || true
@@ -94,12 +116,21 @@ profile main "$work/tether.toml" "$seconds"
 profile warning "$work/warning.toml" 2
 
 # Functions of the tether binary callgrind saw run ("fn=" under "ob=" of the
-# binary), without callgrind's recursion suffix ('2), and the input sections
-# that hold them (packaging/text-order-sections.py).
+# binary), without callgrind's recursion suffix ('2): first those of the online
+# dump, then the rest in first-seen order; and the input sections that hold
+# them (packaging/text-order-sections.py).
+[ -s "$work/main.callgrind.1" ] && [ -s "$work/main.callgrind.2" ] ||
+    { echo "$0: callgrind_control --dump wrote no start-up or online profile" >&2; exit 1; }
 awk -v bin="$work/tether" '
     /^ob=/ { inside = (substr($0, 4) == bin) }
     /^fn=/ && inside { name = substr($0, 4); sub(/\047[0-9]+$/, "", name); if (!(name in seen)) { seen[name] = 1; print name } }
-' "$work/main.callgrind" "$work/warning.callgrind" > "$work/executed"
+' "$work/main.callgrind.2" "$work/main.callgrind.1" "$work/main.callgrind" "$work/warning.callgrind" > "$work/executed"
+online=$(awk -v bin="$work/tether" '
+    /^ob=/ { inside = (substr($0, 4) == bin) }
+    /^fn=/ && inside { name = substr($0, 4); sub(/\047[0-9]+$/, "", name); seen[name] = 1 }
+    END { print length(seen) }
+' "$work/main.callgrind.2")
+echo "$0: $online functions ran online, placed first" >&2
 nm "$work/tether" > "$work/nm"
 python3 packaging/text-order-sections.py "$work/nm" "$work/link.map" "$work/executed" > "$work/sections"
 count=$(wc -l < "$work/sections")

@@ -64,7 +64,8 @@ make --no-print-directory -s release TEXT_ORDER="$work/empty.ld" WRITABLE_RODATA
 objcopy --strip-debug "$bin" "$work/tether"
 rm -f "$bin"
 
-"$dev_bin" simulate --spawn-bus "$work/bus" --sleep-after 3s --notify-rate 10 >/dev/null 2>"$work/sim.log" &
+readings_per_second=10
+"$dev_bin" simulate --spawn-bus "$work/bus" --sleep-after 3s --notify-rate "$readings_per_second" >/dev/null 2>"$work/sim.log" &
 sim=$!
 for _ in $(seq 50); do [ -s "$work/bus/address" ] && break; sleep 0.1; done
 [ -s "$work/bus/address" ] || { echo "$0: the simulator did not start" >&2; cat "$work/sim.log" >&2; exit 1; }
@@ -83,8 +84,14 @@ sed -e 's|^address = .*|address = "AA:BB:CC:DD:EE:FF"|' \
 sed -e 's|^silence_limit = .*|silence_limit = "off"|' "$work/tether.toml" > "$work/warning.toml"
 export DBUS_SYSTEM_BUS_ADDRESS
 DBUS_SYSTEM_BUS_ADDRESS=$(cat "$work/bus/address")
+# notify_rate N: the simulated dongle's notifications a second from now on.
+notify_rate() {
+    busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call io.tether.Simulator /io/tether/Simulator \
+        io.tether.Simulator1 SetNotifyRate d "$1"
+}
 # profile NAME CONFIG SECONDS: `tether run` under callgrind until SECONDS
-# online, then (for the long run) a drop through `tether reconnect`, and SIGTERM.
+# online (for the long run: the online part dumped on its own, then a drop
+# through `tether reconnect`), and SIGTERM.
 profile() {
     valgrind --tool=callgrind --demangle=no --dump-instr=no --compress-strings=no --compress-pos=no \
         --callgrind-out-file="$work/$1.callgrind" "$work/tether" run --config "$2" 2>"$work/$1.log" &
@@ -96,13 +103,11 @@ profile() {
         sleep 3
         callgrind_control --dump=start-up "$daemon" >/dev/null
         sleep "$3"
-        busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call io.tether.Simulator /io/tether/Simulator \
-            io.tether.Simulator1 SetNotifyRate d 0
+        notify_rate 0
         sleep 6
         callgrind_control --dump=online "$daemon" >/dev/null
         # Online again after the reconnect needs readings.
-        busctl --address="$DBUS_SYSTEM_BUS_ADDRESS" call io.tether.Simulator /io/tether/Simulator \
-            io.tether.Simulator1 SetNotifyRate d 10
+        notify_rate "$readings_per_second"
         "$work/tether" reconnect --wait --timeout 60s >/dev/null || echo "$0: tether reconnect failed (the order still holds the rest)" >&2
         sleep 3
     else
@@ -121,15 +126,14 @@ profile warning "$work/warning.toml" 2
 # them (packaging/text-order-sections.py).
 [ -s "$work/main.callgrind.1" ] && [ -s "$work/main.callgrind.2" ] ||
     { echo "$0: callgrind_control --dump wrote no start-up or online profile" >&2; exit 1; }
-awk -v bin="$work/tether" '
-    /^ob=/ { inside = (substr($0, 4) == bin) }
-    /^fn=/ && inside { name = substr($0, 4); sub(/\047[0-9]+$/, "", name); if (!(name in seen)) { seen[name] = 1; print name } }
-' "$work/main.callgrind.2" "$work/main.callgrind.1" "$work/main.callgrind" "$work/warning.callgrind" > "$work/executed"
-online=$(awk -v bin="$work/tether" '
-    /^ob=/ { inside = (substr($0, 4) == bin) }
-    /^fn=/ && inside { name = substr($0, 4); sub(/\047[0-9]+$/, "", name); seen[name] = 1 }
-    END { print length(seen) }
-' "$work/main.callgrind.2")
+functions_run() {
+    awk -v bin="$work/tether" '
+        /^ob=/ { inside = (substr($0, 4) == bin) }
+        /^fn=/ && inside { name = substr($0, 4); sub(/\047[0-9]+$/, "", name); if (!(name in seen)) { seen[name] = 1; print name } }
+    ' "$@"
+}
+functions_run "$work/main.callgrind.2" "$work/main.callgrind.1" "$work/main.callgrind" "$work/warning.callgrind" > "$work/executed"
+online=$(functions_run "$work/main.callgrind.2" | wc -l)
 echo "$0: $online functions ran online, placed first" >&2
 nm "$work/tether" > "$work/nm"
 python3 packaging/text-order-sections.py "$work/nm" "$work/link.map" "$work/executed" > "$work/sections"

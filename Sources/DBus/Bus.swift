@@ -430,6 +430,19 @@ public actor Bus {
         }
     }
 
+    /// The process ID of the connection that owns `name` (a unique or a
+    /// well-known name), as the bus daemon knows it; nil when nobody owns it.
+    /// The bus answers this itself, so it works when the owner does not.
+    public func processID(ofOwnerOf name: String) async throws(DBusError) -> UInt32? {
+        try NameCheck.busName(name)
+        do {
+            return try await callDaemon("GetConnectionUnixProcessID", [.string(name)]).first?.int64
+                .flatMap { UInt32(exactly: $0) }
+        } catch .remote(let errorName, _) where errorName == DBusErrorName.nameHasNoOwner {
+            return nil
+        }
+    }
+
     /// The owner of `name` now, then every change (nil while nobody owns it).
     /// Repeated values are possible around the first one; consumers compare.
     public func nameOwnerChanges(of name: String) async throws(DBusError) -> AsyncStream<String?> {
@@ -466,12 +479,12 @@ public actor Bus {
         return value.unwrapped
     }
 
-    public func getAllProperties(destination: String, path: ObjectPath, interface: String)
-        async throws(DBusError) -> [String: DBusValue]
-    {
+    public func getAllProperties(
+        destination: String, path: ObjectPath, interface: String, timeout: Duration = defaultTimeout
+    ) async throws(DBusError) -> [String: DBusValue] {
         let reply = try await call(
             destination: destination, path: path, interface: StandardInterface.properties, method: "GetAll",
-            [.string(interface)]
+            [.string(interface)], timeout: timeout
         )
         guard let properties = reply.first?.stringKeyedDictionary else { throw .malformed("GetAll reply") }
         return properties.mapValues(\.unwrapped)

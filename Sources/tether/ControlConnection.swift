@@ -27,7 +27,7 @@ enum ControlConnection {
         switch failure {
         case .notRunning: fail(failure.description, code: ClientExit.notRunning)
         case .accessDenied: fail(failure.description, code: ClientExit.accessDenied)
-        case .refused, .bus: fail(failure.description, code: ClientExit.failure)
+        case .notAnswering, .refused, .bus: fail(failure.description, code: ClientExit.failure)
         }
     }
 

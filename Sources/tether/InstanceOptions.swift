@@ -34,4 +34,7 @@ enum ClientExit {
     static let notRunning: Int32 = 3
     /// The bus policy refused (LSB: "user had insufficient privilege").
     static let accessDenied: Int32 = 4
+    /// `tether status` only: the daemon owns its bus name but does not
+    /// answer (LSB, for status: "program or service status is unknown").
+    static let statusUnknown: Int32 = 4
 }

@@ -1,4 +1,5 @@
 import ArgumentParser
+import CommandLineArguments
 import Configuration
 import Forwarding
 import FoundationEssentials
@@ -17,8 +18,11 @@ struct StatusCommand: AsyncParsableCommand {
         commandName: "status",
         abstract: "Show the daemon's state: link, device, last reading, reconnects, retry window.",
         discussion: """
-            Reads the properties of io.tether.Tether1 on the system bus (anyone may). With --json, prints \
-            one JSON object with stable keys: instance, running, state, device, adapter, connected_since, \
+            Reads the properties of io.tether.Tether1 on the system bus (anyone may), waiting at most --timeout \
+            for the daemon's answer. With --json, prints \
+            one JSON object with stable keys: instance, running, answering (false when the daemon owns its bus \
+            name but did not answer within --timeout; the link's keys are then absent, as when it is not \
+            running), state, device, adapter, connected_since, \
             connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, readings_pending \
             (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes or \
             that the disk has not answered one for 5 s, \
@@ -31,7 +35,8 @@ struct StatusCommand: AsyncParsableCommand {
             connected, broker, since, acknowledged_seq, backlog (records on disk not yet acknowledged), \
             gap_records, last_error and error (why some of it could not be read). \
             Exit status: 0 when the daemon runs, 3 when it does not (the forwarder's state is printed either way), \
-            1 on other errors.
+            4 when it owns its bus name but does not answer within --timeout (stopped or stuck: its status is \
+            unknown; the message names its pid and what to do), 1 on other errors.
             """
     )
 
@@ -43,25 +48,37 @@ struct StatusCommand: AsyncParsableCommand {
     @Option(help: ArgumentHelp("Where tether forward keeps its cursor and status.", valueName: "directory"))
     var forwarderStateDirectory = "/var/lib/tether-forward"
 
+    @Option(help: "How long to wait for the daemon's answer (e.g. 2s, 500ms); it answers in milliseconds unless stuck.")
+    var timeout = DurationArgument(ControlClient.statusTimeout)
+
+    func validate() throws {
+        guard timeout.duration > .zero else { throw ValidationError("--timeout must be positive") }
+    }
+
     func run() async throws {
         let instance = try instanceOptions.resolved()
         let forwarder = ForwarderReport.read(stateDirectory: forwarderStateDirectory, instance: instance)
         let client = await ControlConnection.connect(instance)
         let status: LinkStatus
         do {
-            status = try await client.status()
+            status = try await client.status(timeout: timeout.duration)
         } catch {
-            if case .notRunning = error {
-                let report = StatusReport(instance: instance, status: nil, forwarder: forwarder, now: Date())
-                if json {
-                    print(report.json())
-                } else if forwarder != nil {
-                    print(report.text())
-                }
+            let daemon: StatusReport.Daemon
+            switch error {
+            case .notRunning: daemon = .notRunning
+            case .notAnswering: daemon = .notAnswering
+            default: ControlConnection.exit(error)
             }
+            let report = StatusReport(instance: instance, daemon: daemon, forwarder: forwarder, now: Date())
+            if json {
+                print(report.json())
+            } else if forwarder != nil {
+                print(report.text())
+            }
+            if case .notAnswering = daemon { ControlConnection.fail(error.description, code: ClientExit.statusUnknown) }
             ControlConnection.exit(error)
         }
-        let report = StatusReport(instance: instance, status: status, forwarder: forwarder, now: Date())
+        let report = StatusReport(instance: instance, daemon: .answered(status), forwarder: forwarder, now: Date())
         print(json ? report.json() : report.text())
     }
 }
@@ -113,8 +130,17 @@ struct ForwarderReport {
 
 /// What `tether status` prints, in both of its forms.
 struct StatusReport {
+    /// What became of asking the daemon.
+    enum Daemon {
+        /// Nobody owns its bus name.
+        case notRunning
+        /// A process owns its bus name but did not answer in time.
+        case notAnswering
+        case answered(LinkStatus)
+    }
+
     var instance: InstanceName
-    var status: LinkStatus?
+    var daemon: Daemon
     var forwarder: ForwarderReport?
     var now: Date
 
@@ -124,10 +150,14 @@ struct StatusReport {
             // An error text from a peer stays in its row.
             lines.append("  " + label.padded(to: 14) + PlainLogLine.escaped(value))
         }
-        guard let s = status else {
-            lines.append("tether (\(instance)): not running")
+        let s: LinkStatus
+        switch daemon {
+        case .notRunning, .notAnswering:
+            lines.append("tether (\(instance)): " + (daemon.isRunning ? "not answering (status unknown)" : "not running"))
             forwarderRows(row)
             return lines.joined(separator: "\n")
+        case .answered(let status):
+            s = status
         }
         lines.append("tether (\(instance)): \(s.state.rawValue)")
         row("device", (s.device ?? "not found yet") + (s.adapter.map { " via \($0)" } ?? ""))
@@ -209,8 +239,11 @@ struct StatusReport {
     /// Keys are fixed and always present (null when not applicable), so that
     /// scripts can rely on them; new keys may be added, none renamed.
     func json() -> String {
-        var fields: [(String, String)] = [("instance", quote(instance.description)), ("running", status == nil ? "false" : "true")]
-        if let s = status {
+        var fields: [(String, String)] = [
+            ("instance", quote(instance.description)), ("running", daemon.isRunning ? "true" : "false"),
+            ("answering", daemon.status == nil ? "false" : "true"),
+        ]
+        if let s = daemon.status {
             fields += [
                 ("state", quote(s.state.rawValue)),
                 ("device", s.device.map(quote) ?? "null"),
@@ -275,4 +308,17 @@ struct StatusReport {
         Date.ISO8601FormatStyle(includingFractionalSeconds: true).format(date)
     }
 
+}
+
+extension StatusReport.Daemon {
+    /// Whether a process owns the daemon's bus name.
+    var isRunning: Bool {
+        if case .notRunning = self { return false }
+        return true
+    }
+
+    var status: LinkStatus? {
+        if case .answered(let status) = self { return status }
+        return nil
+    }
 }

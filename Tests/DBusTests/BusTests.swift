@@ -50,6 +50,17 @@ import Testing
         }
     }
 
+    /// The bus tells whose process owns a name (what `tether status` names
+    /// when the daemon does not answer), and nil for a name nobody owns.
+    @Test func processIDOfANamesOwnerComesFromTheBus() async throws {
+        try await withBuses { server, client in
+            try await server.requestName("org.example.Owned")
+            #expect(try await client.processID(ofOwnerOf: "org.example.Owned") == UInt32(getpid()))
+            #expect(try await client.processID(ofOwnerOf: await server.uniqueName) == UInt32(getpid()))
+            #expect(try await client.processID(ofOwnerOf: "org.example.Nobody") == nil)
+        }
+    }
+
     @Test func exportedMethodRoundTripsEveryType() async throws {
         try await withBuses { server, client in
             try await serveEcho(on: server)

@@ -29,7 +29,7 @@ import TetherDaemon
         }
         #expect(online, "status --json never said online: \(json)")
         let keys: Set<String> = [
-            "instance", "running", "state", "device", "adapter", "connected_since", "connected_for_seconds",
+            "instance", "running", "answering", "state", "device", "adapter", "connected_since", "connected_for_seconds",
             "last_reading_at", "last_reading_age_seconds", "readings_written", "readings_pending", "readings_dropped",
             "readings_error", "reconnects", "window_attempt",
             "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
@@ -85,12 +85,51 @@ import TetherDaemon
         #expect(status.stderr.contains("not running") && status.stderr.contains("io.tether.Tether"), "\(status.all)")
         let json = try await tether.run(["status", "--json", "--instance", "east", "--forwarder-state-directory", harness.directory.path])
         #expect(json.status == 3)
-        #expect(json.stdout.contains(#"{"instance":"east","running":false,"forwarder":null}"#), "\(json.all)")
+        #expect(json.stdout.contains(#"{"instance":"east","running":false,"answering":false,"forwarder":null}"#), "\(json.all)")
         let reconnect = try await tether.run(["reconnect", "--instance", "east"])
         #expect(reconnect.status == 3)
         #expect(reconnect.stderr.contains("tether@east.service"), "\(reconnect.all)")
         let bad = try await tether.run(["status", "--instance", "no/slashes"])
         #expect(bad.status == 64, "a bad instance name is a usage error: \(bad.all)")
+        await harness.stop()
+    }
+
+    /// A daemon that owns its bus name but does not answer (here stopped with
+    /// SIGSTOP; in the field a stuck loop): `status` says so within --timeout,
+    /// naming its pid, and exits 4 (LSB: status unknown), instead of waiting
+    /// out libdbus's 25 s and printing a bare NoReply.
+    @Test func statusOfADaemonThatDoesNotAnswerSaysSoWithinTheTimeout() async throws {
+        let harness = try await DaemonHarness()
+        let config = try DaemonProcessTests.writeConfig(harness)
+        let daemon = try ChildProcess(
+            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config],
+            environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": harness.busDaemon.address]) { $1 },
+            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
+        )
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let answering = await eventually(timeout: .seconds(15), every: .milliseconds(200)) {
+            (try? await tether.run(["status", "--json"]))?.status == 0
+        }
+        #expect(answering, "the daemon never answered status")
+
+        daemon.signal(SIGSTOP)
+        let clock = ContinuousClock()
+        let start = clock.now
+        let text = try await tether.run(["status", "--timeout", "1s"])
+        let took = start.duration(to: clock.now)
+        #expect(text.status == 4, "\(text.all)")
+        #expect(text.stderr.contains("the daemon (pid \(daemon.pid)) owns io.tether.Tether"), "\(text.all)")
+        #expect(text.stderr.contains("did not answer within 1s") && text.stderr.contains("systemctl restart tether.service"), "\(text.all)")
+        #expect(took < .seconds(10), "status took \(took) with --timeout 1s")
+        let json = try await tether.run(["status", "--json", "--timeout", "1s"])
+        #expect(json.status == 4, "\(json.all)")
+        #expect(json.stdout.contains(#"{"instance":"default","running":true,"answering":false,"forwarder":null}"#), "\(json.all)")
+
+        daemon.signal(SIGCONT)
+        let again = try await tether.run(["status", "--json"])
+        #expect(again.status == 0, "\(again.all)")
+        #expect(again.stdout.contains(#""running":true,"answering":true,"#), "\(again.all)")
+        #expect(ChildProcess.exitCode(daemon.terminate()) == 0)
         await harness.stop()
     }
 

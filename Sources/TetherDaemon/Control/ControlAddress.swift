@@ -30,6 +30,12 @@ public struct ControlAddress: Sendable, Equatable {
         path = Self.basePath.appending(element) ?? Self.basePath
     }
 
+    /// The systemd unit that runs this instance: `tether.service`, or
+    /// `tether@NAME.service`.
+    public var unitName: String {
+        instance.name.map { "tether@\($0).service" } ?? "tether.service"
+    }
+
     /// Bus name and path elements allow `[A-Za-z0-9_]` and may not start with
     /// a digit; instance names also have `-` and may. Escaping as `_XX` (hex),
     /// `_` included, keeps distinct instances distinct, as systemd's own

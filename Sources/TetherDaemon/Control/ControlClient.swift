@@ -13,6 +13,9 @@ public struct ControlClient: Sendable {
     public enum Failure: Error, Sendable, CustomStringConvertible {
         /// Nobody owns the instance's bus name.
         case notRunning(ControlAddress)
+        /// A process owns the instance's bus name but did not answer within
+        /// `waited`: stopped (SIGSTOP, a debugger) or its event loop stuck.
+        case notAnswering(ControlAddress, pid: UInt32?, waited: Duration)
         /// The bus policy refused the call; the text names what grants it.
         case accessDenied(String)
         /// The daemon answered with an error (e.g. NotReady).
@@ -22,8 +25,13 @@ public struct ControlClient: Sendable {
         public var description: String {
             switch self {
             case .notRunning(let address):
-                let unit = address.instance.name.map { "tether@\($0).service" } ?? "tether.service"
-                return "the daemon is not running (nobody owns \(address.busName) on the system bus); start it with: systemctl start \(unit)"
+                return "the daemon is not running (nobody owns \(address.busName) on the system bus); start it with: systemctl start \(address.unitName)"
+            case .notAnswering(let address, let pid, let waited):
+                let daemon = pid.map { "the daemon (pid \($0))" } ?? "the daemon"
+                return "\(daemon) owns \(address.busName) on the system bus but did not answer within "
+                    + "\(DurationText.rounded(waited)): it is stopped (SIGSTOP, a debugger) or its event loop is stuck; "
+                    + "the unit's watchdog restarts a stuck daemon, and journalctl -u \(address.unitName) tells what it did last; "
+                    + "to restart it now: systemctl restart \(address.unitName)"
             case .accessDenied(let text): return text
             case .refused(let text): return text
             case .bus(let error): return "\(error)"
@@ -47,28 +55,34 @@ public struct ControlClient: Sendable {
         do { return try await bus.nameOwner(of: address.busName) != nil } catch { throw .bus(error) }
     }
 
-    public func status() async throws(Failure) -> LinkStatus {
+    /// How long `status()` waits for the daemon by default. It answers from
+    /// its event loop in milliseconds; a daemon that takes seconds is stuck.
+    public static let statusTimeout: Duration = .seconds(5)
+
+    public func status(timeout: Duration = statusTimeout) async throws(Failure) -> LinkStatus {
         do {
             let properties = try await bus.getAllProperties(
-                destination: address.busName, path: address.path, interface: ControlAddress.interface
+                destination: address.busName, path: address.path, interface: ControlAddress.interface,
+                timeout: timeout
             )
             return try LinkStatus(properties: properties)
         } catch {
-            throw classify(error, action: "read the status")
+            throw await classify(error, action: "read the status", waited: timeout)
         }
     }
 
     /// Asks for a reconnect; returns the attempt number it started (0 when
     /// the attempt is still held back by an escalation step).
     public func reconnect() async throws(Failure) -> UInt32 {
+        let timeout = Duration.seconds(30)
         do {
             let reply = try await bus.call(
                 destination: address.busName, path: address.path, interface: ControlAddress.interface,
-                method: "Reconnect", timeout: .seconds(30)
+                method: "Reconnect", timeout: timeout
             )
             return UInt32(clamping: reply.first?.int64 ?? 0)
         } catch {
-            throw classify(error, action: "ask for a reconnect")
+            throw await classify(error, action: "ask for a reconnect", waited: timeout)
         }
     }
 
@@ -104,10 +118,19 @@ public struct ControlClient: Sendable {
         return getegid() == gid || groups.prefix(max(0, Int(filled))).contains(gid)
     }
 
-    private func classify(_ error: DBusError, action: String) -> Failure {
+    private func classify(_ error: DBusError, action: String, waited: Duration) async -> Failure {
         switch error.name {
         case DBusErrorName.serviceUnknown, DBusErrorName.nameHasNoOwner:
             return .notRunning(address)
+        case DBusErrorName.noReply:
+            // No answer in time, or (from the bus) the daemon left without
+            // answering: the bus itself tells which, and whose process it is.
+            do {
+                guard let pid = try await bus.processID(ofOwnerOf: address.busName) else { return .notRunning(address) }
+                return .notAnswering(address, pid: pid, waited: waited)
+            } catch {
+                return .notAnswering(address, pid: nil, waited: waited)
+            }
         case DBusErrorName.accessDenied:
             let rule = "permission denied: the D-Bus policy lets only root and members of group '\(Self.operatorGroup)' \(action)"
             if getuid() != 0, !Self.inOperatorGroup() {

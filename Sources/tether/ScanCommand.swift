@@ -19,7 +19,8 @@ struct ScanCommand: AsyncParsableCommand {
             telemetry dongle: the Nordic UART Service UUID, Nordic's company ID 0x0059 in manufacturer \
             data, or a name starting with the config's dongle.name_prefix. Put the address you want in \
             the config as dongle.address. Works while the daemon runs. Exit status: 0 (also when nothing \
-            was found), 1 when bluetoothd or the adapter is unavailable.
+            was found), 1 when bluetoothd or the adapter is unavailable (a bluetoothd that holds its name but \
+            answers nothing for 10 s is named as hung, with its pid).
             """
     )
 

@@ -148,6 +148,14 @@ import TetherDaemon
         #expect(none.status == 0)
         #expect(none.stdout.contains("no dongle found"), "\(none.all)")
 
+        // A hung bluetoothd (it keeps its name, answers nothing): told as
+        // such after the client's 10 s call timeout, with the pid the bus
+        // gives (the simulator runs in this process).
+        await harness.simulator.hang(for: .seconds(11))
+        let hung = try await tether.run(["scan", "--timeout", "1s"])
+        #expect(hung.status == 1, "\(hung.all)")
+        #expect(hung.stderr.contains("bluetoothd (pid \(getpid())) owns org.bluez on the system bus but did not answer within 10s"), "\(hung.all)")
+
         await harness.simulator.setAdapterPowered(false)
         let off = try await tether.run(["scan", "--timeout", "1s"])
         #expect(off.status == 1)

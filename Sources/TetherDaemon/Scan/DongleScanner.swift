@@ -37,6 +37,8 @@ public struct DongleScanner: Sendable {
     public enum Failure: Error, Sendable, CustomStringConvertible {
         case noAdapter(String?)
         case adapterOff(String)
+        /// Something owns org.bluez but did not answer within `waited`: a hung bluetoothd.
+        case bluezNotAnswering(pid: UInt32?, waited: Duration)
         case bluez(BlueZError)
 
         public var description: String {
@@ -44,8 +46,25 @@ public struct DongleScanner: Sendable {
             case .noAdapter(let name?): "no Bluetooth adapter \(name)"
             case .noAdapter(nil): "no Bluetooth adapter (is bluetoothd running?)"
             case .adapterOff(let name): "the adapter \(name) is powered off (bluetoothctl power on)"
+            case .bluezNotAnswering(let pid, let waited):
+                "\(pid.map { "bluetoothd (pid \($0))" } ?? "bluetoothd") owns \(BlueZ.service) on the system bus but did not "
+                    + "answer within \(DurationText.rounded(waited)): it is hung, and nothing can scan through it; "
+                    + "systemctl restart bluetooth ends it"
             case .bluez(let error): "\(error)"
             }
+        }
+    }
+
+    /// A call bluetoothd left unanswered is told as a hang, with the pid the
+    /// bus gives for org.bluez (the bus answers when bluetoothd does not).
+    private func explain(_ error: BlueZError) async -> Failure {
+        guard error.name == DBusErrorName.noReply else { return .bluez(error) }
+        do {
+            // Nobody owns it now: bluetoothd left without answering.
+            guard let pid = try await client.bus.processID(ofOwnerOf: BlueZ.service) else { return .bluez(error) }
+            return .bluezNotAnswering(pid: pid, waited: client.callTimeout)
+        } catch {
+            return .bluezNotAnswering(pid: nil, waited: client.callTimeout)
         }
     }
 
@@ -72,7 +91,7 @@ public struct DongleScanner: Sendable {
             events = try await client.events()
             tree = try await client.managedObjects()
         } catch {
-            throw .bluez(error)
+            throw await explain(error)
         }
         let adapters = tree.adapters.sorted { $0.path < $1.path }
         guard let adapter = adapterName.map({ name in adapters.first { $0.interfaceName == name } }) ?? adapters.first else {
@@ -86,7 +105,7 @@ public struct DongleScanner: Sendable {
         } catch where error.name == BlueZ.ErrorName.inProgress {
             // Someone (the daemon) is already discovering on this adapter: we still hear it.
         } catch {
-            throw .bluez(error)
+            throw await explain(error)
         }
 
         let collector = Task { () -> [ScanResult] in

@@ -9,14 +9,20 @@ import TetherDaemon
 /// `tether status`, `reconnect`, `scan` as an operator runs them, against a
 /// `tether run` process on the simulator.
 @Suite(.serialized) struct ClientCommandTests {
-    @Test func statusJSONAndReconnectWaitAgainstADaemonOnTheSimulator() async throws {
-        let harness = try await DaemonHarness()
+    /// `tether run` on the harness's bus and simulator; its config's path.
+    static func startDaemon(_ harness: DaemonHarness) throws -> (ChildProcess, config: String) {
         let config = try DaemonProcessTests.writeConfig(harness)
         let daemon = try ChildProcess(
             executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config],
             environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": harness.busDaemon.address]) { $1 },
             stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
         )
+        return (daemon, config)
+    }
+
+    @Test func statusJSONAndReconnectWaitAgainstADaemonOnTheSimulator() async throws {
+        let harness = try await DaemonHarness()
+        let (daemon, config) = try Self.startDaemon(harness)
         let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
 
         var json: [String: Any] = [:]
@@ -100,12 +106,7 @@ import TetherDaemon
     /// out libdbus's 25 s and printing a bare NoReply.
     @Test func statusOfADaemonThatDoesNotAnswerSaysSoWithinTheTimeout() async throws {
         let harness = try await DaemonHarness()
-        let config = try DaemonProcessTests.writeConfig(harness)
-        let daemon = try ChildProcess(
-            executable: DaemonProcessTests.tetherPath, arguments: ["run", "--config", config],
-            environment: ProcessInfo.processInfo.environment.merging(["DBUS_SYSTEM_BUS_ADDRESS": harness.busDaemon.address]) { $1 },
-            stderrPath: harness.directory.url.appendingPathComponent("daemon.log").path
-        )
+        let (daemon, _) = try Self.startDaemon(harness)
         let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
         let answering = await eventually(timeout: .seconds(15), every: .milliseconds(200)) {
             (try? await tether.run(["status", "--json"]))?.status == 0

@@ -28,22 +28,34 @@ public struct BlueZClient: Sendable {
         do {
             // One stream for all three rules keeps signals in bus order, and
             // subscribing before GetManagedObjects means nothing falls between.
-            let deliveries = try await bus.signalDeliveries(matchingAny: [
-                MatchRule(sender: BlueZ.service, interface: StandardInterface.objectManager, path: .root),
-                MatchRule(
-                    sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
-                    pathNamespace: "/org/bluez"
-                ),
-                MatchRule(
-                    sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
-                    arg0: BlueZ.service
-                ),
-            ], bufferLimit: bufferLimit)
+            let deliveries = try await bus.signalDeliveries(matchingAny: Self.serviceRules, bufferLimit: bufferLimit)
             return BlueZEvents(client: self, deliveries: deliveries)
         } catch {
             throw BlueZError(error)
         }
     }
+
+    /// bluetoothd's object tree and property changes, believed only from
+    /// org.bluez's current owner, and its comings and goings, only from the
+    /// bus driver; each with the body's signature, checked before decoding.
+    public static let serviceRules = [
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.objectManager, member: "InterfacesAdded", path: .root,
+            signature: "oa{sa{sv}}"
+        ),
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.objectManager, member: "InterfacesRemoved", path: .root,
+            signature: "oas"
+        ),
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
+            pathNamespace: "/org/bluez", signature: "sa{sv}as"
+        ),
+        MatchRule(
+            sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged",
+            path: "/org/freedesktop/DBus", arg0: BlueZ.service, signature: "sss"
+        ),
+    ]
 
     /// The owner of org.bluez now, asked a few times before concluding there is none.
     func currentOwner() async -> String? {

@@ -41,6 +41,8 @@ public struct BlueZEvents: AsyncSequence, Sendable {
                     return .signalsLost(count)
                 case .signal(let signal):
                     if signal.member == "NameOwnerChanged", signal.interface == "org.freedesktop.DBus" {
+                        // Only the bus driver speaks for the bus (the bus checked it too).
+                        guard signal.sender == "org.freedesktop.DBus", signal.signature == "sss" else { continue }
                         let newOwner = signal.body.count >= 3 ? (signal.body[2].string ?? "") : ""
                         // The owner we announced may reach us again as a buffered
                         // NameOwnerChanged from just before we asked for it.

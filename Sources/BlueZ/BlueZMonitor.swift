@@ -73,20 +73,23 @@ public final class BlueZMonitor: @unchecked Sendable {
         await client.bus.removeSignalHandler(handlerID)
     }
 
-    static let rules = [
-        MatchRule(sender: BlueZ.service, interface: StandardInterface.objectManager, path: .root),
-        MatchRule(
-            sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
-            pathNamespace: "/org/bluez"
-        ),
-        MatchRule(sender: "org.freedesktop.DBus", interface: "org.freedesktop.DBus", member: "NameOwnerChanged", arg0: BlueZ.service),
+    /// Each names who may send it (`MatchRule`: the bus checks the stamped
+    /// sender) and the body's signature, so a forged or misshapen signal is
+    /// dropped before it is decoded.
+    static let rules = BlueZClient.serviceRules + [
         // BlueZ ≥ 5.83: why a link went. Harmless where it never comes.
-        MatchRule(sender: BlueZ.service, interface: BlueZ.deviceInterface, member: "Disconnected", pathNamespace: "/org/bluez"),
+        MatchRule(
+            sender: BlueZ.service, interface: BlueZ.deviceInterface, member: "Disconnected", pathNamespace: "/org/bluez",
+            signature: "ss"
+        ),
     ]
 
-    /// One signal from the bus, on the loop.
+    /// One signal from the bus, on the loop. The bus hands over only what
+    /// `rules` admit; the sender is checked again here all the same, since
+    /// acting on a forged NameOwnerChanged would blind the daemon.
     public func handle(_ signal: Message) {
         if signal.member == "NameOwnerChanged", signal.interface == "org.freedesktop.DBus" {
+            guard signal.sender == "org.freedesktop.DBus", signal.signature == "sss" else { return }
             let newOwner = signal.body.count >= 3 ? (signal.body[2].string ?? "") : ""
             // The owner we announced may reach us again as a NameOwnerChanged from before we asked.
             if newOwner == owner { return }

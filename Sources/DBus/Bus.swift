@@ -25,7 +25,7 @@ public actor Bus {
     public nonisolated let loop: EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
-    private let connection: Connection
+    let connection: Connection
     /// The unique name the bus daemon gave this connection (`:1.42`).
     public private(set) var uniqueName = ""
     public private(set) var isConnected = false
@@ -35,14 +35,30 @@ public actor Bus {
     /// Signals dropped because a subscriber's buffer was full.
     public private(set) var droppedSignals = 0
 
-    private var registry = ObjectRegistry()
-    private var subscriptions: [Int: Subscription] = [:]
+    var registry = ObjectRegistry()
+    /// The well-known names whose owners rules rely on (`MatchRule.Sender.ownerOf`),
+    /// and what the bus driver said of each: tracked for as long as the
+    /// connection lives.
+    var ownerTracking: [String: OwnerTracking] = [:]
+    enum OwnerTracking {
+        /// AddMatch and GetNameOwner under way; these wait for the answer.
+        case pending([CheckedContinuation<Void, Never>])
+        /// The current unique owner, nil while nobody owns the name.
+        case known(String?)
+    }
+    /// Exported methods' handlers running, by caller: each caller gets at
+    /// most `callsInFlightPerCaller`, so that no one local client can pile
+    /// up work in the daemon.
+    var callsInFlight: [String: Int] = [:]
+    /// How many exported method calls one caller may have running at once.
+    public static let callsInFlightPerCaller = 4
+    var subscriptions: [Int: Subscription] = [:]
     /// Set while `serveMethodCalls()` runs.
     private var methodCalls: AsyncStream<@Sendable () async -> Void>.Continuation?
-    private var signalHandlers: [Int: (rules: [MatchRule], handler: @Sendable (Message) -> Void)] = [:]
+    var signalHandlers: [Int: (rules: [MatchRule], handler: @Sendable (Message) -> Void)] = [:]
     private var nextSubscriptionID = 0
     private var closeWaiters: [(id: Int, continuation: CheckedContinuation<Void, Never>)] = []
-    private struct Subscription {
+    struct Subscription {
         var rules: [MatchRule]
         var sink: Sink
 
@@ -74,6 +90,10 @@ public actor Bus {
         let connection = self.connection
         loop.execute { connection.close() }
     }
+
+    // The registry, the subscriptions, the handlers, the owners and the calls
+    // in flight are internal, not private, only for the admission checks in
+    // Bus+Admission.swift; nothing outside `Bus` touches them.
 
     // MARK: Connecting
 
@@ -111,6 +131,16 @@ public actor Bus {
         }
         connection.onClose = { [weak self] in
             self?.assumeIsolated { $0.connectionClosed() }
+        }
+        connection.signalAdmission = { [weak self] signal in
+            // Checked synchronously on the loop, within libdbus's dispatch
+            // that lends the message: it never leaves this call.
+            nonisolated(unsafe) let borrowed = signal
+            return self?.assumeIsolated { $0.admits(borrowed) } ?? false
+        }
+        connection.callAdmission = { [weak self] header in
+            guard let self else { return CallRefusal(name: DBusErrorName.failed, text: "the connection is closing") }
+            return assumeIsolated { $0.admits(call: header) }
         }
         // dbus_bus_register would block for the reply; send Hello ourselves
         // and tell libdbus the name it returns.
@@ -155,6 +185,11 @@ public actor Bus {
 
     private func connectionClosed() {
         isConnected = false
+        for (_, tracking) in ownerTracking {
+            if case .pending(let waiters) = tracking { for waiter in waiters { waiter.resume() } }
+        }
+        ownerTracking.removeAll()
+        callsInFlight.removeAll()
         for (_, subscription) in subscriptions { subscription.finish() }
         subscriptions.removeAll()
         signalHandlers.removeAll()
@@ -334,6 +369,7 @@ public actor Bus {
             loop.execute { [weak self] in self?.assumeIsolated { $0.unsubscribe(id) } }
         }
         do {
+            try await trackOwners(for: rules)
             for rule in rules {
                 _ = try await callDaemon("AddMatch", [.string(rule.description)])
             }
@@ -355,6 +391,7 @@ public actor Bus {
         nextSubscriptionID += 1
         signalHandlers[id] = (rules, handler)
         do {
+            try await trackOwners(for: rules)
             for rule in rules {
                 _ = try await callDaemon("AddMatch", [.string(rule.description)])
             }
@@ -580,10 +617,15 @@ public actor Bus {
     private func route(_ message: Message) {
         switch message.kind {
         case .signal:
-            for (_, entry) in signalHandlers where entry.rules.contains(where: { $0.matches(message) }) {
+            // Before the rules are applied: the new owner's own signals that
+            // follow this one are believed, the old owner's no longer.
+            noteOwnerChange(message)
+            let owner = { (name: String) in self.currentOwner(of: name) }
+            for (_, entry) in signalHandlers where entry.rules.contains(where: { $0.matches(message, owner: owner) }) {
                 entry.handler(message)
             }
-            for (id, subscription) in subscriptions where subscription.rules.contains(where: { $0.matches(message) }) {
+            for (id, subscription) in subscriptions
+            where subscription.rules.contains(where: { $0.matches(message, owner: owner) }) {
                 deliver(message, to: id, subscription)
             }
         case .methodCall:
@@ -647,11 +689,22 @@ public actor Bus {
         }
         let handler = method.handler
         let request = MethodCall(message: call)
+        startHandler(for: call)
         run { [weak self] in
             let result: Result<[DBusValue], DBusError>
             do { result = .success(try await handler(request)) } catch { result = .failure(Bus.replyError(error)) }
-            await self?.reply(to: call, result)
+            await self?.handlerEnded(for: call, result)
         }
+    }
+
+    private func startHandler(for call: Message) {
+        callsInFlight[call.sender ?? "", default: 0] += 1
+    }
+
+    private func handlerEnded(for call: Message, _ result: Result<[DBusValue], DBusError>) {
+        let caller = call.sender ?? ""
+        if let running = callsInFlight[caller] { callsInFlight[caller] = running > 1 ? running - 1 : nil }
+        reply(to: call, result)
     }
 
     /// Runs an exported method's handler: as a child task of
@@ -712,6 +765,7 @@ public actor Bus {
                 return
             }
             let value = args[2].unwrapped
+            startHandler(for: call)
             run { [weak self] in
                 let result: Result<[DBusValue], DBusError>
                 do {
@@ -720,7 +774,7 @@ public actor Bus {
                 } catch {
                     result = .failure(Bus.replyError(error))
                 }
-                await self?.reply(to: call, result)
+                await self?.handlerEnded(for: call, result)
             }
         default:
             reply(to: call, .failure(.remote(name: DBusErrorName.unknownMethod, message: "Unknown method \(member)")))

@@ -38,6 +38,17 @@ final class Connection: @unchecked Sendable {
     /// Called on the loop with each incoming signal before it is decoded;
     /// returning true consumes it (a fast path for hot signals).
     var signalInterceptor: ((RawSignal) -> Bool)?
+    /// Called on the loop with each incoming signal the interceptor did not
+    /// take, before it is decoded: false drops it unread.
+    var signalAdmission: ((RawSignal) -> Bool)?
+    /// Called on the loop with each incoming method call's header (its body
+    /// not decoded): a refusal is answered with that error (unless the caller
+    /// asked for no reply) and the body is never read.
+    var callAdmission: ((Message) -> CallRefusal?)?
+    /// Signals dropped unread because no match rule admitted them.
+    private(set) var signalsDroppedUnread = 0
+    /// Method calls refused from their header alone.
+    private(set) var callsRefusedUnread = 0
     /// Called once on the loop when the bus goes away or `close()` runs.
     var onClose: (() -> Void)?
 
@@ -227,12 +238,30 @@ final class Connection: @unchecked Sendable {
             return DBUS_HANDLER_RESULT_HANDLED
         }
         if type == CDBUS_MESSAGE_TYPE_SIGNAL {
-            if dbus_message_is_signal(rawMessage, "org.freedesktop.DBus.Local", "Disconnected") != 0 {
+            let signal = RawSignal(raw: rawMessage)
+            if signal.isLocal {
                 // The peer hung up. Defer the teardown: we are inside dbus_connection_dispatch.
                 loop.execute { [self] in close() }
                 return DBUS_HANDLER_RESULT_HANDLED
             }
-            if let signalInterceptor, signalInterceptor(RawSignal(raw: rawMessage)) {
+            if let signalInterceptor, signalInterceptor(signal) {
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+            if let signalAdmission, !signalAdmission(signal) {
+                // Nobody asked for it, or it is not from whom it claims: not
+                // decoded, so a flood of large unicast signals costs little here.
+                signalsDroppedUnread &+= 1
+                return DBUS_HANDLER_RESULT_HANDLED
+            }
+        } else if type == CDBUS_MESSAGE_TYPE_METHOD_CALL, let callAdmission {
+            let header = Message.header(of: rawMessage, kind: .methodCall)
+            if let refusal = callAdmission(header) {
+                callsRefusedUnread &+= 1
+                if !header.noReplyExpected,
+                   let reply = try? OutgoingMessage.error(to: header, name: refusal.name, text: refusal.text)
+                {
+                    try? send(reply)
+                }
                 return DBUS_HANDLER_RESULT_HANDLED
             }
         }
@@ -348,6 +377,12 @@ final class Connection: @unchecked Sendable {
             if raw != nil, timers[timeout] == nil, timeoutsAdded.contains(timeout) { armTimeout(timeout) }
         }
     }
+}
+
+/// Why a method call is refused before its body is read: the D-Bus error it is answered with.
+struct CallRefusal: Equatable {
+    var name: String
+    var text: String
 }
 
 /// One method call in flight, known to its connection by the serial its

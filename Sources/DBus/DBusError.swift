@@ -75,4 +75,5 @@ public enum DBusErrorName {
     public static let serviceUnknown = "org.freedesktop.DBus.Error.ServiceUnknown"
     public static let nameHasNoOwner = "org.freedesktop.DBus.Error.NameHasNoOwner"
     public static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
+    public static let limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
 }

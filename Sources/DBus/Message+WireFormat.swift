@@ -116,3 +116,29 @@ extension Message {
     private static let localPath = "/org/freedesktop/DBus/Local"
     private static let localInterface = "org.freedesktop.DBus.Local"
 }
+
+extension RawSignal {
+    /// Lends the message that `bytes` encode to `body` as libdbus holds it,
+    /// its body undecoded: how the fuzzer checks that the checks made on a
+    /// header (`SignalFields`) agree with the decoded `Message`'s. Nil when
+    /// libdbus refuses the bytes.
+    public static func borrowing<T>(wireFormat bytes: [UInt8], _ body: (RawSignal) -> T) -> T? {
+        let needed = bytes.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                dbus_message_demarshal_bytes_needed(chars.baseAddress, Int32(clamping: chars.count))
+            }
+        }
+        guard needed > 0, Int(needed) == bytes.count else { return nil }
+        var error = CDBus.DBusError()
+        dbus_error_init(&error)
+        defer { dbus_error_free(&error) }
+        let raw = bytes.withUnsafeBufferPointer { buffer in
+            buffer.withMemoryRebound(to: CChar.self) { chars in
+                dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), &error)
+            }
+        }
+        guard let raw else { return nil }
+        defer { dbus_message_unref(raw) }
+        return body(RawSignal(raw: raw))
+    }
+}

@@ -66,15 +66,20 @@ extension Message {
         case CDBUS_MESSAGE_TYPE_SIGNAL: kind = .signal
         default: return nil
         }
+        var message = header(of: raw, kind: kind)
         var bodyError: DBusError?
-        let body: [DBusValue]
         do {
-            body = try Marshalling.readBody(of: raw)
+            message.body = try Marshalling.readBody(of: raw)
         } catch {
-            body = []
             bodyError = error
         }
-        let message = Message(
+        return (message, bodyError)
+    }
+
+    /// An incoming message's header fields, its body left unread (empty):
+    /// what is checked before anything of the body is decoded.
+    static func header(of raw: OpaquePointer, kind: Kind) -> Message {
+        Message(
             kind: kind,
             serial: dbus_message_get_serial(raw),
             replySerial: dbus_message_get_reply_serial(raw),
@@ -85,10 +90,9 @@ extension Message {
             member: string(dbus_message_get_member(raw)),
             errorName: string(dbus_message_get_error_name(raw)),
             signature: string(dbus_message_get_signature(raw)) ?? "",
-            body: body,
+            body: [],
             noReplyExpected: dbus_message_get_no_reply(raw) != 0
         )
-        return (message, bodyError)
     }
 
     private static func string(_ pointer: UnsafePointer<CChar>?) -> String? {

@@ -8,14 +8,51 @@ import Musl
 /// An incoming signal before it is decoded, for a fast path that needs one
 /// or two fields of a hot signal without building `DBusValue` trees.
 ///
-/// Valid only during the interceptor call that receives it: it borrows
-/// libdbus's message, which is freed afterwards.
-public struct RawSignal {
+/// Valid only during the call that receives it (the interceptor, or the
+/// bus's check of a signal against its match rules): it borrows libdbus's
+/// message, which is freed afterwards. Its checks read the header, and at
+/// most the first argument, without decoding the body.
+public struct RawSignal: SignalFields {
     let raw: OpaquePointer
 
     public func hasPath(_ path: String) -> Bool { dbus_message_has_path(raw, path) != 0 }
     public func hasSender(_ sender: String) -> Bool { dbus_message_has_sender(raw, sender) != 0 }
     public func `is`(interface: String, member: String) -> Bool { dbus_message_is_signal(raw, interface, member) != 0 }
+
+    public var isSignal: Bool { dbus_message_get_type(raw) == CDBUS_MESSAGE_TYPE_SIGNAL }
+    public func hasInterface(_ interface: String) -> Bool { dbus_message_has_interface(raw, interface) != 0 }
+    public func hasMember(_ member: String) -> Bool { dbus_message_has_member(raw, member) != 0 }
+    public func hasSignature(_ signature: String) -> Bool { dbus_message_has_signature(raw, signature) != 0 }
+
+    public func isInPathNamespace(_ namespace: String) -> Bool {
+        guard let path = dbus_message_get_path(raw) else { return false }
+        if namespace == "/" { return true }
+        // `namespace` itself, or `namespace/…`: compared in place, no string made of the path.
+        return namespace.withCString { prefix in
+            let count = strlen(prefix)
+            guard strncmp(path, prefix, count) == 0 else { return false }
+            let next = path[count]
+            return next == 0 || next == CChar(UInt8(ascii: "/"))
+        }
+    }
+
+    public func hasFirstStringArgument(_ value: String) -> Bool {
+        var iterator = DBusMessageIter()
+        guard dbus_message_iter_init(raw, &iterator) != 0,
+              dbus_message_iter_get_arg_type(&iterator) == CDBUS_TYPE_STRING
+        else { return false }
+        var first: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&iterator, &first)
+        guard let first else { return false }
+        return strcmp(first, value) == 0
+    }
+
+    /// Whether libdbus itself made this message (its `Disconnected`): every
+    /// message from the bus carries the sender the bus daemon stamped on it.
+    var isLocal: Bool {
+        dbus_message_get_sender(raw) == nil
+            && dbus_message_is_signal(raw, "org.freedesktop.DBus.Local", "Disconnected") != 0
+    }
 
     /// For `org.freedesktop.DBus.Properties.PropertiesChanged(s, a{sv}, as)`
     /// on `interface` whose changes are exactly one property `name` holding a

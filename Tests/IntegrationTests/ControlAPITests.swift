@@ -80,6 +80,54 @@ import TetherDaemon
         }
     }
 
+    /// Any local user may send signals: a StateChanged that does not come
+    /// from the daemon's connection never reaches `tether reconnect --wait`.
+    @Test func aForgedStateChangedIsNotBelieved() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            #expect(await eventually { (try? await client.status().state) == .online })
+            let changes = try await client.stateChanges()
+            var iterator = changes.makeAsyncIterator()
+            let attacker = try await Bus.connect(address: harness.busDaemon.address)
+            let victim = await client.bus.uniqueName
+            for destination in [victim, nil] {
+                try await attacker.emit(
+                    path: client.address.path, interface: ControlAddress.interface, member: "StateChanged",
+                    [.string("online"), .string("disconnected"), .string("forged")], destination: destination
+                )
+            }
+            _ = try await attacker.nameOwner(of: "org.freedesktop.DBus")
+            _ = try await client.reconnect()
+            let first = await iterator.next()
+            #expect(first?.cause != "forged", "\(String(describing: first))")
+            #expect(first?.from == "online")
+            await attacker.close()
+        }
+    }
+
+    /// Reconnect resets the backoff and the cool-down: it acts at most
+    /// `ReconnectRateLimit.burst` times in a window, then says when to retry.
+    @Test func reconnectIsRateLimited() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            for _ in 0..<ReconnectRateLimit.burst {
+                _ = try await client.reconnect()
+            }
+            let connects = await harness.simulator.connectCount
+            do throws(ControlClient.Failure) {
+                _ = try await client.reconnect()
+                Issue.record("a reconnect beyond the limit was served")
+            } catch {
+                guard case .refused(let message) = error else {
+                    Issue.record("expected RateLimited, got \(error)")
+                    return
+                }
+                #expect(message.contains("try again in"), "\(message)")
+            }
+            #expect(await harness.simulator.connectCount == connects)
+        }
+    }
+
     @Test func reconnectWithTheAdapterOffSaysWhy() async throws {
         try await withControl { harness, client in
             #expect(await harness.waitForState(.online))

@@ -13,6 +13,11 @@ import FuzzSupport
 // must encode again (`wireFormat`), decode to the same message, and encode to
 // the same bytes the second time.
 //
+// A decoded signal is also checked against match rules made from its own
+// header (and variations of it): what a rule decides from libdbus's message,
+// its body unread (`RawSignal`), must be what it decides from the decoded
+// `Message`, with the same owners of well-known names.
+//
 // Any other input (minus its first byte) makes a message body out of typed
 // values (`ValueGenerator`, up to 72 containers deep, including what D-Bus
 // forbids): encoding must either refuse it with `.invalidArgument` or give
@@ -56,6 +61,7 @@ func checkWireBytes(_ bytes: [UInt8]) {
         return
     }
     if verbose { printError("decoded \(dump(message))") }
+    checkHeaderRules(bytes, message)
     require(
         message.signature == message.body.map(\.type.signature).joined(),
         "the body decoded as \(message.body.map(\.type.signature).joined()), the header says \(message.signature)"
@@ -209,4 +215,29 @@ func seeds() -> [(name: String, bytes: [UInt8])] {
         result.append((name, writer.output.bytes))
     }
     return result
+}
+
+/// The header-level rule checks (RawSignal) agree with the decoded message's.
+func checkHeaderRules(_ bytes: [UInt8], _ message: Message) {
+    var rules: [MatchRule] = [MatchRule(), MatchRule(sender: "org.freedesktop.DBus"), MatchRule(sender: "org.bluez")]
+    let path = message.path
+    let firstString: String? = if case .string(let first)? = message.body.first { first } else { nil }
+    rules.append(MatchRule(
+        sender: message.sender, interface: message.interface, member: message.member, path: path,
+        arg0: firstString, signature: message.signature
+    ))
+    rules.append(MatchRule(sender: message.sender, pathNamespace: path?.parent ?? .root, signature: message.signature + "s"))
+    rules.append(MatchRule(interface: message.interface.map { $0 + "x" }, arg0: firstString.map { $0 + "x" }))
+    if let path { rules.append(MatchRule(pathNamespace: path)) }
+    let owners: [String: String] = message.sender.map { ["org.bluez": $0] } ?? [:]
+    let owner = { (name: String) in owners[name] }
+    let verdicts = RawSignal.borrowing(wireFormat: bytes) { raw in rules.map { $0.matches(raw, owner: owner) } }
+    guard let verdicts else {
+        require(false, "libdbus refused bytes it had decoded")
+        return
+    }
+    for (rule, raw) in zip(rules, verdicts) {
+        let decoded = rule.matches(message, owner: owner)
+        require(raw == decoded, "rule \(rule) (signature \(rule.signature ?? "-")): header check \(raw), decoded \(decoded); \(dump(message))")
+    }
 }

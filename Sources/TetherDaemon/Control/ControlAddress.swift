@@ -59,6 +59,8 @@ public struct ControlAddress: Sendable, Equatable {
 public enum ControlErrorName {
     /// Reconnect while bluetoothd or the adapter is missing: nothing to connect with.
     public static let notReady = "io.tether.Tether1.Error.NotReady"
+    /// Reconnect asked for more often than `ReconnectRateLimit` allows.
+    public static let rateLimited = "io.tether.Tether1.Error.RateLimited"
 }
 
 extension String {

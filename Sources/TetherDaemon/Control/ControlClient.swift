@@ -90,8 +90,13 @@ public struct ControlClient: Sendable {
     public func stateChanges() async throws(Failure) -> AsyncStream<(from: String, to: String, cause: String)> {
         let signals: AsyncStream<Message>
         do {
+            // Believed only from the daemon: the current owner of its bus
+            // name, as the bus driver says (any local user may send signals).
             signals = try await bus.signals(
-                matching: MatchRule(interface: ControlAddress.interface, member: "StateChanged", path: address.path)
+                matching: MatchRule(
+                    sender: address.busName, interface: ControlAddress.interface, member: "StateChanged",
+                    path: address.path, signature: "sss"
+                )
             )
         } catch {
             throw .bus(error)
@@ -143,7 +148,7 @@ public struct ControlClient: Sendable {
                 "\(rule), and you are, so the policy file is missing or not loaded: install io.tether.Tether.conf "
                     + "in /usr/share/dbus-1/system.d and run: systemctl reload dbus"
             )
-        case ControlErrorName.notReady:
+        case ControlErrorName.notReady, ControlErrorName.rateLimited:
             return .refused(error.message)
         default:
             return .bus(error)

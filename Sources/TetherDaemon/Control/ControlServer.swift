@@ -1,6 +1,8 @@
 import DBus
+import EventLoop
 import LinkSupervisor
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -21,25 +23,54 @@ import Musl
 /// Get and never signalled; the others are announced with PropertiesChanged.
 ///
 /// Signal `StateChanged(s from, s to, s cause)` on every state transition.
+///
+/// Callers are bounded: dbus-daemon's policy lets only root and the operator
+/// group call `Reconnect`, the bus serves each caller at most
+/// `Bus.callsInFlightPerCaller` calls at once, and `Reconnect` acts at most
+/// `ReconnectRateLimit.burst` times in any `ReconnectRateLimit.window`
+/// (whoever asks): past that it fails with
+/// `io.tether.Tether1.Error.RateLimited` at once.
 public struct ControlServer: Sendable {
     public let address: ControlAddress
     private let bus: Bus
     private let link: any ControlledLink
+    private let rateLimit: RateLimitState
+    /// CLOCK_MONOTONIC as a duration since boot; injected for tests.
+    private let now: @Sendable () -> Duration
 
-    public init(bus: Bus, address: ControlAddress, link: any ControlledLink) {
+    public init(
+        bus: Bus, address: ControlAddress, link: any ControlledLink,
+        now: @escaping @Sendable () -> Duration = { .nanoseconds(Int64(clamping: MonotonicInstant.now.nanoseconds)) }
+    ) {
         self.bus = bus
         self.address = address
         self.link = link
+        self.now = now
+        rateLimit = RateLimitState()
+    }
+
+    private final class RateLimitState: Sendable {
+        let limit = Mutex(ReconnectRateLimit())
     }
 
     /// Exports the object. The caller takes the bus name afterwards, so that
     /// a client that sees the name can already call the object.
     public func export() async throws(DBusError) {
         let link = link
+        let rateLimit = rateLimit
+        let now = now
         let interface = ExportedInterface(
             name: ControlAddress.interface,
             methods: [
                 "Reconnect": .init(out: "u") { _ in
+                    let decision = rateLimit.limit.withLock { $0.request(at: now()) }
+                    if case .refused(let wait) = decision {
+                        throw DBusError.remote(
+                            name: ControlErrorName.rateLimited,
+                            message: "cannot reconnect now: \(ReconnectRateLimit.burst) reconnects were asked for in the last "
+                                + "\(ReconnectRateLimit.window.components.seconds) s; try again in \(wait.roundedUpSeconds) s"
+                        )
+                    }
                     switch await link.reconnect(waitingUpTo: .seconds(20)) {
                     case .started(let attempt):
                         return [.uint32(UInt32(clamping: attempt))]
@@ -79,5 +110,13 @@ public struct ControlServer: Sendable {
         } catch {
             // The bus is going away; the daemon's bus loop notices and reconnects.
         }
+    }
+}
+
+extension Duration {
+    /// Whole seconds, rounded up (at least 1): what a caller is told to wait.
+    fileprivate var roundedUpSeconds: Int64 {
+        let (seconds, attoseconds) = components
+        return max(1, seconds + (attoseconds > 0 ? 1 : 0))
     }
 }

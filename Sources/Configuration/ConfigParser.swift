@@ -28,6 +28,10 @@ extension TetherConfig {
         )
         try config.validate(context: context)
         config.notes.warnings = config.warnings(context: context)
+        if case .passkey(let source) = config.dongle.pairing {
+            let key = source == .credential ? "dongle.pairing" : "dongle.passkey_file"
+            config.notes.passkeyLocation = (file, context.locator.line(of: key), key)
+        }
         return config
     }
 
@@ -125,7 +129,7 @@ extension TetherConfig {
                 result.silenceLimit = .after(limit)
             }
         }
-        result.pairing = try parsePairing(section)
+        result.pairing = try parsePairing(section, address: result.address)
         guard result.address != nil || result.namePrefix != nil || result.serviceUUID != nil else {
             throw section.context.error("dongle", "identify the dongle with address, name_prefix and/or service_uuid")
         }

@@ -64,9 +64,10 @@ public struct TetherConfig: Sendable, Equatable {
         /// LE Just Works: no passkey; the agent's capability is NoInputNoOutput.
         case justWorks
         /// Passkey entry: the dongle displays (or has printed on it) a fixed
-        /// six-digit passkey, read from `file` when the config is loaded;
-        /// the agent's capability is KeyboardOnly.
-        case passkey(UInt32, file: String)
+        /// six-digit passkey, which only `tether run` reads from `source`
+        /// (`loadPasskey`); the agent's capability is KeyboardOnly. Needs
+        /// `dongle.address`.
+        case passkey(PasskeySource)
 
         /// The config's spelling.
         public var name: String {
@@ -84,6 +85,22 @@ public struct TetherConfig: Sendable, Equatable {
             switch self {
             case .never, .justWorks: "just-works"
             case .passkey: "passkey"
+            }
+        }
+    }
+
+    /// Where `tether run` reads the passkey from.
+    public enum PasskeySource: Sendable, Equatable, CustomStringConvertible {
+        /// `dongle.passkey_file`.
+        case file(String)
+        /// No `passkey_file`: systemd's credential `passkey`
+        /// (`$CREDENTIALS_DIRECTORY/passkey`, from `LoadCredential=`).
+        case credential
+
+        public var description: String {
+            switch self {
+            case .file(let path): path
+            case .credential: "systemd's credential \"\(PasskeyFile.credentialName)\""
             }
         }
     }
@@ -253,6 +270,10 @@ public struct TetherConfig: Sendable, Equatable {
     /// are the same config.
     struct FileNotes: Sendable, Equatable {
         var warnings: [ConfigError] = []
+        /// Where a passkey problem found after parsing (`loadPasskey`,
+        /// `checkPasskeyFile`) is reported: `passkey_file`'s line, or
+        /// `pairing`'s for the credential.
+        var passkeyLocation: (file: String, line: Int?, key: String)?
         static func == (_: FileNotes, _: FileNotes) -> Bool { true }
     }
 

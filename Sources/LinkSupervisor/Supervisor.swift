@@ -633,6 +633,15 @@ public struct Supervisor: Sendable {
             cancelTimer(.attemptDeadline)
             startTimer(.attemptDeadline, after: policy.connectTimeout)
             startSubscribing(setup, cause: "paired")
+        case .failure(let failure) where failure.unauthenticatedBond:
+            // Not the dongle's proof: the link is dropped unused, the bond
+            // removed, and the windows cool down until an operator looks
+            // (status's bond row); each cooldown's attempt pairs anew, one
+            // removal each, never a loop.
+            actions.append(.report(.pairingFailed(error: failure.description, unauthenticated: true)))
+            history.bondLoss = .reported(problem: "\(failure.description); Tether removed that bond")
+            attemptFailed(setup.window, LinkFailure(.fatal, "pairing failed: \(failure.description)"), cancel: true)
+            removeRefusedBond()
         case .failure(let failure):
             actions.append(.report(.pairingFailed(error: failure.description)))
             attemptFailed(setup.window, LinkFailure(failure.kind, "pairing failed: \(failure.description)"), cancel: true)

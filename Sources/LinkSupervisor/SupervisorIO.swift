@@ -23,12 +23,20 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// observation says (bluetoothd sends `InterfacesRemoved` after the
     /// reply to the `RemoveDevice` that removed it).
     public var deviceGone: Bool
+    /// A pairing that succeeded without authenticating the dongle (with a
+    /// passkey configured, Just Works went through): the bond is not to be
+    /// used, and is removed (`Supervisor.pairFinished`).
+    public var unauthenticatedBond: Bool
 
-    public init(_ kind: Kind, _ description: String, staleDevice: Bool = false, deviceGone: Bool = false) {
+    public init(
+        _ kind: Kind, _ description: String, staleDevice: Bool = false, deviceGone: Bool = false,
+        unauthenticatedBond: Bool = false
+    ) {
         self.kind = kind
         self.description = description
         self.staleDevice = staleDevice
         self.deviceGone = deviceGone
+        self.unauthenticatedBond = unauthenticatedBond
     }
 }
 
@@ -196,7 +204,9 @@ public enum SupervisorReport: Sendable, Equatable {
     case controllerUnresponsive(String)
     /// Device1.Pair succeeded: the dongle is bonded (and trusted).
     case paired
-    case pairingFailed(error: String)
+    /// `unauthenticated`: Device1.Pair succeeded without the passkey (Just
+    /// Works): the bond is removed and the link not used.
+    case pairingFailed(error: String, unauthenticated: Bool = false)
     /// The dongle refused its bond (`detail` says how that showed). With
     /// `repairing`, Tether removes the device object (and its keys) to pair
     /// again; otherwise `why` says why it does not.

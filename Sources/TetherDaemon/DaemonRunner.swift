@@ -43,10 +43,11 @@ public enum DaemonRunner {
     ///   - notifier: systemd's notify socket (READY=1, STATUS=, WATCHDOG=1, STOPPING=1).
     ///   - watchdog: systemd's watchdog timeout, if it set one; pinged at half of it.
     ///   - rfkill: where rfkill blocks are read (the simulator's, in development).
+    ///   - passkey: what `TetherConfig.loadPasskey` read, with `pairing = "passkey-file"`.
     public static func run(
         config: TetherConfig, instance: InstanceName = .default, busAddress: String?, logger: Logger,
         notifier: SystemdNotifier = SystemdNotifier(environment: [:]), watchdog: Duration? = nil,
-        rfkill: RfkillSource = RfkillSource()
+        rfkill: RfkillSource = RfkillSource(), passkey: Passkey? = nil
     ) async -> Int32 {
         let log: ReadingLog
         do {
@@ -96,7 +97,8 @@ public enum DaemonRunner {
         }
         let session = Session(
             config: config, address: ControlAddress(instance: instance), busAddress: busAddress,
-            recorder: recorder, logger: logger, notifier: notifier, loop: loop, io: io, metrics: exporter?.0, rfkill: rfkill
+            recorder: recorder, logger: logger, notifier: notifier, loop: loop, io: io, metrics: exporter?.0, rfkill: rfkill,
+            passkey: passkey
         )
         let code = await withTaskExecutorPreference(loop) {
             await withTaskGroup(of: Stop?.self) { group -> Int32 in
@@ -179,13 +181,16 @@ private final class Session: Sendable {
     let io: EventLoop
     let metrics: LinkMetrics?
     let rfkill: RfkillSource
+    let passkey: Passkey?
     /// The link being served right now; nil while (re)connecting to the bus.
     private let current = Mutex<(any ControlledLink)?>(nil)
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
-        notifier: SystemdNotifier, loop: EventLoop, io: EventLoop, metrics: LinkMetrics?, rfkill: RfkillSource
+        notifier: SystemdNotifier, loop: EventLoop, io: EventLoop, metrics: LinkMetrics?, rfkill: RfkillSource,
+        passkey: Passkey?
     ) {
+        self.passkey = passkey
         self.loop = loop
         self.io = io
         self.rfkill = rfkill
@@ -228,7 +233,8 @@ private final class Session: Sendable {
             delay = .milliseconds(500)
 
             let service = LinkService(
-                config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill, blockingWork: io)
+                config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill, blockingWork: io,
+                passkey: passkey)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {
                 try await control.export()

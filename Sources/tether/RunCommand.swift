@@ -43,8 +43,12 @@ struct RunCommand: AsyncParsableCommand {
         let logger = Logger(label: "tether")
         let path = options.configPath(for: instance)
         let loaded: TetherConfig
+        let passkey: Passkey?
         do {
             loaded = try TetherConfig.load(path: path, instance: instance)
+            // The one command that reads the passkey: the service's own file
+            // (owner, mode 0600) or its systemd credential.
+            passkey = try loaded.loadPasskey(euid: geteuid(), environment: environment)
         } catch {
             logger.critical("\(error)")
             LoggingSetup.flush()
@@ -57,7 +61,7 @@ struct RunCommand: AsyncParsableCommand {
             config: loaded, instance: instance, busAddress: nil, logger: logger,
             notifier: SystemdNotifier(environment: environment),
             watchdog: SystemdNotifier.watchdogInterval(environment: environment, pid: getpid()),
-            rfkill: Self.rfkillSource(environment: environment)
+            rfkill: Self.rfkillSource(environment: environment), passkey: passkey
         )
         LoggingSetup.flush()
         if code != 0 { throw ExitCode(code) }
@@ -83,7 +87,9 @@ struct CheckConfigCommand: ParsableCommand {
         discussion: """
             Settings that are valid but likely to misbehave (such as dongle.silence_limit = "off", or a \
             limit shorter than two keep-alive intervals) are printed as "warning:" lines on stderr; \
-            the exit status is still 0.
+            the exit status is still 0. With dongle.pairing = "passkey-file" it checks that the \
+            service's user (tether when run as root, else the caller) may use dongle.passkey_file: \
+            its owner and mode (0600), never its contents, which only tether run reads.
             """
     )
 
@@ -102,10 +108,13 @@ struct CheckConfigCommand: ParsableCommand {
             for warning in config.warnings {
                 StandardError.emit("warning: \(warning)\n")
             }
+            // The passkey file's owner and mode, never its contents: only
+            // tether run reads the secret.
+            let passkey = try config.checkPasskeyFile(service: .current())
             let pairing = switch config.dongle.pairing {
             case .never: ""
             case .justWorks: ", pairs Just Works"
-            case .passkey(_, let file): ", pairs with the passkey in \(file)"
+            case .passkey: ", pairs with the passkey in \(passkey ?? "-")"
             }
             print("\(path): OK (dongle \(dongle)\(pairing), keep-alive every \(DurationText.format(config.keepalive.interval)), \(silence), readings in \(config.readings.directory))")
         } catch {

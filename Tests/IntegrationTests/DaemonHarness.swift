@@ -31,6 +31,10 @@ final class DaemonHarness: @unchecked Sendable {
     /// Where the daemon reads rfkill (nil: it does not; the machine's own
     /// switches are not the simulator's controller's).
     var rfkill: RfkillSource?
+    /// What `tether run` would read with `pairing = "passkey-file"` (`loadPasskey`).
+    var passkey: Passkey?
+    /// The daemon's bus connection's unique name, once started.
+    func daemonUniqueName() async -> String? { await daemonBus?.uniqueName }
 
     static let address = "AA:BB:CC:DD:EE:FF"
 
@@ -95,7 +99,8 @@ final class DaemonHarness: @unchecked Sendable {
         // from the simulator (Device1.Disconnected) or nowhere, never from the
         // machine's own management socket.
         let service = LinkService(
-            config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, rfkill: rfkill, seed: 7
+            config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, rfkill: rfkill, seed: 7,
+            passkey: passkey
         )
         self.recorder = recorder
         self.service = service

@@ -1,5 +1,10 @@
 import Configuration
+import DBus
+import EventLoop
 import Foundation
+#if canImport(Glibc)
+import Glibc
+#endif
 import LinkSupervisor
 import Simulator
 import TestSupport
@@ -60,7 +65,8 @@ import Testing
         options.pairing = .passkey(4_321)
         let harness = try await DaemonHarness(simulator: options)
         let file = try Self.passkeyFile(harness, "004321")
-        harness.config.dongle.pairing = .passkey(4_321, file: file)
+        harness.config.dongle.pairing = .passkey(.file(file))
+        harness.passkey = try harness.config.loadPasskey(euid: geteuid(), environment: [:])
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
         #expect(Self.pairings(harness) == 1)
@@ -68,12 +74,78 @@ import Testing
         await harness.stop()
     }
 
+    /// The system bus is everyone's: a local process calling Tether's agent
+    /// (on the daemon's unique name) is refused without the passkey, and
+    /// told once in the journal with its name, not once per call.
+    @Test func theAgentAnswersNobodyButBluetoothd() async throws {
+        var options = SimulatorOptions()
+        options.pairing = .passkey(4_321)
+        let harness = try await DaemonHarness(simulator: options)
+        let file = try Self.passkeyFile(harness, "004321")
+        harness.config.dongle.pairing = .passkey(.file(file))
+        harness.passkey = try harness.config.loadPasskey(euid: geteuid(), environment: [:])
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        let daemon = try #require(await harness.daemonUniqueName())
+        let intruder = try await Bus.connect(address: harness.busDaemon.address, on: EventLoop(name: "intruder"))
+        let me = await intruder.uniqueName
+        let device: DBusValue = .objectPath("/org/bluez/hci0/dev_AA_BB_CC_DD_EE_FF")
+        for method in ["RequestPasskey", "RequestPasskey", "RequestAuthorization", "Release"] {
+            let arguments = method == "Release" ? [] : [device]
+            do {
+                let reply = try await intruder.call(
+                    destination: daemon, path: "/io/tether/Agent", interface: "org.bluez.Agent1", method: method, arguments)
+                Issue.record("\(method) answered a stranger: \(reply)")
+            } catch {
+                guard case .remote(let name, _) = error else { Issue.record("\(method): \(error)"); continue }
+                #expect(name == "org.bluez.Error.NotAuthorized", "\(method): \(name)")
+            }
+        }
+        let refused = Self.lines(harness, "not bluetoothd")
+        let given = Self.lines(harness, "giving bluetoothd the passkey")
+        await intruder.close()
+        await harness.stop()
+        #expect(refused.count == 1, "one line for four calls: \(refused)")
+        #expect(refused.first?.hasPrefix("warning ") == true, "\(refused)")
+        #expect(refused.first?.contains(me) == true, "names the sender \(me): \(refused)")
+        #expect(given.count == 1, "the passkey went to bluetoothd's one pairing only: \(given)")
+    }
+
+    /// A dongle that pairs Just Works where a passkey is configured (no
+    /// keyboard nor display on it: bluetoothd accepts Just Works for Pair's
+    /// caller without asking the agent) holds an unauthenticated bond:
+    /// refused, removed, reported, and no reading taken from it.
+    @Test func justWorksWhereAPasskeyIsConfiguredIsRefusedAndTheBondRemoved() async throws {
+        var options = SimulatorOptions()
+        options.pairing = .justWorks
+        let harness = try await DaemonHarness(simulator: options)
+        let file = try Self.passkeyFile(harness, "004321")
+        harness.config.dongle.pairing = .passkey(.file(file))
+        harness.config.reconnect.cooldown = .seconds(30)
+        harness.passkey = try harness.config.loadPasskey(euid: geteuid(), environment: [:])
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.coolingDown, within: .seconds(10)))
+        #expect(await eventually(timeout: .seconds(5)) { await !harness.simulator.isPaired })
+        try await Task.sleep(for: .seconds(1))
+        let status = try #require(harness.service?.status)
+        let refusals = Self.lines(harness, "unauthenticated=true")
+        let records = (try? harness.records().filter { $0.source == "notify" }) ?? []
+        await harness.stop()
+        #expect(refusals.count == 1, "\(refusals)")
+        #expect(refusals.first?.hasPrefix("error ") == true, "\(refusals)")
+        #expect(Self.pairings(harness) == 0)
+        #expect(status.lastError?.contains("without asking for the passkey") == true, "\(status.lastError ?? "-")")
+        #expect(status.bondProblem?.contains("Just Works") == true, "\(status.bondProblem ?? "-")")
+        #expect(records.isEmpty, "no reading from an unauthenticated link: \(records.count)")
+    }
+
     @Test func aWrongPasskeyFailsClearlyAndDoesNotLoop() async throws {
         var options = SimulatorOptions()
         options.pairing = .passkey(4_321)
         let harness = try await DaemonHarness(simulator: options)
         let file = try Self.passkeyFile(harness, "111111")
-        harness.config.dongle.pairing = .passkey(111_111, file: file)
+        harness.config.dongle.pairing = .passkey(.file(file))
+        harness.passkey = try harness.config.loadPasskey(euid: geteuid(), environment: [:])
         harness.config.reconnect.cooldown = .seconds(30)
         try await harness.startDaemon()
         #expect(await harness.waitForState(.coolingDown, within: .seconds(10)))

@@ -67,6 +67,25 @@ import Testing
         #expect(link.supervisor.status.lastError?.contains("pairing failed") == true)
     }
 
+    /// Pair succeeded without the passkey (Just Works fell through): the
+    /// link is dropped unused, the bond removed, status says so, and the
+    /// windows cool down rather than pair again at once.
+    @Test func anUnauthenticatedBondIsRemovedAndNotUsed() {
+        var link = VirtualLink(settings: Self.settings(pairs: true))
+        link.connectResult = .success(())
+        link.pairResult = .failure(LinkFailure(.fatal, "the dongle paired without asking for the passkey", unauthenticatedBond: true))
+        link.observe(VirtualLink.down)
+        #expect(link.count { if case .report(.pairingFailed(_, unauthenticated: true)) = $0 { true } else { false } } == 1)
+        #expect(link.count { if case .report(.paired) = $0 { true } else { false } } == 0)
+        #expect(link.count { if case .subscribe = $0 { true } else { false } } == 0, "never used for readings")
+        #expect(link.count { if case .disconnect = $0 { true } else { false } } == 1)
+        #expect(removals(link) == 1)
+        #expect(link.state == .coolingDown)
+        let status = link.supervisor.status
+        #expect(status.lastError?.contains("without asking for the passkey") == true)
+        #expect(status.bondProblem?.contains("removed") == true, "\(status.bondProblem ?? "-")")
+    }
+
     @Test func aPairingThatHangsEndsAtItsDeadline() {
         var link = VirtualLink(settings: Self.settings(pairs: true))
         link.connectResult = .success(())

@@ -31,10 +31,18 @@ extension ActionLane {
 
     /// Device1.Pair, then Trusted = true. `AlreadyExists`: bonded already
     /// (the Paired change not seen yet), which is what was wanted.
+    ///
+    /// With a passkey configured, a pairing the agent gave no passkey to is
+    /// not the dongle's proof: bluetoothd accepts Just Works for the caller
+    /// of Pair without asking any agent, so a device (or an impostor at its
+    /// address) with no keyboard nor display gets an unauthenticated bond.
+    /// That is a failure the supervisor drops the link for and removes the
+    /// bond (`LinkFailure.unauthenticatedBond`); it is never trusted.
     func pair(_ id: Int, timeout: Duration) {
         guard let device = resolution.device?.path else {
             return finish(.pairFinished(attempt: id, .failure(LinkFailure(.transient, "the dongle is not known"))))
         }
+        agent?.pairingStarted(device)
         // A little longer than the supervisor's deadline, which cancels
         // the pairing properly (Disconnect) when it fires.
         send(.pair(device, timeout: timeout + .seconds(1))) { [self] result in
@@ -42,6 +50,13 @@ extension ActionLane {
             case .failure(let error) where error.name != BlueZ.ErrorName.alreadyExists:
                 finish(.pairFinished(attempt: id, .failure(Self.pairingFailure(error, config.dongle.pairing))))
             case .success, .failure:
+                if case .passkey = config.dongle.pairing, agent?.passkeyGiven(device) != true {
+                    let failure = LinkFailure(
+                        .fatal,
+                        "the dongle paired without asking for the passkey (Just Works: unauthenticated; dongle.pairing is \"passkey-file\"): a device without a passkey, or not the dongle, answered at \(config.dongle.address ?? "its address")",
+                        unauthenticatedBond: true)
+                    return finish(.pairFinished(attempt: id, .failure(failure)))
+                }
                 send(.setTrusted(device, true)) { [logger] result in
                     if case .failure(let error) = result { logger.warning("cannot mark the dongle trusted: \(error)") }
                 }
@@ -57,7 +72,7 @@ extension ActionLane {
             return failure
         }
         let hint = switch pairing {
-        case .passkey(_, let file): "is the passkey in \(file) the dongle's?"
+        case .passkey(let source): "is the passkey in \(source) the dongle's?"
         case .justWorks: "the dongle may want a passkey (dongle.pairing = \"passkey-file\")"
         case .never: "dongle.pairing is \"never\""
         }

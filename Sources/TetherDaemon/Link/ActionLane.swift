@@ -33,6 +33,8 @@ final class ActionLane: @unchecked Sendable {
     let logger: Logger
     /// What bluetoothd's tree resolves to now; set by the service on every change.
     var resolution = LinkResolver.Resolution()
+    /// Tether's Agent1, when it pairs: `pair` asks it whether the passkey went out.
+    var agent: PairingAgent?
     /// A reading taken by a read-mode keep-alive poll.
     var onReading: ((Reading) -> Void)?
     /// A characteristic's notifications now come through this socket (AcquireNotify).

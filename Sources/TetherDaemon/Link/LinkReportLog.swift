@@ -103,7 +103,11 @@ struct LinkReportLog: Sendable {
             )
         case .paired:
             logger.notice("paired with the dongle (\(pairingMethod)) and marked it trusted", metadata: with(["method": "\(pairingMethod)"]))
-        case .pairingFailed(let error):
+        case .pairingFailed(let error, unauthenticated: true):
+            logger.error(
+                "pairing did not authenticate the dongle: \(error); the bond is removed (Adapter1.RemoveDevice) and the link not used",
+                metadata: with(["error": "\(error)", "unauthenticated": "true"]))
+        case .pairingFailed(let error, _):
             logger.warning("pairing failed: \(error)", metadata: with(["error": "\(error)"]))
         case .bondLost(let detail, let repairing, let why):
             if repairing {

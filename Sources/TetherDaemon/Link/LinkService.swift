@@ -172,7 +172,8 @@ public final class LinkService: @unchecked Sendable {
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
         kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
-        seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor
+        seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor,
+        passkey: Passkey? = nil
     ) {
         self.blockingWork = blockingWork
         self.kernelReasons = kernelReasons
@@ -193,7 +194,8 @@ public final class LinkService: @unchecked Sendable {
         (changes, changeInput) = AsyncStream.makeStream(of: LinkStatusChange.self, bufferingPolicy: .bufferingNewest(32))
         (blockingJobs, blockingInput) = AsyncStream.makeStream(of: BlockingJob.self, bufferingPolicy: .unbounded)
         shared.withLock { $0.device = config.dongle.address }
-        agent = config.dongle.pairing.pairs ? PairingAgent(pairing: config.dongle.pairing, logger: logger) : nil
+        agent = config.dongle.pairing.pairs
+            ? PairingAgent(pairing: config.dongle.pairing, passkey: passkey, address: config.dongle.address, logger: logger) : nil
     }
 
     // MARK: Running
@@ -209,6 +211,7 @@ public final class LinkService: @unchecked Sendable {
             lane.onReading = { [unowned self] reading in take(reading) }
             lane.onAcquired = { [unowned self] characteristic, acquired in read(acquired, of: characteristic) }
             lane.onUnanswered = { [unowned self] in liveness.callUnanswered() }
+            lane.agent = agent
             monitor = BlueZMonitor(client: client) { [unowned self] event in apply(event) }
             client.bus.assumeIsolated { bus in
                 bus.setSignalInterceptor { [unowned self] signal in intercept(signal) }
@@ -433,7 +436,8 @@ public final class LinkService: @unchecked Sendable {
             bluezPresent = true
             forgetBluezLiveness()
             // Agents die with bluetoothd: register (again) before anything
-            // else is sent to this one.
+            // else is sent to this one, which alone the agent answers.
+            agent?.setBluezOwner(monitor.currentOwner)
             if let agent { lane.registerAgent(agent) }
         case .serviceUnanswered(let owner, let error):
             // Still waiting for bluetoothd: nothing to resolve without its tree.
@@ -445,6 +449,7 @@ public final class LinkService: @unchecked Sendable {
         case .serviceVanished:
             bluezPresent = false
             forgetBluezLiveness()
+            agent?.setBluezOwner(nil)
         default:
             break
         }

@@ -18,7 +18,7 @@ public enum ConfigKeys {
     public static let readings: Set<String> = ["directory", "flush_interval", "rotate_size", "retain_size", "max_backlog"]
     public static let mqtt: Set<String> = [
         "url", "topic", "status_topic", "client_id", "qos", "username", "password_file", "ca_file", "cert_file",
-        "key_file", "keepalive", "max_inflight", "batch",
+        "key_file", "keepalive", "max_inflight", "batch", "allow_cleartext_password",
     ]
     public static let metrics: Set<String> = ["textfile", "forward_textfile", "interval"]
 

@@ -1,3 +1,11 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#elseif canImport(Darwin)
+import Darwin
+#endif
+
 /// `[mqtt]`: where `tether forward` delivers the readings. `tether run`
 /// ignores it; `tether forward` needs it (its `url` at least).
 public struct MQTTSection: Sendable, Equatable {
@@ -26,12 +34,17 @@ public struct MQTTSection: Sendable, Equatable {
     public var maxInflight: Int
     /// Records per message (joined by newlines).
     public var batch: Int
+    /// `allow_cleartext_password`: a `password_file` may go over `mqtt://`
+    /// (no TLS) to a broker that is not on this machine. Off by default: the
+    /// password would cross the network in clear text.
+    public var allowCleartextPassword: Bool
 
     public init(
         scheme: Scheme, host: String, port: Int? = nil, topic: String = "tether/{instance}/{device}/readings",
         statusTopic: String = "tether/{instance}/status", clientID: String = "tether-{instance}-{hostname}", qos: Int = 1,
         username: String? = nil, passwordFile: String? = nil, caFile: String? = nil, certFile: String? = nil,
-        keyFile: String? = nil, keepalive: Duration = .seconds(30), maxInflight: Int = 64, batch: Int = 1
+        keyFile: String? = nil, keepalive: Duration = .seconds(30), maxInflight: Int = 64, batch: Int = 1,
+        allowCleartextPassword: Bool = false
     ) {
         self.scheme = scheme
         self.host = host
@@ -48,6 +61,26 @@ public struct MQTTSection: Sendable, Equatable {
         self.keepalive = keepalive
         self.maxInflight = maxInflight
         self.batch = batch
+        self.allowCleartextPassword = allowCleartextPassword
+    }
+
+    /// Whether `host` (as `parseURL` gives it) is this machine's loopback:
+    /// `localhost`, 127.0.0.0/8, `::1` (in any spelling, and 127.0.0.0/8
+    /// mapped into IPv6). Only there does `mqtt://` keep a password off the
+    /// network.
+    public static func isLoopback(_ host: String) -> Bool {
+        let name = host.lowercased()
+        if name == "localhost" || name == "localhost." { return true }
+        var v4 = in_addr()
+        if inet_pton(AF_INET, host, &v4) == 1 {
+            return UInt32(bigEndian: v4.s_addr) >> 24 == 127
+        }
+        var v6 = in6_addr()
+        guard inet_pton(AF_INET6, host, &v6) == 1 else { return false }
+        let bytes = withUnsafeBytes(of: &v6) { Array($0) }
+        if bytes[..<15].allSatisfy({ $0 == 0 }) && bytes[15] == 1 { return true }
+        // ::ffff:127.x.y.z
+        return bytes[..<10].allSatisfy({ $0 == 0 }) && bytes[10] == 0xff && bytes[11] == 0xff && bytes[12] == 127
     }
 
     /// `mqtt://host[:port]` or `mqtts://host[:port]` (an IPv6 address in
@@ -124,6 +157,14 @@ extension TetherConfig {
             guard let path = try section.string(key), !path.isEmpty else { continue }
             guard path.hasPrefix("/") else { throw section.error(key, "must be an absolute path, got \(ConfigContext.quoted(path))") }
             result[keyPath: keyPath] = path
+        }
+        result.allowCleartextPassword = try section.bool("allow_cleartext_password") ?? false
+        if scheme == .mqtt, result.passwordFile != nil, !result.allowCleartextPassword, !MQTTSection.isLoopback(host) {
+            throw section.error(
+                "password_file",
+                "the password would cross the network in clear text: url is mqtt:// (no TLS) to \(host), which is not this machine; "
+                    + "use mqtts:// (the broker's TLS port, usually 8883), or, only on a network you trust, set allow_cleartext_password = true"
+            )
         }
         if (result.certFile == nil) != (result.keyFile == nil) {
             throw section.error(result.certFile == nil ? "key_file" : "cert_file", "cert_file and key_file go together (mutual TLS)")

@@ -10,7 +10,9 @@ import Musl
 /// messages.
 ///
 /// Replacing writes `PATH.tmp` and renames it over `PATH`, so that a reader
-/// sees the old contents or the new, never a torn mix; `durable` also
+/// sees the old contents or the new, never a torn mix. `PATH.tmp` is always
+/// a new file (`createTemporary`): a symlink or file planted at that name is
+/// removed, never written through. `durable` also
 /// fsyncs the file before the rename and the directory after, so that the
 /// new contents survive a crash or a power loss.
 public enum SmallFile {
@@ -31,12 +33,21 @@ public enum SmallFile {
     /// Up to `limit` bytes from the start of `path`; nil when there is no
     /// such file.
     public static func read(_ path: String, limit: Int) throws(Failure) -> [UInt8]? {
+        try readWithStatus(path, limit: limit)?.bytes
+    }
+
+    /// `read`, with the file's status (fstat(2) of the descriptor the bytes
+    /// were read from, so a check of its mode or owner is about that very
+    /// file, not one swapped in at the path since).
+    public static func readWithStatus(_ path: String, limit: Int) throws(Failure) -> (bytes: [UInt8], status: stat)? {
         let fd = open(path, O_RDONLY | O_CLOEXEC)
         guard fd >= 0 else {
             if errno == ENOENT { return nil }
             throw Failure(operation: "read \(path)", code: errno)
         }
         defer { close(fd) }
+        var status = stat()
+        guard fstat(fd, &status) == 0 else { throw Failure(operation: "stat \(path)", code: errno) }
         var bytes = [UInt8](repeating: 0, count: limit)
         var count = 0
         while count < limit {
@@ -48,7 +59,7 @@ public enum SmallFile {
             if result == 0 { break }
             count += result
         }
-        return Array(bytes.prefix(count))
+        return (Array(bytes.prefix(count)), status)
     }
 
     /// - Parameters:
@@ -61,8 +72,7 @@ public enum SmallFile {
         _ path: String, with bytes: [UInt8], durable: Bool, syncDirectory: Bool = true, mode: mode_t = 0o640
     ) throws(Failure) {
         let temporary = path + ".tmp"
-        let fd = open(temporary, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, mode)
-        guard fd >= 0 else { throw Failure(operation: "create \(temporary)", code: errno) }
+        let fd = try createTemporary(temporary, mode: mode)
         // Exactly `mode`, whatever the umask (the units set UMask=0027).
         _ = fchmod(fd, mode)
         let written = write(fd, bytes, bytes.count)
@@ -73,7 +83,10 @@ public enum SmallFile {
             complete = false
         }
         close(fd)
-        guard complete else { throw Failure(operation: "write \(temporary)", code: code) }
+        guard complete else {
+            _ = unlink(temporary)
+            throw Failure(operation: "write \(temporary)", code: code)
+        }
         guard rename(temporary, path) == 0 else { throw Failure(operation: "rename \(temporary)", code: errno) }
         guard durable, syncDirectory else { return }
         let directory = path.lastIndex(of: "/").map { String(path[..<$0]) } ?? "."
@@ -82,6 +95,28 @@ public enum SmallFile {
             _ = fsync(directoryFD)
             close(directoryFD)
         }
+    }
+}
+
+extension SmallFile {
+    /// Creates `temporary` afresh: O_EXCL|O_NOFOLLOW, so that neither a file
+    /// nor a symlink someone planted at the name (the directory may be
+    /// writable by others, like node_exporter's textfile directory) is ever
+    /// opened, truncated or written through. One already there (left by a
+    /// crash between create and rename, or planted) is unlinked (which
+    /// removes a symlink itself, never its target) and the create tried once
+    /// more; anything else, or a second EEXIST, is the caller's error.
+    static func createTemporary(_ temporary: String, mode: mode_t) throws(Failure) -> Int32 {
+        let flags = O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC
+        var fd = open(temporary, flags, mode)
+        if fd < 0, errno == EEXIST {
+            guard unlink(temporary) == 0 || errno == ENOENT else {
+                throw Failure(operation: "remove the stale \(temporary)", code: errno)
+            }
+            fd = open(temporary, flags, mode)
+        }
+        guard fd >= 0 else { throw Failure(operation: "create \(temporary)", code: errno) }
+        return fd
     }
 }
 

@@ -43,18 +43,29 @@ extension Forwarder.Settings {
         durableSyncInterval = config.readings.flushInterval
     }
 
-    /// The first line of a secret's file.
-    private static func readSecret(_ path: String) throws(Forwarder.StartFailure) -> String {
-        let bytes: [UInt8]
+    /// The first line of a secret's file, which must be a regular file that
+    /// no one but its owner and the forwarder's groups may read
+    /// (`SecretFilePermissions`).
+    static func readSecret(_ path: String, groups: Set<gid_t> = SecretFilePermissions.processGroups()) throws(Forwarder.StartFailure) -> String {
+        let read: (bytes: [UInt8], status: stat)
         do throws(SmallFile.Failure) {
             // A missing file is an error here, unlike for the cursor.
-            guard let read = try SmallFile.read(path, limit: 4096) else {
+            guard let got = try SmallFile.readWithStatus(path, limit: 4096) else {
                 throw SmallFile.Failure(operation: "read \(path)", code: ENOENT)
             }
-            bytes = read
+            read = got
         } catch {
             throw Forwarder.StartFailure(description: "\(path): cannot read mqtt.password_file: \(error.reason)")
         }
+        guard read.status.st_mode & S_IFMT == S_IFREG else {
+            throw Forwarder.StartFailure(description: "\(path): mqtt.password_file is not a regular file")
+        }
+        if let problem = SecretFilePermissions.problem(
+            mode: read.status.st_mode, group: read.status.st_gid, groups: groups, setting: "mqtt.password_file"
+        ) {
+            throw Forwarder.StartFailure(description: "\(path): \(problem)")
+        }
+        let bytes = read.bytes
         let text = String(decoding: bytes, as: UTF8.self)
         return String(text.split(separator: "\n", maxSplits: 1, omittingEmptySubsequences: false).first ?? "")
     }

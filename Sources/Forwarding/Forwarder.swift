@@ -108,6 +108,8 @@ public final class Forwarder: @unchecked Sendable {
     /// (one dongle per instance: filled in once, not per message).
     private var topicDevice: Substring?
     private var topic = ""
+    /// Device values escaped for the topic and logged (a few: once each).
+    private var escapedDevicesLogged: Set<String> = []
     private var inflight: [(messageID: Int32, lastSeq: UInt64, records: Int, acknowledged: Bool)] = []
     private var cursor: UInt64 = 0
     private var storedCursor: UInt64 = 0
@@ -440,7 +442,14 @@ public final class Forwarder: @unchecked Sendable {
             }
             if device != topicDevice {
                 topicDevice = device
-                topic = settings.topic.replacing("{device}", with: device)
+                let level = Self.topicLevel(device: device)
+                topic = settings.topic.replacing("{device}", with: level)
+                if level != device, escapedDevicesLogged.count < 64, escapedDevicesLogged.insert(level).inserted {
+                    logger.warning(
+                        "record seq \(lastSeq): its device holds characters an MQTT topic level cannot (+ # / NUL, control characters): published, as its records will be, to \(topic)",
+                        metadata: ["event": "forward-device-escaped"]
+                    )
+                }
             }
             do {
                 let messageID = try client.publish(.init(topic: topic, payload: payload, qos: settings.qos))
@@ -553,6 +562,42 @@ public final class Forwarder: @unchecked Sendable {
             if !statusFileFailing { logger.error("\(error.description); tether status will not show the forwarder") }
             statusFileFailing = true
         }
+    }
+
+    /// `device` as one MQTT topic level, for `{device}`: what a topic name
+    /// must not hold (the wildcards `+` and `#`, NUL; libmosquitto also
+    /// refuses control characters and Unicode non-characters) and what would
+    /// change its shape (`/`, a level separator) are percent-escaped, their
+    /// UTF-8 bytes as `%XX` (and `%` itself, so that two devices never share
+    /// a topic), and the level is cut at 256 bytes. Publishing such a topic
+    /// fails (MOSQ_ERR_INVAL), which the forwarder took for a broker loss and
+    /// retried from the cursor, forever, on the same record: one such record
+    /// (a log written by hand, a dongle's odd address) stopped forwarding.
+    /// Addresses (`AA:BB:CC:DD:EE:FF`) and `unknown` are unchanged.
+    public static func topicLevel(device: Substring) -> String {
+        func escapes(_ scalar: Unicode.Scalar) -> Bool {
+            switch scalar.value {
+            case 0x00...0x1F, 0x7F...0x9F: true  // C0, DEL, C1 (NUL among them)
+            case 0x23, 0x25, 0x2B, 0x2F: true  // # % + /
+            case 0xFDD0...0xFDEF: true  // non-characters
+            case let value where value & 0xFFFE == 0xFFFE: true  // U+xFFFE, U+xFFFF
+            default: false
+            }
+        }
+        guard device.unicodeScalars.contains(where: escapes) || device.utf8.count > 256 else { return String(device) }
+        let hex = Array("0123456789ABCDEF".utf8)
+        var level: [UInt8] = []
+        for scalar in device.unicodeScalars {
+            var encoded: [UInt8] = []
+            if escapes(scalar) {
+                for byte in String(scalar).utf8 { encoded += [UInt8(ascii: "%"), hex[Int(byte >> 4)], hex[Int(byte & 0xF)]] }
+            } else {
+                encoded = Array(String(scalar).utf8)
+            }
+            guard level.count + encoded.count <= 256 else { break }
+            level += encoded
+        }
+        return String(decoding: level, as: UTF8.self)
     }
 
     /// The `device` field of a record line (`"device":"AA:BB:…"`), or "unknown".

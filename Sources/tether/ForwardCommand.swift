@@ -30,8 +30,8 @@ struct ForwardCommand: AsyncParsableCommand {
             check. A readings directory that does not exist yet is waited for. It never touches \
             Bluetooth. With [metrics] forward_textfile = "…/tether-forward.prom" it writes Prometheus \
             metrics (broker connected, records published and acknowledged, backlog, gaps) for \
-            node_exporter's textfile collector. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config or an unreadable \
-            password, cursor, CA, certificate or key file (each named); 73 when the state directory is missing and \
+            node_exporter's textfile collector. Exit status: 0 after SIGTERM or SIGINT; 78 on a bad config, an unreadable \
+            password, cursor, CA, certificate or key file, or a password file others may read (each named); 73 when the state directory is missing and \
             cannot be created, or is not a writable directory (named); 71 if the system gives it no \
             signalfd to read SIGTERM from.
             """

@@ -71,11 +71,12 @@ struct ScanCommand: AsyncParsableCommand {
         do {
             found = try await scanner.scan(for: timeout.duration) { result in
                 let elapsed = DurationText.rounded(start.duration(to: .now))
-                say("  +\(elapsed) found \(result.address) \(result.name ?? "(no name)") \(result.rssi.map { "\($0) dBm" } ?? "")")
+                say(result.foundLine(after: elapsed))
             }
         } catch {
             countdown?.cancel()
-            ControlConnection.fail("scan failed: \(error)", code: ClientExit.failure)
+            // bluetoothd's words, printed as safely as a device's name.
+            ControlConnection.fail("scan failed: \(TerminalText.escaped("\(error)"))", code: ClientExit.failure)
         }
         countdown?.cancel()
         if interactive { StandardError.emit("\r\u{1B}[K") }
@@ -83,20 +84,6 @@ struct ScanCommand: AsyncParsableCommand {
             print("no dongle found (is it awake and advertising? a sleeping dongle must be woken first)")
             return
         }
-        print(Self.table(found))
-    }
-
-    static func table(_ results: [ScanResult]) -> String {
-        var lines = ["ADDRESS            RSSI  NAME                  MATCH"]
-        for r in results {
-            let rssi = r.rssi.map { String($0) } ?? "?"
-            lines.append(
-                r.address.padded(to: 19)
-                    + rssi.padded(to: 6)
-                    + (r.name ?? "-").padded(to: 22)
-                    + r.matches.map(\.rawValue).joined(separator: ", ")
-            )
-        }
-        return lines.joined(separator: "\n")
+        print(ScanResult.table(found))
     }
 }

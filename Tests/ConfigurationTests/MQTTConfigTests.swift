@@ -89,6 +89,35 @@ struct MQTTConfigTests {
         }
     }
 
+    /// A password over mqtt:// crosses the network in clear text: refused,
+    /// at password_file's line, unless the broker is this machine or the
+    /// table says allow_cleartext_password = true; mqtts:// is always fine.
+    @Test func aPasswordInCleartextToABrokerElsewhereIsAnError() throws {
+        let password = "username = \"gw17\"\npassword_file = \"/etc/tether/mqtt.password\"\n"
+        for host in ["broker.example.net", "10.0.0.5", "[fd00::5]", "128.0.0.1", "localhost.example.net", "[::2]"] {
+            let error = try #require(problem("url = \"mqtt://\(host):1883\"\n" + password), "mqtt://\(host) was accepted")
+            #expect(error.key == "mqtt.password_file" && error.line == 7, "\(error)")
+            #expect(error.description.hasPrefix("/etc/tether/tether.toml:7: mqtt.password_file: the password would cross the network in clear text"), "\(error)")
+            #expect(error.description.contains("mqtts://") && error.description.contains("allow_cleartext_password = true"), "says both ways out: \(error)")
+        }
+        for host in ["127.0.0.1", "127.1.2.3", "localhost", "LOCALHOST", "[::1]", "[0:0:0:0:0:0:0:1]", "[::ffff:127.0.0.1]"] {
+            #expect(problem("url = \"mqtt://\(host):1883\"\n" + password) == nil, "mqtt://\(host) is this machine")
+        }
+        #expect(problem("url = \"mqtts://broker.example.net\"\n" + password) == nil)
+        #expect(problem("url = \"mqtt://broker.example.net\"\nusername = \"gw17\"\n") == nil, "no password, nothing to leak")
+        let allowed = try #require(try parse("url = \"mqtt://10.0.0.5\"\n" + password + "allow_cleartext_password = true\n").mqtt)
+        #expect(allowed.allowCleartextPassword && allowed.passwordFile == "/etc/tether/mqtt.password")
+        #expect(try parse("url = \"mqtt://10.0.0.5\"\n").mqtt?.allowCleartextPassword == false)
+        #expect(problem("url = \"mqtt://10.0.0.5\"\n" + password + "allow_cleartext_password = false\n")?.key == "mqtt.password_file")
+        #expect(problem("url = \"mqtt://10.0.0.5\"\nallow_cleartext_password = \"yes\"\n")?.key == "mqtt.allow_cleartext_password")
+    }
+
+    @Test func loopbackIsLocalhostAnd127Slash8AndColonColon1() {
+        #expect(MQTTSection.isLoopback("127.0.0.1") && MQTTSection.isLoopback("127.255.255.254") && MQTTSection.isLoopback("::1"))
+        #expect(!MQTTSection.isLoopback("126.0.0.1") && !MQTTSection.isLoopback("10.127.0.1") && !MQTTSection.isLoopback("::"))
+        #expect(!MQTTSection.isLoopback("127.example.net") && !MQTTSection.isLoopback("my-localhost"))
+    }
+
     /// The example config (installed as /etc/tether/tether.toml) carries the
     /// [mqtt] and [metrics] tables commented out: uncommented (each from its
     /// `# [table]` line to the next empty line), it must be valid as it stands.

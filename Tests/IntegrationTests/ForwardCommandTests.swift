@@ -77,6 +77,25 @@ import Testing
         #expect(try ReadingLog.readRecords(directory: setup.readings).count == 10, "the readings are untouched")
     }
 
+    /// A password file every local user may read is refused when the
+    /// forwarder reads it at start: exit 78, naming the file, its mode and
+    /// the fix; nothing is published.
+    @Test func aWorldReadablePasswordFileExits78SayingHowToFixIt() async throws {
+        let setup = try Setup(records: 10)
+        defer { setup.directory.remove() }
+        let file = setup.directory.path + "/mqtt.password"
+        try "s3cret\n".write(toFile: file, atomically: false, encoding: .utf8)
+        #expect(chmod(file, 0o644) == 0)
+        try setup.writeConfig(mqtt: [#"url = "mqtt://127.0.0.1:1""#, #"username = "gw17""#, #"password_file = "\#(file)""#])
+        let process = try setup.forward()
+        let status = process.wait(timeout: .seconds(10))
+        let log = setup.log()
+        #expect(ChildProcess.exitCode(status) == 78, "\(log)")
+        #expect(log.contains("\(file): mqtt.password_file has mode 0644") && log.contains("chmod 0600"), "\(log)")
+        #expect(!log.contains("s3cret"), "the password is never logged")
+        #expect(try setup.cursor() == 0)
+    }
+
     /// Started by hand with a state directory that does not exist: created
     /// (0700) when its parent is writable, and forwarding runs; otherwise an
     /// exit at once with 73 (EX_CANTCREAT) naming the path and the option,
@@ -145,6 +164,7 @@ import Testing
         if wrong == "password" {
             broker = try MosquittoBroker(directory: setup.directory.url.appendingPathComponent("broker"), passwords: ["gw17": "right"])
             try "wrong\n".write(toFile: setup.directory.path + "/password", atomically: false, encoding: .utf8)
+            #expect(chmod(setup.directory.path + "/password", 0o600) == 0, "a password file others may read is refused")
             try setup.writeConfig(mqtt: [
                 #"url = "mqtt://127.0.0.1:\#(broker.port)""#, #"username = "gw17""#,
                 #"password_file = "\#(setup.directory.path)/password""#,

@@ -26,6 +26,39 @@ public struct ScanResult: Sendable, Equatable {
     public var name: String?
     public var rssi: Int?
     public var matches: [Match]
+
+    public init(address: String, name: String?, rssi: Int?, matches: [Match]) {
+        self.address = address
+        self.name = name
+        self.rssi = rssi
+        self.matches = matches
+    }
+}
+
+/// What `tether scan` prints. A device's name and address come from the
+/// air (a nearby advertiser chooses its name): both are printed through
+/// `TerminalText.escaped`, so that no advertiser can write control
+/// characters or escape sequences to the operator's terminal.
+extension ScanResult {
+    /// The progress line for a find, `elapsed` after the scan started.
+    public func foundLine(after elapsed: String) -> String {
+        "  +\(elapsed) found \(TerminalText.escaped(address)) \(name.map { TerminalText.escaped($0) } ?? "(no name)") \(rssi.map { "\($0) dBm" } ?? "")"
+    }
+
+    /// The table of finds, one per line under a header.
+    public static func table(_ results: [ScanResult]) -> String {
+        var lines = ["ADDRESS            RSSI  NAME                  MATCH"]
+        for r in results {
+            let rssi = r.rssi.map { String($0) } ?? "?"
+            lines.append(
+                TerminalText.escaped(r.address).padded(to: 19)
+                    + rssi.padded(to: 6)
+                    + (r.name.map { TerminalText.escaped($0) } ?? "-").padded(to: 22)
+                    + r.matches.map(\.rawValue).joined(separator: ", ")
+            )
+        }
+        return lines.joined(separator: "\n")
+    }
 }
 
 /// Discovers nearby dongles through bluetoothd, as `tether scan` does.

@@ -38,6 +38,12 @@ public struct MQTTSection: Sendable, Equatable {
     /// (no TLS) to a broker that is not on this machine. Off by default: the
     /// password would cross the network in clear text.
     public var allowCleartextPassword: Bool
+    /// The `password_file` would go over `mqtt://` to another machine and
+    /// `allow_cleartext_password` is off: `tether forward` and `check-config`
+    /// refuse the config with this error; `tether run`, which sends nothing
+    /// to the broker, only warns, so that the dongle is not left to fall
+    /// asleep for a setting of the forwarder's.
+    public var cleartextPasswordRefusal: ConfigError?
 
     public init(
         scheme: Scheme, host: String, port: Int? = nil, topic: String = "tether/{instance}/{device}/readings",
@@ -160,7 +166,7 @@ extension TetherConfig {
         }
         result.allowCleartextPassword = try section.bool("allow_cleartext_password") ?? false
         if scheme == .mqtt, result.passwordFile != nil, !result.allowCleartextPassword, !MQTTSection.isLoopback(host) {
-            throw section.error(
+            result.cleartextPasswordRefusal = section.error(
                 "password_file",
                 "the password would cross the network in clear text: url is mqtt:// (no TLS) to \(host), which is not this machine; "
                     + "use mqtts:// (the broker's TLS port, usually 8883), or, only on a network you trust, set allow_cleartext_password = true"

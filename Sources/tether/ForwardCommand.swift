@@ -63,6 +63,7 @@ struct ForwardCommand: AsyncParsableCommand {
             guard let mqtt = loaded.mqtt else {
                 throw Forwarder.StartFailure(description: "\(path): tether forward needs an [mqtt] table with at least url = \"mqtt://HOST\"")
             }
+            if let refusal = mqtt.cleartextPasswordRefusal { throw Forwarder.StartFailure(description: "\(refusal)") }
             settings = try Forwarder.Settings(
                 config: loaded, mqtt: mqtt, instance: instance, hostname: Forwarder.Settings.hostname, stateDirectory: state
             )

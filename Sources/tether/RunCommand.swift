@@ -57,6 +57,9 @@ struct RunCommand: AsyncParsableCommand {
         for warning in loaded.warnings {
             logger.warning("\(warning)", metadata: ["event": "config-warning"])
         }
+        if let refusal = loaded.mqtt?.cleartextPasswordRefusal {
+            logger.warning("\(refusal); tether forward refuses to start with it", metadata: ["event": "config-warning"])
+        }
         let code = await DaemonRunner.run(
             config: loaded, instance: instance, busAddress: nil, logger: logger,
             notifier: SystemdNotifier(environment: environment),
@@ -108,6 +111,8 @@ struct CheckConfigCommand: ParsableCommand {
             for warning in config.warnings {
                 StandardError.emit("warning: \(warning)\n")
             }
+            // tether run only warns of it; tether forward refuses it.
+            if let refusal = config.mqtt?.cleartextPasswordRefusal { throw refusal }
             // The passkey file's owner and mode, never its contents: only
             // tether run reads the secret.
             let passkey = try config.checkPasskeyFile(service: .current())

@@ -1,3 +1,5 @@
+import Synchronization
+
 /// What a `Bus` lets in, decided from a message's header before its body is
 /// decoded (see `MatchRule` for why the bus's routing proves nothing).
 ///
@@ -16,8 +18,8 @@
 extension Bus {
     /// Signals dropped unread because no rule admitted them, and method calls
     /// refused from their header alone.
-    public var unreadDrops: (signals: Int, calls: Int) {
-        (connection.signalsDroppedUnread, connection.callsRefusedUnread)
+    public nonisolated var unreadDrops: (signals: Int, calls: Int) {
+        (connection.signalsDroppedUnread.load(ordering: .relaxed), connection.callsRefusedUnread.load(ordering: .relaxed))
     }
 
     /// The unique owner of `name` as the bus driver last said, for a name a

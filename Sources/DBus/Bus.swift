@@ -25,7 +25,7 @@ public actor Bus {
     public nonisolated let loop: EventLoop
     public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
 
-    let connection: Connection
+    nonisolated let connection: Connection
     /// The unique name the bus daemon gave this connection (`:1.42`).
     public private(set) var uniqueName = ""
     public private(set) var isConnected = false

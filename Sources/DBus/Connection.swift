@@ -1,6 +1,7 @@
 import CDBus
 import CEventLoop
 import EventLoop
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -45,10 +46,11 @@ final class Connection: @unchecked Sendable {
     /// not decoded): a refusal is answered with that error (unless the caller
     /// asked for no reply) and the body is never read.
     var callAdmission: ((Message) -> CallRefusal?)?
-    /// Signals dropped unread because no match rule admitted them.
-    private(set) var signalsDroppedUnread = 0
-    /// Method calls refused from their header alone.
-    private(set) var callsRefusedUnread = 0
+    /// Signals dropped unread because no match rule admitted them, and
+    /// method calls refused from their header alone: counted on the loop,
+    /// read from anywhere (the metrics exporter runs on another thread).
+    let signalsDroppedUnread = Atomic<Int>(0)
+    let callsRefusedUnread = Atomic<Int>(0)
     /// Called once on the loop when the bus goes away or `close()` runs.
     var onClose: (() -> Void)?
 
@@ -250,13 +252,13 @@ final class Connection: @unchecked Sendable {
             if let signalAdmission, !signalAdmission(signal) {
                 // Nobody asked for it, or it is not from whom it claims: not
                 // decoded, so a flood of large unicast signals costs little here.
-                signalsDroppedUnread &+= 1
+                signalsDroppedUnread.add(1, ordering: .relaxed)
                 return DBUS_HANDLER_RESULT_HANDLED
             }
         } else if type == CDBUS_MESSAGE_TYPE_METHOD_CALL, let callAdmission {
             let header = Message.header(of: rawMessage, kind: .methodCall)
             if let refusal = callAdmission(header) {
-                callsRefusedUnread &+= 1
+                callsRefusedUnread.add(1, ordering: .relaxed)
                 if !header.noReplyExpected,
                    let reply = try? OutgoingMessage.error(to: header, name: refusal.name, text: refusal.text)
                 {

@@ -119,6 +119,7 @@ public enum DaemonRunner {
                         await withTaskExecutorPreference(io) {
                             await writer.run(every: config.metrics.interval, on: io.clock) {
                                 metrics.refresh(readings: recorder.stats)
+                                metrics.refresh(unreadDrops: session.unreadDrops)
                             }
                         }
                         return nil
@@ -184,6 +185,24 @@ private final class Session: Sendable {
     let passkey: Passkey?
     /// The link being served right now; nil while (re)connecting to the bus.
     private let current = Mutex<(any ControlledLink)?>(nil)
+    /// The bus connection now, and what the ones before it dropped unread.
+    private let buses = Mutex<(current: Bus?, closed: (signals: Int, calls: Int))>((nil, (0, 0)))
+
+    /// Messages the daemon's bus connections dropped from their header alone, since start.
+    var unreadDrops: (signals: Int, calls: Int) {
+        buses.withLock { buses in
+            let now = buses.current?.unreadDrops ?? (signals: 0, calls: 0)
+            return (buses.closed.signals + now.signals, buses.closed.calls + now.calls)
+        }
+    }
+
+    private func retire(_ bus: Bus) {
+        buses.withLock { buses in
+            let drops = bus.unreadDrops
+            buses.closed = (buses.closed.signals + drops.signals, buses.closed.calls + drops.calls)
+            buses.current = nil
+        }
+    }
 
     init(
         config: TetherConfig, address: ControlAddress, busAddress: String?, recorder: ReadingRecorder, logger: Logger,
@@ -264,6 +283,7 @@ private final class Session: Sendable {
                 )
             }
             current.withLock { $0 = service }
+            buses.withLock { $0.current = bus }
             await withTaskGroup(of: Void.self) { group in
                 // Ends when the service does (it finishes `changes`).
                 group.addTask { [notifier] in
@@ -282,6 +302,7 @@ private final class Session: Sendable {
                 group.cancelAll()
             }
             current.withLock { $0 = nil }
+            retire(bus)
             await bus.close()
             if !Task.isCancelled {
                 logger.warning("lost the D-Bus connection; reconnecting")

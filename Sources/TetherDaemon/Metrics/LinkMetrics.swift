@@ -56,6 +56,10 @@ public final class LinkMetrics: @unchecked Sendable {
     private let disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter]
     private let controllerInitFailures: Meter
     private let radioBlocks: [RadioBlock: Meter]
+    private let busSignalsDropped: CoreMetrics.Counter
+    private let busCallsRefused: CoreMetrics.Counter
+    /// What `refresh(unreadDrops:)` last brought the two counters to.
+    private let exportedUnreadDrops = Mutex((signals: 0, calls: 0))
 
     // MARK: Loop-confined
     private var pollStarts: [Int: Duration] = [:]
@@ -208,6 +212,16 @@ public final class LinkMetrics: @unchecked Sendable {
         bondsLost = registry.counter(
             "tether_bonds_lost_total",
             help: "Times the dongle refused the bond bluetoothd holds for it (it lost its keys), once per outage."
+        )
+        busSignalsDropped = registry.counter(
+            "tether_dbus_dropped_unread_total",
+            help: "D-Bus messages dropped from their header alone, never decoded: signals no match rule admits (not from bluetoothd or the bus driver, or of the wrong shape) and method calls nothing serves or from a caller with too many in flight. Any local user may send them: a steady rise is someone on the box flooding or forging.",
+            labels: [("kind", "signal")]
+        )
+        busCallsRefused = registry.counter(
+            "tether_dbus_dropped_unread_total",
+            help: "D-Bus messages dropped from their header alone, never decoded: signals no match rule admits (not from bluetoothd or the bus driver, or of the wrong shape) and method calls nothing serves or from a caller with too many in flight. Any local user may send them: a steady rise is someone on the box flooding or forging.",
+            labels: [("kind", "call")]
         )
         var disconnects: [DisconnectReasons.Reason: CoreMetrics.Counter] = [:]
         for reason in DisconnectReasons.Reason.allCases {
@@ -381,6 +395,17 @@ public final class LinkMetrics: @unchecked Sendable {
         connected.set(0)
         connectedSince.set(0)
         for gauge in stateGauges.values { gauge.set(0) }
+    }
+
+    /// Brings the dropped-unread counters up to the daemon's bus
+    /// connections' (all of them since start).
+    public func refresh(unreadDrops drops: (signals: Int, calls: Int)) {
+        let before = exportedUnreadDrops.withLock { exported in
+            defer { exported = drops }
+            return exported
+        }
+        busSignalsDropped.advance(to: UInt64(max(0, drops.signals)), from: UInt64(max(0, before.signals)))
+        busCallsRefused.advance(to: UInt64(max(0, drops.calls)), from: UInt64(max(0, before.calls)))
     }
 
     /// Brings the readings counters and gauges up to the recorder's.

@@ -9,7 +9,10 @@ import TetherDaemon
 /// What the policy test needs of the machine; outside the suite because a
 /// suite's traits cannot refer to the suite itself.
 enum PolicyTestRequirements {
+    /// In group tether-admin only: may call Reconnect.
     static let operatorUser = "tether-test-op"
+    /// In group tether only: may read the readings, not call Reconnect.
+    static let readerUser = "tether-test-reader"
     static let tools = ["/usr/sbin/useradd", "/usr/sbin/userdel", "/usr/sbin/groupadd", "/usr/bin/setpriv"]
 
     static var met: Bool {
@@ -18,7 +21,7 @@ enum PolicyTestRequirements {
 
     static var unmet: Comment {
         getuid() != 0
-            ? "needs root: it creates the users tether and \(operatorUser) and runs commands as them (CI runs it as root)"
+            ? "needs root: it creates the users tether, \(operatorUser) and \(readerUser) and runs commands as them (CI runs it as root)"
             : "needs \(tools.joined(separator: ", "))"
     }
 }
@@ -32,6 +35,7 @@ enum PolicyTestRequirements {
 @Suite(.serialized, .enabled(if: PolicyTestRequirements.met, PolicyTestRequirements.unmet))
 struct PolicyTests {
     static let operatorUser = PolicyTestRequirements.operatorUser
+    static let readerUser = PolicyTestRequirements.readerUser
 
     static var policyFile: URL {
         URL(fileURLWithPath: #filePath).deletingLastPathComponent().deletingLastPathComponent()
@@ -84,17 +88,20 @@ struct PolicyTests {
         private var createdGroups: [String] = []
 
         func ensure() throws {
-            if getgrnam("tether") == nil {
-                try Self.tool("/usr/sbin/groupadd", ["--system", "tether"])
-                createdGroups.append("tether")
+            for group in ["tether", "tether-admin"] where getgrnam(group) == nil {
+                try Self.tool("/usr/sbin/groupadd", ["--system", group])
+                createdGroups.append(group)
             }
             if getpwnam("tether") == nil {
                 try Self.tool("/usr/sbin/useradd", ["--system", "--gid", "tether", "--no-create-home", "--shell", "/usr/sbin/nologin", "tether"])
                 createdUsers.append("tether")
             }
-            if getpwnam(PolicyTests.operatorUser) == nil {
-                try Self.tool("/usr/sbin/useradd", ["--system", "--no-create-home", "--user-group", "--groups", "tether", "--shell", "/usr/sbin/nologin", PolicyTests.operatorUser])
-                createdUsers.append(PolicyTests.operatorUser)
+            // The operator: group tether-admin alone (no readings); the
+            // reader: group tether alone (the readings, no Reconnect).
+            for (user, group) in [(PolicyTests.operatorUser, "tether-admin"), (PolicyTests.readerUser, "tether")]
+            where getpwnam(user) == nil {
+                try Self.tool("/usr/sbin/useradd", ["--system", "--no-create-home", "--user-group", "--groups", group, "--shell", "/usr/sbin/nologin", user])
+                createdUsers.append(user)
             }
         }
 
@@ -115,7 +122,7 @@ struct PolicyTests {
         }
     }
 
-    @Test func onlyRootAndGroupTetherMayReconnectAndOnlyUserTetherMayOwnTheName() async throws {
+    @Test func onlyRootAndGroupTetherAdminMayReconnectAndOnlyUserTetherMayOwnTheName() async throws {
         let accounts = Accounts()
         try accounts.ensure()
         defer { accounts.remove() }
@@ -141,6 +148,8 @@ struct PolicyTests {
         }
         let tetherUser = try #require(getpwnam("tether")).pointee
         chown(readings, tetherUser.pw_uid, tetherUser.pw_gid)
+        // As the unit's StateDirectoryMode=0750: the daemon and group tether.
+        chmod(readings, 0o750)
         chmod(thiefReadings, 0o777)
         let config = directory.url.appendingPathComponent("tether.toml").path
         try "[dongle]\naddress = \"AA:BB:CC:DD:EE:FF\"\n[readings]\ndirectory = \"\(readings)\"\n"
@@ -165,21 +174,39 @@ struct PolicyTests {
             (try? await tether.run(["status", "--json"]).stdout.contains(#""state":"online""#)) ?? false
         })
 
-        // Reading status: anyone.
-        let nobodyStatus = try await tether.run(["status"], as: .bare("nobody", group: "nogroup"))
-        #expect(nobodyStatus.status == 0, "\(nobodyStatus.all)")
+        let reader = TetherCommand.User.named(Self.readerUser, group: Self.readerUser)
+        let admin = TetherCommand.User.named(Self.operatorUser, group: Self.operatorUser)
 
-        // Reconnect: AccessDenied for nobody, with the group named.
-        let denied = try await tether.run(["reconnect"], as: .bare("nobody", group: "nogroup"))
-        #expect(denied.status == 4, "\(denied.all)")
-        #expect(denied.stderr.contains("you are not in group 'tether'") && denied.stderr.contains("permission denied"), "\(denied.all)")
-        print("figure: policy: nobody's reconnect → exit \(denied.status.map(String.init) ?? "?"): \(denied.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+        // Reading status: anyone, in any group or none.
+        for (who, identity) in [("nobody", TetherCommand.User.bare("nobody", group: "nogroup")), ("reader", reader), ("operator", admin)] {
+            let status = try await tether.run(["status"], as: identity)
+            #expect(status.status == 0 && status.stdout.contains("online"), "\(who): \(status.all)")
+        }
 
-        // …allowed for a member of group tether, and for root.
-        let member = try await tether.run(["reconnect", "--wait", "--timeout", "20s"], as: .named(Self.operatorUser, group: Self.operatorUser))
+        // Reconnect: AccessDenied for nobody and for a member of group tether
+        // (the readers' group) alone, each told the group that grants it.
+        for (who, identity) in [("nobody", TetherCommand.User.bare("nobody", group: "nogroup")), ("reader", reader)] {
+            let denied = try await tether.run(["reconnect"], as: identity)
+            #expect(denied.status == 4, "\(who): \(denied.all)")
+            #expect(denied.stderr.contains("permission denied: the D-Bus policy lets only root and members of group 'tether-admin'")
+                        && denied.stderr.contains("you are not in group 'tether-admin'")
+                        && denied.stderr.contains("sudo usermod -aG tether-admin $USER"), "\(who): \(denied.all)")
+            print("figure: policy: \(who)'s reconnect → exit \(denied.status.map(String.init) ?? "?"): \(denied.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
+        }
+
+        // …allowed for a member of group tether-admin (without group tether), and for root.
+        let member = try await tether.run(["reconnect", "--wait", "--timeout", "20s"], as: admin)
         #expect(member.status == 0, "\(member.all)")
         let asRoot = try await tether.run(["reconnect", "--wait", "--timeout", "20s"])
         #expect(asRoot.status == 0, "\(asRoot.all)")
+
+        // The readings: group tether's (the reader), not everyone's.
+        #expect(await eventually(timeout: .seconds(15), every: .milliseconds(500)) {
+            let read = try? await tether.run(["readings", "--directory", readings], as: reader)
+            return read?.status == 0 && read?.stdout.contains("\"seq\"") == true
+        }, "the reader (group tether) could not read the readings")
+        let nobodyReadings = try await tether.run(["readings", "--directory", readings], as: .bare("nobody", group: "nogroup"))
+        #expect(nobodyReadings.status != 0 && !nobodyReadings.stdout.contains("\"seq\""), "\(nobodyReadings.all)")
 
         // Nobody else may own the names: not root, not another user.
         for name in ["io.tether.Tether", "io.tether.Tether.thief"] {

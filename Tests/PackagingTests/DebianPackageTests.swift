@@ -54,6 +54,10 @@ import Testing
         let postinst = try String(contentsOfFile: "\(directory.path)/DEBIAN/postinst", encoding: .utf8)
         #expect(postinst.contains("systemd-sysusers tether.conf") && postinst.contains("daemon-reload")
                 && postinst.contains("udevadm control --reload") && postinst.contains("ReloadConfig"))
+        // The upgrade that brings group tether-admin moves group tether's
+        // people into it and checks the configs (PostinstTests runs it).
+        #expect(postinst == (try Packaging.read(Packaging.path("packaging/deb/postinst"))), "the package's postinst is the source's")
+        #expect(postinst.contains("tether-admin") && postinst.contains("check-config"))
         let postrm = try String(contentsOfFile: "\(directory.path)/DEBIAN/postrm", encoding: .utf8)
         #expect(postrm.contains(#"if [ "$1" = "purge" ]"#) && postrm.contains("/var/lib/tether"),
                 "config and state go on purge only")

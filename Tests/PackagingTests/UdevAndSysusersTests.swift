@@ -167,15 +167,22 @@ struct UdevRule {
         }
     }
 
-    /// The recovery steps' access, for group tether and nothing wider:
-    /// Bluetooth USB controllers' nodes (usb-reset) and /dev/rfkill.
-    @Test func groupTetherMayResetBluetoothUSBControllersAndChangeRfkill() throws {
+    /// The recovery steps' access, for the service's user tether alone and
+    /// nothing wider: Bluetooth USB controllers' nodes (usb-reset) and
+    /// /dev/rfkill, which switches every radio on the machine. No group gets
+    /// write access (group tether is the readers'), and read stays where the
+    /// system's rules put it (rfkill events need read for everyone).
+    @Test func onlyUserTetherMayResetBluetoothUSBControllersAndChangeRfkill() throws {
         let rules = try UdevRule.lines(of: Packaging.read(Self.rulesPath)).map(UdevRule.init)
-        let access = rules.filter { $0.assigns("GROUP") != nil }
+        #expect(!rules.contains { $0.assigns("GROUP") != nil }, "no rule hands a device to a group")
+        let access = rules.filter { $0.assigns("OWNER") != nil }
         #expect(access.count == 3)
         for rule in access {
-            #expect(rule.assigns("GROUP")?.value == "tether")
-            #expect(rule.assigns("MODE")?.value == "0664")
+            #expect(rule.assigns("OWNER")?.value == "tether")
+            let mode = try #require(rule.assigns("MODE").flatMap { Int($0.value, radix: 8) }, "\(rule.pairs)")
+            #expect(mode & 0o600 == 0o600, "the owner reads and writes: \(String(mode, radix: 8))")
+            #expect(mode & 0o022 == 0, "neither the group nor others may write: \(String(mode, radix: 8))")
+            #expect(mode & 0o004 == 0o004, "everyone keeps read (rfkill events, lsusb): \(String(mode, radix: 8))")
         }
         let byClass = try #require(access.first { $0.matches("ATTR", "bDeviceClass") != nil })
         #expect(byClass.matches("SUBSYSTEM") == "usb" && byClass.matches("ENV", "DEVTYPE") == "usb_device")
@@ -209,12 +216,12 @@ struct UdevRule {
                 "mount --bind \"$0\" /etc/udev/rules.d && udevadm test --action=add /sys/class/net/lo", directory.path,
             ])
             #expect(result.output.contains("Reading rules file: /etc/udev/rules.d/70-tether.rules"), "\(result)")
-            // Until the package's sysusers.d has run, group tether does not
+            // Until the package's sysusers.d has run, user tether does not
             // exist, and udev ignores (and says so) the rules that name it;
             // the postinst reloads the rules after creating it.
-            let groupMissing = getgrnam("tether") == nil
+            let userMissing = getpwnam("tether") == nil
             return result.output.split(separator: "\n").map(String.init).filter {
-                $0.contains("70-tether.rules:") && !(groupMissing && $0.contains("Unknown group 'tether'"))
+                $0.contains("70-tether.rules:") && !(userMissing && $0.contains("Unknown user 'tether'"))
             }
         }
         let rules = try Packaging.read(Self.rulesPath)
@@ -253,5 +260,16 @@ struct UdevRule {
         #expect(forwarder[6].hasSuffix("nologin"))
         #expect(tether[3].split(separator: ",").contains("tether-forward"))
         #expect(!bluetooth[3].split(separator: ",").contains("tether-forward"))
+
+        // The operators' group: a system group, created empty (the admin puts
+        // people in it; the postinst moves group tether's on the upgrade
+        // that brings it). Neither service user is in it: the daemon does
+        // not call itself, the forwarder has no business on the bus.
+        let admin = try #require(groups.first { $0[0] == "tether-admin" }, "sysusers declares group tether-admin")
+        let adminGID = try #require(Int(admin[2]))
+        #expect(adminGID > 0 && adminGID < 1000, "a system group")
+        #expect(admin[2] != tether[2])
+        #expect(admin[3].isEmpty, "tether-admin starts empty: \(admin[3])")
+        #expect(!passwd.contains { $0.hasPrefix("tether-admin:") }, "a group, no user")
     }
 }

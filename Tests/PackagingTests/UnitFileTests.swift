@@ -59,6 +59,35 @@ import Testing
         let families = file.values("RestrictAddressFamilies").joined(separator: " ").split(separator: " ").map(String.init)
         #expect(Set(families) == ["AF_UNIX", "AF_INET", "AF_INET6"], "\(unit): address families \(families)")
         #expect(file.value("IPAddressDeny") == nil, "the forwarder needs the network")
+        // No capability at all: the bounding set and the ambient set empty,
+        // and nothing adds one back further down.
+        #expect(file.values("CapabilityBoundingSet") == [""], "\(unit): \(file.values("CapabilityBoundingSet"))")
+        #expect(file.values("AmbientCapabilities") == [""], "\(unit): \(file.values("AmbientCapabilities"))")
+        #expect(file.values("SupplementaryGroups").isEmpty, "\(unit): no group beyond tether (not tether-admin, not bluetooth)")
+        // No path to the system bus: the daemon's Reconnect and bluetoothd
+        // are out of its reach (it uses no D-Bus).
+        let inaccessible = file.values("InaccessiblePaths").joined(separator: " ").split(separator: " ").map(String.init)
+        #expect(inaccessible.contains("-/run/dbus"), "\(unit): InaccessiblePaths \(inaccessible)")
+        #expect(inaccessible.contains("-/var/run/dbus"), "\(unit): InaccessiblePaths \(inaccessible)")
+        for path in ["/run/dbus", "/var/run/dbus", "/run", "/var/run"] {
+            let listed = (file.values("ReadOnlyPaths") + file.values("ReadWritePaths") + file.values("BindPaths") + file.values("BindReadOnlyPaths"))
+                .joined(separator: " ").split(separator: " ").map { $0.trimmingCharacters(in: CharacterSet(charactersIn: "-+")) }
+            #expect(!listed.contains(path), "\(unit): \(path) bound back in")
+        }
+    }
+
+    /// The daemon keeps CAP_NET_ADMIN only, and its unit says what for (the
+    /// management socket's disconnect reasons, hci-reset) and what not.
+    @Test(arguments: units) func theDaemonsCapabilityIsExplained(unit: String) throws {
+        let file = try UnitFile(path: Self.source(unit))
+        #expect(file.values("CapabilityBoundingSet") == ["CAP_NET_ADMIN"])
+        #expect(file.values("AmbientCapabilities") == ["CAP_NET_ADMIN"])
+        #expect(file.values("InaccessiblePaths").isEmpty, "the daemon needs the system bus")
+        let text = try Packaging.read(Self.source(unit))
+        for phrase in ["HCI_CHANNEL_CONTROL", "Device Disconnected", "\"hci-reset\"", "Not for \"power-cycle\""] {
+            #expect(text.contains(phrase), "\(unit)'s comment on CAP_NET_ADMIN names \(phrase)")
+        }
+        #expect(!text.contains("gives group tether write access"), "\(unit): the device nodes are user tether's now")
     }
 
     /// The drop-in the package ships as an example: it adds the metrics

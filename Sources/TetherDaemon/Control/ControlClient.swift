@@ -39,8 +39,9 @@ public struct ControlClient: Sendable {
         }
     }
 
-    /// The group whose members the shipped D-Bus policy lets call Reconnect.
-    public static let operatorGroup = "tether"
+    /// The group whose members the shipped D-Bus policy lets call Reconnect:
+    /// the operators' (group tether, the readers', may not).
+    public static let operatorGroup = "tether-admin"
 
     public let bus: Bus
     public let address: ControlAddress

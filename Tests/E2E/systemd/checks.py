@@ -12,6 +12,7 @@ OUT/results.json (argv[1]) in the format Tests/E2E/run.sh reads.
 import grp
 import json
 import os
+import pwd
 import re
 import signal
 import struct
@@ -314,16 +315,102 @@ def journal_fields(c):
     return ok, figures, "" if ok else f"entry {entry.get('MESSAGE')!r}, online again: {bool(back)}"
 
 
+def as_user(user, argv, timeout=60):
+    """argv as `user` with that user's groups (runuser: initgroups)."""
+    return run(["runuser", "-u", user, "--"] + argv, timeout=timeout)
+
+
+def as_nobody(argv, timeout=60):
+    return run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups"] + argv, timeout=timeout)
+
+
+# Opens a path for writing (then for reading) and says how each went:
+# "write=EACCES read=ok", as the user it runs as.
+OPEN_PROBE = (
+    "import errno, os, sys\n"
+    "out = []\n"
+    "for name, flags in (('write', os.O_WRONLY), ('read', os.O_RDONLY)):\n"
+    "    try:\n"
+    "        os.close(os.open(sys.argv[1], flags | os.O_NONBLOCK))\n"
+    "        out.append(name + '=ok')\n"
+    "    except OSError as e:\n"
+    "        out.append(name + '=' + errno.errorcode.get(e.errno, str(e.errno)))\n"
+    "print(' '.join(out))\n"
+)
+
+
+def open_probe(user, path):
+    """How `user` fares opening `path` for writing and for reading."""
+    result = as_user(user, ["/usr/bin/python3", "-c", OPEN_PROBE, str(path)])
+    return result.stdout.strip() or f"probe failed: {result.stderr.strip()[:200]}"
+
+
+def owner_and_mode(path):
+    info = os.stat(path)
+    return pwd.getpwuid(info.st_uid).pw_name, grp.getgrgid(info.st_gid).gr_name, info.st_mode & 0o777
+
+
 def policy(c):
-    """tether reconnect: AccessDenied naming the group for nobody; works for group tether."""
-    nobody = run(["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "/usr/bin/tether", "reconnect"])
-    alice = run(["runuser", "-u", "alice", "--", "/usr/bin/tether", "reconnect"])
+    """tether status for everyone; tether reconnect refused for nobody, naming
+    the operators' group tether-admin (AccessDenied from the shipped policy)."""
+    status = as_nobody(["/usr/bin/tether", "status"])
+    nobody = as_nobody(["/usr/bin/tether", "reconnect"])
+    said = nobody.stderr + nobody.stdout
+    figures = {"nobody_status_exit": status.returncode, "nobody_reconnect_exit": nobody.returncode}
+    ok = (status.returncode == 0 and nobody.returncode == 4 and "group 'tether-admin'" in said
+          and "usermod -aG tether-admin" in said)
+    return ok, figures, "" if ok else f"nobody: status {status.stderr.strip()[:200]} reconnect {said.strip()[:300]}"
+
+
+def reader(c):
+    """alice, in group tether only (the readers' group): reads the readings
+    (tether readings) and tether status; tether reconnect is refused, the
+    message naming tether-admin. nobody cannot read the readings."""
+    status = as_user("alice", ["/usr/bin/tether", "status"])
+    readings = as_user("alice", ["/usr/bin/tether", "readings", "--since", "60s"])
+    lines = [line for line in readings.stdout.splitlines() if '"seq"' in line]
+    refused = as_user("alice", ["/usr/bin/tether", "reconnect"])
+    said = refused.stderr + refused.stdout
+    stranger = as_nobody(["/usr/bin/tether", "readings", "--since", "60s"])
+    groups = as_user("alice", ["id", "-Gn"]).stdout.split()
+    figures = {"alice_groups": ",".join(groups), "status_exit": status.returncode, "readings_exit": readings.returncode,
+               "readings_lines": len(lines), "reconnect_exit": refused.returncode,
+               "nobody_readings_exit": stranger.returncode}
+    problems = []
+    if "tether-admin" in groups or "tether" not in groups:
+        problems.append(f"alice's groups are {groups}, not tether alone")
+    if status.returncode != 0 or "online" not in status.stdout:
+        problems.append(f"status: {status.stdout.strip()[:120]} {status.stderr.strip()[:200]}")
+    if readings.returncode != 0 or not lines:
+        problems.append(f"readings: exit {readings.returncode}, {len(lines)} records: {readings.stderr.strip()[:200]}")
+    if refused.returncode != 4 or "not in group 'tether-admin'" not in said:
+        problems.append(f"reconnect not refused naming tether-admin: exit {refused.returncode}: {said.strip()[:300]}")
+    if stranger.returncode == 0 or '"seq"' in stranger.stdout:
+        problems.append("nobody read the readings")
+    return not problems, figures, "; ".join(problems)
+
+
+def operator(c):
+    """bob, in tether-admin (and tether, as the upgrade leaves an operator):
+    tether reconnect works and the daemon is online again; /dev/rfkill is
+    user tether's (udev: OWNER, mode 0644), so bob may open it for reading
+    (its events, as everyone) but not for writing, which group tether could
+    before."""
+    done = as_user("bob", ["/usr/bin/tether", "reconnect", "--wait", "--timeout", "60s"], timeout=90)
     back = wait_until(lambda: online(), 60, step=0.2)
     c.quiet_since = time.monotonic()
-    figures = {"nobody_exit": nobody.returncode, "alice_exit": alice.returncode}
-    ok = (nobody.returncode == 4 and "group 'tether'" in nobody.stderr + nobody.stdout
-          and alice.returncode == 0 and bool(back))
-    return ok, figures, "" if ok else f"nobody: {nobody.stderr.strip()[:200]} alice: {alice.stderr.strip()[:200]}"
+    owner, group, mode = owner_and_mode("/dev/rfkill")
+    probe = open_probe("bob", "/dev/rfkill")
+    figures = {"bob_groups": ",".join(as_user("bob", ["id", "-Gn"]).stdout.split()), "reconnect_exit": done.returncode,
+               "dev_rfkill": f"{owner}:{group} {oct(mode)}", "bob_dev_rfkill": probe}
+    problems = []
+    if done.returncode != 0 or not back:
+        problems.append(f"reconnect: exit {done.returncode}, online again {bool(back)}: {done.stderr.strip()[:300]}")
+    if owner != "tether" or mode & 0o022:
+        problems.append(f"/dev/rfkill is {owner}:{group} {oct(mode)}, not owner tether without group or other write")
+    if probe != "write=EACCES read=ok":
+        problems.append(f"bob opening /dev/rfkill: {probe}")
+    return not problems, figures, "; ".join(problems)
 
 
 def node_exporter(c):
@@ -446,14 +533,15 @@ def restart_dongle():
 
 def rfkill_unblock(c):
     """An rfkill soft block on hci0 while online: the unit's own sandbox (user
-    tether, private /dev with /dev/rfkill bound in, the udev rule's group)
-    lets the daemon's rfkill-unblock step clear it, and it reads again."""
+    tether, private /dev with /dev/rfkill bound in, the udev rule making user
+    tether its owner) lets the daemon's rfkill-unblock step clear it, and it
+    reads again."""
     switch = next((e for e in sorted(Path("/sys/class/rfkill").glob("rfkill*"))
                    if (e / "name").read_text().strip() == "hci0"), None)
     if switch is None:
         return False, {}, "hci0 has no rfkill switch"
-    device = os.stat("/dev/rfkill")
-    figures = {"dev_rfkill_group": grp.getgrgid(device.st_gid).gr_name, "dev_rfkill_mode": oct(device.st_mode & 0o777)}
+    owner, group, mode = owner_and_mode("/dev/rfkill")
+    figures = {"dev_rfkill": f"{owner}:{group} {oct(mode)}"}
     before = len(journal("TETHER_EVENT=escalation", unit="tether.service"))
     blocked = time.monotonic()
     (switch / "soft").write_text("1")
@@ -475,7 +563,8 @@ def rfkill_unblock(c):
 def usb_reset(c):
     """The daemon resets a USB controller from inside its unit's sandbox
     (user tether, no capability for it, /dev/bus/usb bound into a private
-    /dev, the udev rule's group): a real USB controller (FunctionFS gadget,
+    /dev, the udev rule making user tether the node's owner; bob, an
+    operator, cannot open it for writing): a real USB controller (FunctionFS gadget,
     btusb) fails its first initialisation; tether@usb, configured for it by
     address with escalate = ["usb-reset"], says controller-init-failed,
     issues USBDEVFS_RESET, finds it and reads."""
@@ -492,8 +581,15 @@ def usb_reset(c):
     figures["init_failed_s"] = round(time.monotonic() - started, 1)
     device = Path(f"/sys/class/bluetooth/hci{index}/device").resolve().parent
     node = Path("/dev/bus/usb/%03d/%03d" % (int((device / "busnum").read_text()), int((device / "devnum").read_text())))
-    info = os.stat(node)
-    figures["node"] = f"{node} {grp.getgrgid(info.st_gid).gr_name} {oct(info.st_mode & 0o777)}"
+    owner, group, mode = owner_and_mode(node)
+    figures["node"] = f"{node} {owner}:{group} {oct(mode)}"
+    # The udev rule gives the node to user tether, no group: bob, an
+    # operator, may read it (lsusb) but not reset the controller.
+    figures["bob_node"] = open_probe("bob", node)
+    if owner != "tether" or mode & 0o022:
+        problems.append(f"{node} is {owner}:{group} {oct(mode)}, not owner tether without group or other write")
+    if figures["bob_node"] != "write=EACCES read=ok":
+        problems.append(f"bob opening {node}: {figures['bob_node']}")
     try:
         began = time.monotonic()
         run(["systemctl", "start", "tether@usb.service"])
@@ -630,6 +726,8 @@ CHECKS = [
     ("systemd-readings", readings_flow),
     ("systemd-journal-fields", journal_fields),
     ("systemd-policy", policy),
+    ("systemd-reader", reader),
+    ("systemd-operator", operator),
     ("systemd-node-exporter", node_exporter),
     ("systemd-bluetooth-restart", bluetooth_restart),
     ("systemd-bluetooth-hang", bluetooth_hang),

@@ -113,8 +113,13 @@ mkdir -p /var/lib/prometheus/node-exporter
 mount -t tmpfs -o mode=0755 tmpfs /var/lib/prometheus/node-exporter
 setfacl -m u:tether:rwx,u:tether-forward:rwx /var/lib/prometheus/node-exporter
 
-# A member of group tether, for the D-Bus policy check.
+# For the groups checks (systemd-policy, systemd-reader, systemd-operator):
+# alice, a reader (group tether only: the readings, no Reconnect), and bob,
+# an operator as an upgrade leaves one (groups tether and tether-admin: the
+# readings and Reconnect, but no write access to /dev/rfkill or the USB nodes,
+# which group tether had before).
 useradd -M -N -G tether -s /bin/sh alice
+useradd -M -N -G tether,tether-admin -s /bin/sh bob
 
 # The e2e units and drop-ins.
 cp "$here"/units/*.service "$here"/units/*.target /etc/systemd/system/

@@ -18,7 +18,7 @@ enum TetherDevMain {
 struct TetherDev: AsyncParsableCommand {
     static let configuration = CommandConfiguration(
         commandName: "tether-dev",
-        abstract: "Development tools for Tether: a simulated bluetoothd, the demo and the chaos soak.",
+        abstract: "Development tools for Tether: a simulated bluetoothd, the demo, the chaos soak and the bus attacks of make e2e.",
         discussion: """
             Not part of what a gateway runs: the product binary is `tether`. The demo and the soak \
             start `tether-dev simulate` (this binary) and `tether run` (the `tether` binary in the \
@@ -27,6 +27,6 @@ struct TetherDev: AsyncParsableCommand {
             Without hardware:  tether-dev demo
             """,
         version: "0.1.0",
-        subcommands: [SimulateCommand.self, DemoCommand.self, SoakCommand.self]
+        subcommands: [SimulateCommand.self, DemoCommand.self, SoakCommand.self, AttackCommand.self]
     )
 }

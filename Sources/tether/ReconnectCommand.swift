@@ -16,7 +16,7 @@ struct ReconnectCommand: AsyncParsableCommand {
         abstract: "Drop the link and reconnect now, with a fresh retry window.",
         discussion: """
             Calls Reconnect() on io.tether.Tether1; it returns once the first attempt has started. \
-            Only root and members of group 'tether' may (the D-Bus policy io.tether.Tether.conf). \
+            Only root and members of group 'tether-admin' may (the D-Bus policy io.tether.Tether.conf), at most 3 times in any 30 s. \
             With --wait, shows each state change and exits 0 once the daemon is online again, or 1 with \
             the last error after --timeout. Exit status: 0 done, 1 failed or timed out, 3 daemon not running, \
             4 permission denied.

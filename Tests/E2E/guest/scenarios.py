@@ -1910,6 +1910,152 @@ def usb_faults(stack):
     return not problems, figures, "; ".join(problems)
 
 
+# The attacks of issue 42, run as an unprivileged local user (nobody) against
+# the real dbus-daemon with Debian's policy: `tether-dev attack`, next to tether.
+TETHER_DEV = str(Path(TETHER).parent / "tether-dev")
+FORGED_PAYLOAD = "eeeeeeee666f72676564"
+
+
+def as_nobody(argv):
+    """`argv` as user nobody, its binary first copied where nobody may run
+    it (the project's checkout need not be open to everyone)."""
+    binary = WORK / ("nobody-" + Path(argv[0]).name)
+    if not binary.exists():
+        shutil.copy(argv[0], binary)
+        binary.chmod(0o755)
+    return ["setpriv", "--reuid=nobody", "--regid=nogroup", "--clear-groups", "--", str(binary)] + argv[1:]
+
+
+def tether_cpu_seconds():
+    """user+system CPU of the running `tether run` (its /proc stat), or None."""
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes().split(b"\0")
+            if len(cmdline) > 1 and cmdline[0].endswith(b"/tether") and cmdline[1] == b"run":
+                fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+                return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        except (OSError, IndexError, ValueError):
+            continue
+    return None
+
+
+def dongle_object_paths(stack):
+    """The dongle's device path and its characteristics' paths, as bluetoothd exports them."""
+    device = "/org/bluez/" + stack.adapter + "/dev_" + stack.address.replace(":", "_")
+    tree = run(["busctl", "--system", "--list", "tree", "org.bluez"], timeout=20).split()
+    return device, [path for path in tree if path.startswith(device + "/") and "/char" in path.rsplit("/", 1)[-1]]
+
+
+def keepalive_gaps(stack, since, until):
+    writes = [e["t"] for e in dongle_events(since, stack.dongle.events) if e["event"] == "write" and e["t"] <= until]
+    return max((b - a for a, b in zip(writes, writes[1:])), default=None), len(writes)
+
+
+def forged_bus_signals(stack):
+    """Forged NameOwnerChanged ("bluetoothd went away", then "nobody is
+    org.bluez"), PropertiesChanged(Value) on every characteristic of the
+    dongle and Connected=false on the device, sent to Tether's unique name,
+    to every connection on the bus, and broadcast, by user nobody for 15 s;
+    and a forged StateChanged(… → online) to every connection while root's
+    `tether reconnect --wait` waits. Tether must stay with bluetoothd, write
+    none of the forged readings and lose none, and --wait must wait for the
+    real transition."""
+    since = time.monotonic()
+    before = stack.dongle.status()
+    dropped_before = labelled_metric("tether_dbus_dropped_unread_total", 'kind="signal"') or 0
+    device, characteristics = dongle_object_paths(stack)
+    forge = subprocess.Popen(as_nobody([TETHER_DEV, "attack", "forge", "--seconds", "15s", "--device", device]
+                                       + [arg for path in characteristics for arg in ("--characteristic", path)]),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(4)
+    reconnect_started = time.monotonic()
+    waited = subprocess.run([TETHER, "reconnect", "--wait", "--timeout", "90s"], capture_output=True, text=True,
+                            timeout=120)
+    stack.loss_windows.append((reconnect_started, time.monotonic(), "tether reconnect under forged signals"))
+    out, err = forge.communicate(timeout=60)
+    (OUT / "forged-bus-signals.log").write_text(f"forge: {out}{err}\nreconnect --wait:\n{waited.stdout}{waited.stderr}")
+    time.sleep(2)  # the metrics textfile: rewritten every second
+    after = stack.dongle.status()
+    figures = {"characteristics": len(characteristics), "dongle_sleeps": after["sleeps"] - before["sleeps"],
+               "reconnect_exit": waited.returncode}
+    try:
+        figures.update({k: v for k, v in json.loads(out.strip().splitlines()[-1]).items() if k != "victim"})
+    except (ValueError, IndexError):
+        return False, figures, f"the forger printed no figures: exit {forge.returncode}: {err.strip()[-300:]}"
+    figures["dropped_unread"] = (labelled_metric("tether_dbus_dropped_unread_total", 'kind="signal"') or 0) - dropped_before
+    forged_on_disk = 0
+    for path in sorted(stack.readings.iterdir()):
+        if path.name.endswith(".jsonl"):
+            forged_on_disk += path.read_text(errors="replace").count(FORGED_PAYLOAD)
+    figures["forged_on_disk"] = forged_on_disk
+    went_away = stack.tether_log.matching(r"bluetoothd went away", since)
+    problems = []
+    if went_away:
+        problems.append("Tether believed a forged NameOwnerChanged: " + went_away[0][1][:120])
+    if forged_on_disk:
+        problems.append(f"{forged_on_disk} forged readings on disk")
+    if figures["dongle_sleeps"]:
+        problems.append("the dongle fell asleep")
+    if waited.returncode != 0 or "online again" not in waited.stdout:
+        problems.append(f"tether reconnect --wait: exit {waited.returncode}: {waited.stderr.strip()[-200:]}")
+    if "forged" in waited.stdout:
+        problems.append("tether reconnect --wait showed a forged StateChanged")
+    if figures["dropped_unread"] <= 0:
+        problems.append("no forged signal reached Tether's connection (nothing dropped): the attack did not run")
+    if stack.tether_status().get("state") != "online":
+        problems.append(f"not online after the attack: {stack.tether_status().get('state')}")
+    return not problems, figures, "; ".join(problems)
+
+
+def bus_flood(stack):
+    """User nobody floods Tether's connection for 30 s with 1 MiB unicast
+    signals and 1 MiB Properties.GetAll calls (which the policy lets anyone
+    make) of the wrong signature, as fast as the bus takes them. Readings
+    keep arriving (readings-match counts them), the keep-alive keeps its
+    pace, and Tether drops all of it unread."""
+    since = time.monotonic()
+    before = stack.dongle.status()
+    dropped = {kind: labelled_metric("tether_dbus_dropped_unread_total", f'kind="{kind}"') or 0 for kind in ("signal", "call")}
+    cpu_before = tether_cpu_seconds()
+    flood = subprocess.run(as_nobody([TETHER_DEV, "attack", "flood", "--seconds", "30s", "--size", str(1 << 20)]),
+                           capture_output=True, text=True, timeout=120)
+    ended = time.monotonic()
+    cpu_after = tether_cpu_seconds()
+    (OUT / "bus-flood.log").write_text(flood.stdout + flood.stderr)
+    time.sleep(2)
+    after = stack.dongle.status()
+    figures = {"dongle_sleeps": after["sleeps"] - before["sleeps"],
+               "reconnections": after["connections"] - before["connections"],
+               "notifications": after["seq"] - before["seq"]}
+    try:
+        figures.update({k: v for k, v in json.loads(flood.stdout.strip().splitlines()[-1]).items() if k != "victim"})
+    except (ValueError, IndexError):
+        return False, figures, f"the flood printed no figures: exit {flood.returncode}: {flood.stderr.strip()[-300:]}"
+    for kind in ("signal", "call"):
+        figures[f"dropped_unread_{kind}s"] = (labelled_metric("tether_dbus_dropped_unread_total", f'kind="{kind}"') or 0) - dropped[kind]
+    if cpu_before is not None and cpu_after is not None:
+        figures["tether_cpu_s"] = round(cpu_after - cpu_before, 2)
+    gap, writes = keepalive_gaps(stack, since, ended)
+    figures["keepalive_writes"] = writes
+    figures["keepalive_max_gap_s"] = round(gap, 2) if gap is not None else None
+    seconds = ended - since
+    problems = []
+    if figures["dongle_sleeps"] or figures["reconnections"]:
+        problems.append(f"{figures['dongle_sleeps']} sleeps, {figures['reconnections']} reconnections")
+    if figures["notifications"] < RATE * seconds * 0.5:
+        problems.append(f"only {figures['notifications']} notifications in {seconds:.0f} s")
+    # The keep-alive must never come near the dongle's deadline.
+    if gap is None or gap > SLEEP_AFTER / 2:
+        problems.append(f"keep-alive max gap {gap} s (its interval {KEEPALIVE} s, the dongle sleeps after {SLEEP_AFTER} s)")
+    if figures.get("flood_signals", 0) == 0 or figures["dropped_unread_signals"] <= 0:
+        problems.append("the flood did not reach Tether's connection")
+    if stack.tether_status().get("state") != "online":
+        problems.append(f"not online after the flood: {stack.tether_status().get('state')}")
+    return not problems, figures, "; ".join(problems)
+
+
 def readings_match(stack):
     """Every notification the dongle sent is on disk once, in order; those
     missing must fall inside a fault's window (the link was down, or the
@@ -2367,6 +2513,8 @@ SCENARIOS = [
     ("stale-device", stale_device),
     ("probe-stale", probe_stale),
     ("controller-init-failed", controller_init_failed),
+    ("forged-bus-signals", forged_bus_signals),
+    ("bus-flood", bus_flood),
     ("readings-match", readings_match),
     ("acquire-notify", acquire_notify),
     ("acquire-keep-alive", keep_alive),

@@ -1945,7 +1945,7 @@ def dongle_object_paths(stack):
     """The dongle's device path and its characteristics' paths, as bluetoothd exports them."""
     device = "/org/bluez/" + stack.adapter + "/dev_" + stack.address.replace(":", "_")
     tree = run(["busctl", "--system", "--list", "tree", "org.bluez"], timeout=20).split()
-    return device, [path for path in tree if path.startswith(device + "/") and "/char" in path.rsplit("/", 1)[-1]]
+    return device, [path for path in tree if path.startswith(device + "/") and path.rsplit("/", 1)[-1].startswith("char")]
 
 
 def keepalive_gaps(stack, since, until):
@@ -2004,6 +2004,8 @@ def forged_bus_signals(stack):
         problems.append("tether reconnect --wait showed a forged StateChanged")
     if figures["dropped_unread"] <= 0:
         problems.append("no forged signal reached Tether's connection (nothing dropped): the attack did not run")
+    if not characteristics:
+        problems.append("found none of the dongle's characteristics to forge readings on")
     if stack.tether_status().get("state") != "online":
         problems.append(f"not online after the attack: {stack.tether_status().get('state')}")
     return not problems, figures, "; ".join(problems)

@@ -1492,6 +1492,92 @@ def adapter_renumbered(stack):
     return not problems, figures, "; ".join(problems)
 
 
+# An air of its own (peripheral/bumble_air.py) with the gateway's controller,
+# the dongle and an impostor: addresses apart from adapter-renumbered's air.
+IMPOSTOR_AIR_GATEWAY, IMPOSTOR_AIR_DONGLE, IMPOSTOR_ADDRESS = "00:AA:01:05:00:01", "00:AA:01:05:00:02", "00:AA:01:05:00:03"
+
+
+def agent_impostor(stack):
+    """A second device advertising the dongle's name beside it (another
+    vehicle's, or an attacker's), wanting a passkey pairing of its own,
+    while Tether pairs with its dongle by passkey file. Tether, configured by
+    dongle.address as passkey-file requires, connects to and pairs with its
+    own dongle alone: the impostor is never connected, never paired, and
+    the passkey goes to the dongle's object only. The same config naming the
+    dongle by name alone is refused (check-config: exit 78, naming
+    dongle.address). On an air of its own, since btvirt's has room for one
+    dongle; the run's own Tether is stopped for it."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    impostor_events = OUT / "impostor-events.jsonl"
+    air_sent = OUT / "impostor-air-sent.jsonl"
+    air_events = OUT / "impostor-air-events.jsonl"
+    process = stack.guest.start("impostor-air", [
+        PYTHON, str(ROOT / "Tests/E2E/peripheral/bumble_air.py"), "--address", IMPOSTOR_AIR_GATEWAY,
+        "--dongle-address", IMPOSTOR_AIR_DONGLE, "--control", str(WORK / "impostor-air.sock"),
+        "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--pairing", f"passkey:{PASSKEY}",
+        "--sent-log", str(air_sent), "--event-log", str(air_events),
+        "--impostor-address", IMPOSTOR_ADDRESS, "--impostor-pairing", f"passkey:{WRONG_PASSKEY}",
+        "--impostor-event-log", str(impostor_events)], watch=True)
+    air = stack.guest.watches["impostor-air"]
+    try:
+        ready = air.wait_for(r"^ready hci(\d+) (\S+) (\S+)", 30)
+        if ready is None:
+            raise SetupFailure(f"bumble_air.py did not start (exit {process.poll()}); see impostor-air.log")
+        index = int(ready[1].group(1))
+        if not wait_until(lambda: controller_address(index), 30, step=0.5):
+            raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
+        if not wait_until(lambda: IMPOSTOR_AIR_GATEWAY in bluetoothctl_list(), 20, step=1):
+            raise SetupFailure(f"bluetoothd did not list Bumble's controller {IMPOSTOR_AIR_GATEWAY}")
+        write_passkey(PASSKEY)
+
+        # By name alone, the strongest advertiser of that name would be handed the passkey: refused.
+        by_name = WORK / "impostor-by-name.toml"
+        by_name.write_text(f'[dongle]\nname_prefix = "Tether-E2E"\n{pairing_config("passkey-file")}\n')
+        checked = subprocess.run([TETHER, "check-config", str(by_name)], capture_output=True, text=True, timeout=30)
+        figures["by_name_check_config_exit"] = checked.returncode
+        if checked.returncode != 78 or "dongle.address" not in checked.stderr:
+            problems.append(f"passkey-file by name alone: check-config exit {checked.returncode}: {checked.stderr.strip()[:200]}")
+
+        stack.readings = WORK / "readings-impostor"
+        started = stack.start_tether(identity=f'address = "{IMPOSTOR_AIR_DONGLE}"', adapter=IMPOSTOR_AIR_GATEWAY,
+                                     pairing=pairing_config("passkey-file"))
+        online = stack.state_line("online", 90, started)
+        if online is None:
+            problems.append(f"not online with its own dongle: {attempt_summary(stack, started)}")
+        else:
+            figures["online_s"] = round(online[0] - started, 1)
+            # Hold the link a while: the impostor keeps advertising beside it.
+            time.sleep(2 * SLEEP_AFTER)
+        events = []
+        for path, who in ((impostor_events, "impostor"), (air_events, "dongle")):
+            for line in path.read_text().splitlines() if path.exists() else []:
+                try:
+                    event = json.loads(line)
+                except ValueError:
+                    continue
+                if event.get("t", 0) >= started:
+                    events.append((who, event))
+        at_impostor = [e for who, e in events if who == "impostor"
+                       and e["event"] in ("connected", "pairing-started", "paired", "passkey-displayed", "refused")]
+        paired = [e for who, e in events if who == "dongle" and e["event"] == "paired"]
+        figures["impostor_events"] = len(at_impostor)
+        figures["dongle_key"] = ("authenticated" if paired[-1].get("authenticated") else "unauthenticated") if paired else "none"
+        figures["passkey_given"] = len(stack.tether_log.matching(r"giving bluetoothd the passkey", started))
+        if at_impostor:
+            problems.append("the impostor was reached: " + ", ".join(e["event"] for e in at_impostor[:5]))
+        if figures["dongle_key"] != "authenticated":
+            problems.append(f"the dongle's key is {figures['dongle_key']}, not a passkey's")
+        wrong = stack.tether_log.matching(r"giving bluetoothd the passkey.*" + IMPOSTOR_ADDRESS.replace(":", "_"), started)
+        if wrong:
+            problems.append("the passkey went to the impostor's object")
+    finally:
+        stack.guest.stop("tether")
+        stack.guest.stop("impostor-air")
+        stack.readings = READINGS
+    return not problems, figures, "; ".join(problems)
+
+
 # ------------------------------------------------------------ a USB controller
 # peripheral/usb_controller.py: a FunctionFS gadget on dummy_hcd that btusb
 # binds, bridged to Bumble's controller on an air of its own with a dongle.
@@ -2527,6 +2613,7 @@ SCENARIOS = [
     ("sleep-and-wake", sleep_and_wake),
     ("pairing", pairing),
     ("adapter-renumbered", adapter_renumbered),
+    ("agent-impostor", agent_impostor),
     ("usb-stack-up", usb_stack_up),
     ("usb-keep-alive", keep_alive),
     ("usb-link-drop", link_drop),

@@ -14,6 +14,11 @@ controller goes). Prints `ready hciN ADDRESS DONGLE_ADDRESS` each time the
 gateway's controller is plugged in; the dongle's control socket is as
 dongle.py's.
 
+With --impostor-address, a second dongle on the same air advertises the
+same name (another vehicle's, or an attacker's), with --impostor-pairing,
+logging to --impostor-event-log whatever a central does to it (make e2e's
+agent-impostor: it must never be connected, nor handed a passkey).
+
 Uses the selftest's FaithfulController and FaithfulLink (Bumble's emulated
 controllers and link, closer to real ones where the dongle needs it).
 """
@@ -99,19 +104,41 @@ class Air:
         self.dongle_controller = FaithfulController("dongle", link=self.link, public_address=options.dongle_address)
         device = Device.with_hci(options.name, Address.ANY_RANDOM, self.dongle_controller,
                                  AsyncPipeSink(self.dongle_controller))
+        # Options made by hand (the self-test's) may leave these out.
+        pairing, passkey = firmware.parse_pairing(getattr(options, "pairing", "none"))
         settings = firmware.Settings(options.name, options.sleep_after, options.advertise_for, options.rate,
-                                     options.first_seq)
+                                     options.first_seq, pairing=pairing, passkey=passkey)
         self.sent_log, self.events = firmware.JsonLines(options.sent_log), firmware.JsonLines(options.event_log)
         self.dongle = firmware.Dongle(device, settings, self.sent_log, self.events)
         self.control = firmware.Control(self.dongle)
         self.server = None
+        self.impostor = None
+        if getattr(options, "impostor_address", None):
+            controller = FaithfulController("impostor", link=self.link, public_address=options.impostor_address)
+            impostor_device = Device.with_hci(options.name, Address.ANY_RANDOM, controller, AsyncPipeSink(controller))
+            pairing, passkey = firmware.parse_pairing(options.impostor_pairing)
+            impostor_settings = firmware.Settings(options.name, options.sleep_after, options.advertise_for, options.rate,
+                                                  pairing=pairing, passkey=passkey)
+            self.impostor_events = firmware.JsonLines(options.impostor_event_log)
+            self.impostor_controller = controller
+            self.impostor = firmware.Dongle(impostor_device, impostor_settings, firmware.JsonLines(None),
+                                            self.impostor_events)
+
+    @property
+    def peers(self):
+        """The controllers on the air besides the gateway's."""
+        return [self.dongle_controller] + ([self.impostor_controller] if self.impostor else [])
 
     async def start(self):
         await self.dongle.start()
+        if self.impostor:
+            await self.impostor.start()
         self.server = await self.control.serve(self.options.control)
 
     async def close(self):
         try:
+            if self.impostor:
+                await self.impostor.close()
             await self.dongle.close()
         finally:
             if self.server is not None:
@@ -132,6 +159,10 @@ class Air:
         parser.add_argument("--sent-log")
         parser.add_argument("--event-log")
         parser.add_argument("--log-level", default="WARNING")
+        parser.add_argument("--pairing", default="none", help="the dongle's: none | just-works | passkey:NNNNNN")
+        parser.add_argument("--impostor-address", help="a second dongle with the same name at this address")
+        parser.add_argument("--impostor-pairing", default="none")
+        parser.add_argument("--impostor-event-log")
 
 
 async def main(options):
@@ -151,7 +182,7 @@ async def main(options):
         while True:
             change = await changes.get()
             if change == "unplug":
-                await gateway.unplug(peers=[air.dongle_controller])
+                await gateway.unplug(peers=air.peers)
                 print("unplugged", flush=True)
             elif gateway.transport is None:
                 index = await gateway.plug()

@@ -1562,6 +1562,10 @@ def agent_impostor(stack):
                        and e["event"] in ("connected", "pairing-started", "paired", "passkey-displayed", "refused")]
         paired = [e for who, e in events if who == "dongle" and e["event"] == "paired"]
         figures["impostor_events"] = len(at_impostor)
+        advertised = [line for line in (impostor_events.read_text().splitlines() if impostor_events.exists() else [])
+                      if '"advertising"' in line]
+        if not advertised:
+            problems.append("the impostor never advertised: the scenario proved nothing")
         figures["dongle_key"] = ("authenticated" if paired[-1].get("authenticated") else "unauthenticated") if paired else "none"
         figures["passkey_given"] = len(stack.tether_log.matching(r"giving bluetoothd the passkey", started))
         if at_impostor:

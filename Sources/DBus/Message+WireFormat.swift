@@ -12,9 +12,20 @@ extension Message {
     /// that names Unix file descriptors cannot be decoded from bytes alone
     /// (the descriptors travel beside them), and is rejected too.
     public init(wireFormat bytes: [UInt8]) throws(DBusError) {
-        // dbus_message_demarshal reports a truncated message as out of memory and
-        // ignores bytes after the first message; the length from the header tells
-        // both apart from real trouble.
+        let raw = try Message.demarshal(bytes)
+        defer { dbus_message_unref(raw) }
+        guard case let (message, bodyError)? = Message.copy(from: raw) else {
+            throw .malformed("unknown message type \(dbus_message_get_type(raw))")
+        }
+        if let bodyError { throw bodyError }
+        self = message
+    }
+
+    /// libdbus's message from `bytes`, exactly one message (the caller
+    /// unrefs it). dbus_message_demarshal reports a truncated message as out
+    /// of memory and ignores bytes after the first message; the length from
+    /// the header tells both apart from real trouble.
+    static func demarshal(_ bytes: [UInt8]) throws(DBusError) -> OpaquePointer {
         let needed = bytes.withUnsafeBufferPointer { buffer in
             buffer.withMemoryRebound(to: CChar.self) { chars in
                 dbus_message_demarshal_bytes_needed(chars.baseAddress, Int32(clamping: chars.count))
@@ -26,7 +37,6 @@ extension Message {
         guard Int(needed) == bytes.count else {
             throw .malformed("the header announces a \(needed)-byte message, got \(bytes.count) bytes")
         }
-
         var error = CDBus.DBusError()
         dbus_error_init(&error)
         defer { dbus_error_free(&error) }
@@ -39,12 +49,7 @@ extension Message {
             if dbus_error_has_name(&error, "org.freedesktop.DBus.Error.NoMemory") != 0 { throw .outOfMemory }
             throw .malformed(error.message.map { String(cString: $0) } ?? "rejected by libdbus")
         }
-        defer { dbus_message_unref(raw) }
-        guard case let (message, bodyError)? = Message.copy(from: raw) else {
-            throw .malformed("unknown message type \(dbus_message_get_type(raw))")
-        }
-        if let bodyError { throw bodyError }
-        self = message
+        return raw
     }
 
     /// The message in the D-Bus wire format (little-endian), such that
@@ -123,21 +128,7 @@ extension RawSignal {
     /// header (`SignalFields`) agree with the decoded `Message`'s. Nil when
     /// libdbus refuses the bytes.
     public static func borrowing<T>(wireFormat bytes: [UInt8], _ body: (RawSignal) -> T) -> T? {
-        let needed = bytes.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                dbus_message_demarshal_bytes_needed(chars.baseAddress, Int32(clamping: chars.count))
-            }
-        }
-        guard needed > 0, Int(needed) == bytes.count else { return nil }
-        var error = CDBus.DBusError()
-        dbus_error_init(&error)
-        defer { dbus_error_free(&error) }
-        let raw = bytes.withUnsafeBufferPointer { buffer in
-            buffer.withMemoryRebound(to: CChar.self) { chars in
-                dbus_message_demarshal(chars.baseAddress, Int32(clamping: chars.count), &error)
-            }
-        }
-        guard let raw else { return nil }
+        guard let raw = try? Message.demarshal(bytes) else { return nil }
         defer { dbus_message_unref(raw) }
         return body(RawSignal(raw: raw))
     }

@@ -167,21 +167,24 @@ struct UdevRule {
         }
     }
 
-    /// The recovery steps' access, for the service's user tether alone and
-    /// nothing wider: Bluetooth USB controllers' nodes (usb-reset) and
-    /// /dev/rfkill, which switches every radio on the machine. No group gets
-    /// write access (group tether is the readers'), and read stays where the
-    /// system's rules put it (rfkill events need read for everyone).
-    @Test func onlyUserTetherMayResetBluetoothUSBControllersAndChangeRfkill() throws {
+    /// The recovery steps' access, for the service alone and nothing wider:
+    /// Bluetooth USB controllers' nodes (usb-reset) and /dev/rfkill, which
+    /// switches every radio on the machine, go to group tether-hardware,
+    /// whose only member is user tether (group tether is the readers'). The
+    /// owner stays root's: bluetoothd opens /dev/rfkill read-write as root
+    /// without CAP_DAC_OVERRIDE, and a node owned by user tether left it
+    /// unable to (make e2e's systemd-rfkill-unblock: the adapter stayed off
+    /// after the unblock). Read stays everyone's (rfkill events, lsusb).
+    @Test func onlyTheServiceMayResetBluetoothUSBControllersAndChangeRfkill() throws {
         let rules = try UdevRule.lines(of: Packaging.read(Self.rulesPath)).map(UdevRule.init)
-        #expect(!rules.contains { $0.assigns("GROUP") != nil }, "no rule hands a device to a group")
-        let access = rules.filter { $0.assigns("OWNER") != nil }
+        #expect(!rules.contains { $0.assigns("OWNER") != nil }, "no rule takes a node from root")
+        let access = rules.filter { $0.assigns("GROUP") != nil }
         #expect(access.count == 3)
         for rule in access {
-            #expect(rule.assigns("OWNER")?.value == "tether")
+            #expect(rule.assigns("GROUP")?.value == "tether-hardware")
             let mode = try #require(rule.assigns("MODE").flatMap { Int($0.value, radix: 8) }, "\(rule.pairs)")
-            #expect(mode & 0o600 == 0o600, "the owner reads and writes: \(String(mode, radix: 8))")
-            #expect(mode & 0o022 == 0, "neither the group nor others may write: \(String(mode, radix: 8))")
+            #expect(mode & 0o660 == 0o660, "the owner (root) and the group read and write: \(String(mode, radix: 8))")
+            #expect(mode & 0o002 == 0, "others may not write: \(String(mode, radix: 8))")
             #expect(mode & 0o004 == 0o004, "everyone keeps read (rfkill events, lsusb): \(String(mode, radix: 8))")
         }
         let byClass = try #require(access.first { $0.matches("ATTR", "bDeviceClass") != nil })
@@ -216,12 +219,12 @@ struct UdevRule {
                 "mount --bind \"$0\" /etc/udev/rules.d && udevadm test --action=add /sys/class/net/lo", directory.path,
             ])
             #expect(result.output.contains("Reading rules file: /etc/udev/rules.d/70-tether.rules"), "\(result)")
-            // Until the package's sysusers.d has run, user tether does not
-            // exist, and udev ignores (and says so) the rules that name it;
-            // the postinst reloads the rules after creating it.
-            let userMissing = getpwnam("tether") == nil
+            // Until the package's sysusers.d has run, group tether-hardware
+            // does not exist, and udev ignores (and says so) the rules that
+            // name it; the postinst reloads the rules after creating it.
+            let groupMissing = getgrnam("tether-hardware") == nil
             return result.output.split(separator: "\n").map(String.init).filter {
-                $0.contains("70-tether.rules:") && !(userMissing && $0.contains("Unknown user 'tether'"))
+                $0.contains("70-tether.rules:") && !(groupMissing && $0.contains("Unknown group 'tether-hardware'"))
             }
         }
         let rules = try Packaging.read(Self.rulesPath)
@@ -271,5 +274,10 @@ struct UdevRule {
         #expect(admin[2] != tether[2])
         #expect(admin[3].isEmpty, "tether-admin starts empty: \(admin[3])")
         #expect(!passwd.contains { $0.hasPrefix("tether-admin:") }, "a group, no user")
+
+        // The hardware group: the service's user is its only member.
+        let hardware = try #require(groups.first { $0[0] == "tether-hardware" }, "sysusers declares group tether-hardware")
+        #expect(hardware[3].split(separator: ",") == ["tether"], "only user tether: \(hardware[3])")
+        #expect(hardware[2] != tether[2] && hardware[2] != admin[2])
     }
 }

@@ -18,7 +18,7 @@ import Testing
         let file = try UnitFile(path: Self.source(unit))
         let expected: [(String, String)] = [
             ("Type", "notify"), ("NotifyAccess", "main"), ("Restart", "on-failure"),
-            ("User", "tether"), ("Group", "tether"), ("SupplementaryGroups", "bluetooth"),
+            ("User", "tether"), ("Group", "tether"), ("SupplementaryGroups", "bluetooth tether-hardware"),
             ("ConfigurationDirectory", "tether"), ("UMask", "0027"), ("NoNewPrivileges", "yes"),
             ("CapabilityBoundingSet", "CAP_NET_ADMIN"), ("AmbientCapabilities", "CAP_NET_ADMIN"),
             ("ProtectSystem", "strict"), ("PrivateDevices", "yes"), ("IPAddressDeny", "any"),

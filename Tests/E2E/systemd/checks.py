@@ -393,7 +393,7 @@ def reader(c):
 def operator(c):
     """bob, in tether-admin (and tether, as the upgrade leaves an operator):
     tether reconnect works and the daemon is online again; /dev/rfkill is
-    user tether's (udev: OWNER, mode 0644), so bob may open it for reading
+    group tether-hardware's (udev; its only member is user tether), so bob may open it for reading
     (its events, as everyone) but not for writing, which group tether could
     before."""
     done = as_user("bob", ["/usr/bin/tether", "reconnect", "--wait", "--timeout", "60s"], timeout=90)
@@ -406,8 +406,8 @@ def operator(c):
     problems = []
     if done.returncode != 0 or not back:
         problems.append(f"reconnect: exit {done.returncode}, online again {bool(back)}: {done.stderr.strip()[:300]}")
-    if owner != "tether" or mode & 0o022:
-        problems.append(f"/dev/rfkill is {owner}:{group} {oct(mode)}, not owner tether without group or other write")
+    if owner != "root" or group != "tether-hardware" or mode & 0o002:
+        problems.append(f"/dev/rfkill is {owner}:{group} {oct(mode)}, not root:tether-hardware without other write")
     if probe != "write=EACCES read=ok":
         problems.append(f"bob opening /dev/rfkill: {probe}")
     return not problems, figures, "; ".join(problems)
@@ -583,11 +583,11 @@ def usb_reset(c):
     node = Path("/dev/bus/usb/%03d/%03d" % (int((device / "busnum").read_text()), int((device / "devnum").read_text())))
     owner, group, mode = owner_and_mode(node)
     figures["node"] = f"{node} {owner}:{group} {oct(mode)}"
-    # The udev rule gives the node to user tether, no group: bob, an
+    # The udev rule gives the node to group tether-hardware (user tether alone): bob, an
     # operator, may read it (lsusb) but not reset the controller.
     figures["bob_node"] = open_probe("bob", node)
-    if owner != "tether" or mode & 0o022:
-        problems.append(f"{node} is {owner}:{group} {oct(mode)}, not owner tether without group or other write")
+    if owner != "root" or group != "tether-hardware" or mode & 0o002:
+        problems.append(f"{node} is {owner}:{group} {oct(mode)}, not root:tether-hardware without other write")
     if figures["bob_node"] != "write=EACCES read=ok":
         problems.append(f"bob opening {node}: {figures['bob_node']}")
     try:

@@ -208,7 +208,7 @@ enum Model {
             for key in invalidated { properties[key] = nil }
             result[path]?[interface] = properties
             return result
-        case .valueChanged, .signalsLost, .deviceDisconnected:
+        case .valueChanged, .signalsLost, .deviceDisconnected, .serviceUnanswered:
             return nil
         case .serviceAppeared(_, let tree):
             return tree.objects
@@ -247,7 +247,7 @@ func checkClassification(_ event: BlueZEvent?, of signal: Message) {
     case .deviceDisconnected(let path, let reason, _):
         require(signal.interface == BlueZ.deviceInterface && signal.member == "Disconnected", "\(event) from \(signal)")
         require(path == signal.path && signal.body.first?.string == reason, "\(event) from \(signal.body)")
-    case .serviceAppeared, .serviceVanished, .signalsLost:
+    case .serviceAppeared, .serviceVanished, .signalsLost, .serviceUnanswered:
         require(false, "\(event) from a single signal")
     }
 }

@@ -71,11 +71,6 @@ final class DaemonHarness: @unchecked Sendable {
     }
 
     var readingsDirectory: String { config.readings.directory }
-
-    /// The daemon's unique name on the bus, while it runs.
-    var daemonUniqueName: String? {
-        get async { await daemonBus?.uniqueName }
-    }
     var eventLogPath: String { directory.url.appendingPathComponent("simulator.jsonl").path }
 
     /// Starts the daemon's service in this process.

@@ -29,7 +29,7 @@ import Testing
         let tx = try #require(tree.characteristics(of: device.path).first { $0.flags.contains("notify") })
         let bluez = try #require(try await attacker.nameOwner(of: BlueZ.service))
         // The daemon's connection: the one other than the simulator's, the attacker's and the bus's.
-        let victim = try #require(await harness.daemonUniqueName)
+        let victim = try #require(await harness.daemonUniqueName())
 
         let forged: [UInt8] = [0xEE, 0xEE, 0xEE, 0xEE, 0x66, 0x6F, 0x72, 0x67, 0x65, 0x64]
         for destination in [victim, nil] {

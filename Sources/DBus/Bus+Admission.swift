@@ -176,14 +176,27 @@ extension Bus {
             guard registry.objects[path] != nil else { return unknownObject(path) }
             return expect("ssv") ?? busyCaller(call)
         default:
-            guard let interfaces = registry.objects[path] else { return unknownObject(path) }
-            let candidates = call.interface.map { name in interfaces[name].map { [$0] } ?? [] } ?? Array(interfaces.values)
-            guard let method = candidates.lazy.compactMap({ $0.methods[member] }).first else {
-                let text = "Method \"\(member)\" with signature \"\(signature)\" on interface \"\(call.interface ?? "")\" doesn't exist"
-                return CallRefusal(name: DBusErrorName.unknownMethod, text: text)
+            switch exportedMethod(for: call, path: path, member: member) {
+            case .success: return busyCaller(call)
+            case .failure(let refusal): return refusal
             }
-            return expect(method.inSignature) ?? busyCaller(call)
         }
+    }
+
+    /// The exported method `call` names, with the signature it takes: the
+    /// one lookup behind both the header check and serving the call.
+    func exportedMethod(for call: Message, path: ObjectPath, member: String) -> Result<ExportedInterface.Method, CallRefusal> {
+        guard let interfaces = registry.objects[path] else { return .failure(unknownObject(path)) }
+        let candidates = call.interface.map { name in interfaces[name].map { [$0] } ?? [] } ?? Array(interfaces.values)
+        guard let method = candidates.lazy.compactMap({ $0.methods[member] }).first else {
+            let text = "Method \"\(member)\" with signature \"\(call.signature)\" on interface \"\(call.interface ?? "")\" doesn't exist"
+            return .failure(CallRefusal(name: DBusErrorName.unknownMethod, text: text))
+        }
+        guard method.inSignature == call.signature else {
+            let text = "Expected signature \"\(method.inSignature)\", got \"\(call.signature)\""
+            return .failure(CallRefusal(name: DBusErrorName.invalidArgs, text: text))
+        }
+        return .success(method)
     }
 
     private func unknownObject(_ path: ObjectPath) -> CallRefusal {

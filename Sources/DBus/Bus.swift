@@ -672,19 +672,11 @@ public actor Bus {
     }
 
     private func serveExported(_ call: Message, path: ObjectPath, member: String) {
-        guard let interfaces = registry.objects[path] else {
-            reply(to: call, .failure(.remote(name: DBusErrorName.unknownObject, message: "No such object \(path)")))
-            return
-        }
-        let candidates = call.interface.map { name in interfaces[name].map { [$0] } ?? [] } ?? Array(interfaces.values)
-        guard let method = candidates.lazy.compactMap({ $0.methods[member] }).first else {
-            let text = "Method \"\(member)\" with signature \"\(call.signature)\" on interface \"\(call.interface ?? "")\" doesn't exist"
-            reply(to: call, .failure(.remote(name: DBusErrorName.unknownMethod, message: text)))
-            return
-        }
-        guard method.inSignature == call.signature else {
-            let text = "Expected signature \"\(method.inSignature)\", got \"\(call.signature)\""
-            reply(to: call, .failure(.remote(name: DBusErrorName.invalidArgs, message: text)))
+        let method: ExportedInterface.Method
+        switch exportedMethod(for: call, path: path, member: member) {
+        case .success(let found): method = found
+        case .failure(let refusal):
+            reply(to: call, .failure(.remote(name: refusal.name, message: refusal.text)))
             return
         }
         let handler = method.handler

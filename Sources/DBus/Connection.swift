@@ -382,7 +382,7 @@ final class Connection: @unchecked Sendable {
 }
 
 /// Why a method call is refused before its body is read: the D-Bus error it is answered with.
-struct CallRefusal: Equatable {
+struct CallRefusal: Error, Equatable {
     var name: String
     var text: String
 }

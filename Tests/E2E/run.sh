@@ -114,6 +114,14 @@ if wants systemd; then
     fi
     [ -f "$deb" ] || { echo "e2e: no package at '$deb' (E2E_DEB or make deb)" >&2; exit 2; }
     deb=$(realpath --relative-to="$root" "$deb")
+    # The boot starts as a gateway of the previous release and is upgraded
+    # (systemd-upgrade): that release's package, built once from git archive
+    # of its commit (Tests/E2E/previous-release) and kept in .build/e2e.
+    echo "e2e: the previous release's package (Tests/E2E/previous-release.sh)"
+    previous=$(Tests/E2E/previous-release.sh "$root/.build/e2e/previous") \
+        || { echo "e2e: no package of the previous release to upgrade from" >&2; exit 2; }
+    previous=$(realpath --relative-to="$root" "$previous")
+    echo "e2e: upgrading from $previous to $deb"
 fi
 
 rm -rf "$out"
@@ -186,7 +194,7 @@ fi
 if wants systemd; then
     # systemd 252 as PID 1, the package installed with dpkg -i (Tests/E2E/systemd/).
     boot "systemd checks" "$out/systemd" \
-        "e2e.mode=systemd e2e.script=Tests/E2E/systemd/prepare.sh e2e.deb=$deb systemd.unit=e2e.target systemd.show_status=false"
+        "e2e.mode=systemd e2e.script=Tests/E2E/systemd/prepare.sh e2e.deb=$deb e2e.previous_deb=$previous systemd.unit=e2e.target systemd.show_status=false"
     report "$out/systemd" "e2e-systemd" || worst $?
 fi
 if wants power-cut; then

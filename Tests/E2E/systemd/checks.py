@@ -1,15 +1,18 @@
 #!/usr/bin/env python3
 """The checks of the systemd e2e boot, run as e2e-checks.service.
 
-systemd 252 is PID 1, the Debian package is installed (prepare.sh), and
-journald, udevd, dbus-daemon, bluetooth.service, btvirt, the Bumble dongle,
-mosquitto, node_exporter and tether-forward.service are units; udev starts
-tether.service when hci0 appears. Each check prints one PASS/FAIL line (its
+systemd 252 is PID 1, the previous release's Debian package is installed
+(prepare.sh), and journald, udevd, dbus-daemon, bluetooth.service, btvirt,
+the Bumble dongle, mosquitto, node_exporter and tether-forward.service are
+units; udev starts tether.service when hci0 appears. systemd-upgrade then
+installs this tree's package over the running previous release; the checks
+after it are of the upgraded gateway. Each check prints one PASS/FAIL line (its
 name starts with systemd-) with its figures, and all of them go to
 OUT/results.json (argv[1]) in the format Tests/E2E/run.sh reads.
 """
 
 import grp
+from collections import Counter
 import json
 import os
 import pwd
@@ -215,6 +218,131 @@ def udev_start(c):
                "boot_to_active_s": round(tether_up / 1e6, 1)}
     ok = bool(active) and enabled == "disabled" and "tether.service" in wants.split()
     return ok, figures, "" if ok else f"active={bool(active)} enabled={enabled} {device} Wants={wants!r}"
+
+
+def file_bytes(path):
+    try:
+        return Path(path).read_bytes()
+    except OSError:
+        return None
+
+
+def forwarder_status():
+    report = json.loads(run(["/usr/bin/tether", "status", "--json"]).stdout or "{}")
+    return report.get("forwarder") or {}
+
+
+def received_seqs():
+    """The readings' seq numbers mosquitto_sub received, in arrival order."""
+    seqs = []
+    path = OUT / "mqtt-received.txt"
+    if path.exists():
+        for line in path.read_text(errors="replace").splitlines():
+            topic, _, payload = line.partition(" ")
+            if topic.endswith("/readings"):
+                for part in payload.split("\n"):
+                    try:
+                        seqs.append(json.loads(part)["seq"])
+                    except (ValueError, KeyError):
+                        pass
+    return seqs
+
+
+def main_pid_version(unit):
+    """What the unit's running binary says it is (its /proc/PID/exe)."""
+    pid = prop(unit, "MainPID")
+    if not pid or pid == "0":
+        return None
+    return run([f"/proc/{pid}/exe", "--version"]).stdout.strip() or None
+
+
+def upgrade(c):
+    """dpkg -i of this tree's package over the previous release while it runs,
+    as unattended-upgrades does it (--force-confdef --force-confold: the
+    operator's config is kept): every reading on disk before stays as it was
+    and the log goes on, the forwarder's cursor is kept (nothing it had
+    acknowledged is sent again), the operator's config and secrets are
+    untouched, bob (group tether, the old operators' group) is moved to
+    tether-admin and told of, a config the new version refuses (a passkey
+    file 0640 root:tether, as the previous release's docs said) is named
+    with its fix, and tether.service and tether-forward.service run the new
+    binary and are online again. Then the operator applies the fix named,
+    and alice, a reader, is added."""
+    new_deb = Path("/run/e2e/upgrade-deb").read_text().strip()
+    new_version = run(["dpkg-deb", "-f", new_deb, "Version"]).stdout.strip()
+    old_version = run(["dpkg-query", "-W", "-f=${Version}", "tether"]).stdout.strip()
+    # The previous release running: online, readings on disk, the forwarder
+    # acknowledging them.
+    if not wait_until(online, 240, step=0.5):
+        return False, {"old_version": old_version}, f"the previous release never said online: {status_text()!r}"
+    if not wait_until(lambda: len(records()) >= 30 and (forwarder_status().get("acknowledged_seq") or 0) >= 10, 120, step=0.5):
+        return False, {"old_version": old_version}, f"the previous release: {len(records())} records, forwarder {forwarder_status()}"
+    before_records = {r["seq"]: r for r in records()}
+    acknowledged = forwarder_status().get("acknowledged_seq") or 0
+    operator_files = {str(path): file_bytes(path) for path in sorted(Path("/etc/tether").iterdir()) if path.is_file()}
+    old_pids = {unit: prop(unit, "MainPID") for unit in ("tether.service", "tether-forward.service")}
+
+    started = time.monotonic()
+    installed = run(["dpkg", "--force-confdef", "--force-confold", "-i", new_deb], timeout=900)
+    took = round(time.monotonic() - started, 1)
+    said = installed.stdout + installed.stderr
+    (OUT / "upgrade.log").write_text(said)
+    back = wait_until(lambda: online() and main_pid_version("tether.service") == new_version, 180, step=0.5)
+    online_s = round(time.monotonic() - started, 1) if back else None
+    # The forwarder delivers what the new daemon writes, from where it was.
+    caught_up = wait_until(lambda: (forwarder_status().get("acknowledged_seq") or 0)
+                           >= max((r["seq"] for r in records()), default=0) > max(before_records, default=0), 90, step=0.5)
+    after = {r["seq"]: r for r in records()}
+    seqs = [r["seq"] for r in records()]
+    received = received_seqs()
+    times = Counter(received)
+    resent = sorted(s for s, n in times.items() if s <= acknowledged and n > 1)
+    changed_files = [path for path, content in operator_files.items() if file_bytes(path) != content]
+    bob_groups = run(["id", "-Gn", "bob"]).stdout.split()
+    passkey_named = ("paired.toml" in said and "tether@paired.service will not start" in said
+                     and "chmod 0600" in said)
+    figures = {"old_version": old_version, "new_version": new_version, "dpkg_s": took, "online_again_s": online_s,
+               "records_before": len(before_records), "records_after": len(after), "acknowledged_before": acknowledged,
+               "resent": len(resent), "config_files_changed": len(changed_files), "bob_groups": ",".join(bob_groups),
+               "tether_restarted": prop("tether.service", "MainPID") != old_pids["tether.service"],
+               "forwarder_version": main_pid_version("tether-forward.service")}
+    problems = []
+    if installed.returncode != 0:
+        problems.append(f"dpkg -i exit {installed.returncode}: {said.strip()[-400:]}")
+    if run(["dpkg-query", "-W", "-f=${Version}", "tether"]).stdout.strip() != new_version:
+        problems.append("the new version is not the one installed")
+    if not back:
+        problems.append(f"tether.service not online on the new binary: {status_text()!r}, runs {main_pid_version('tether.service')}")
+    if figures["forwarder_version"] != new_version:
+        problems.append(f"tether-forward.service runs {figures['forwarder_version']}, not {new_version}")
+    lost = [s for s, r in before_records.items() if after.get(s) != r]
+    if lost:
+        problems.append(f"{len(lost)} records from before the upgrade changed or went: {lost[:5]}")
+    if seqs != list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True:
+        problems.append(f"the log's seq is not contiguous: {seqs[:3]}…{seqs[-3:]}")
+    if not caught_up:
+        problems.append(f"the forwarder did not deliver the new records: {forwarder_status()}")
+    if resent:
+        problems.append(f"records acknowledged before the upgrade sent again (the cursor was lost): {resent[:5]}")
+    if changed_files:
+        problems.append(f"the upgrade changed the operator's files: {changed_files}")
+    if "tether-admin" not in bob_groups or "tether" not in bob_groups:
+        problems.append(f"bob's groups are {bob_groups}, not tether and tether-admin")
+    if "Added to group tether-admin, so that they keep tether reconnect: bob" not in said:
+        problems.append("the upgrade did not say bob was added to tether-admin")
+    if not passkey_named:
+        problems.append("the upgrade did not name paired.toml's passkey file and its fix")
+    if problems:
+        return False, figures, "; ".join(problems)
+    # The fix the upgrade named, as the operator applies it; then the config is good.
+    os.chown("/etc/tether/paired.passkey", pwd.getpwnam("tether").pw_uid, grp.getgrnam("tether").gr_gid)
+    os.chmod("/etc/tether/paired.passkey", 0o600)
+    fixed = run(["/usr/bin/tether", "check-config", "--instance", "paired", "/etc/tether/paired.toml"])
+    figures["fixed_check_config_exit"] = fixed.returncode
+    run(["useradd", "-M", "-N", "-G", "tether", "-s", "/bin/sh", "alice"])
+    c.quiet_since = time.monotonic()
+    ok = fixed.returncode == 0
+    return ok, figures, "" if ok else f"check-config after the fix: {fixed.stderr.strip()[:300]}"
 
 
 def ready_and_status(c):
@@ -720,6 +848,7 @@ def security(c):
 CHECKS = [
     ("systemd-stack-up", stack_up),
     ("systemd-udev-start", udev_start),
+    ("systemd-upgrade", upgrade),
     ("systemd-ready-status", ready_and_status),
     ("systemd-status-first-reading", first_reading_status),
     ("systemd-watchdog", watchdog),

@@ -1,7 +1,10 @@
 #!/bin/sh
 # Prepares the systemd guest's root (an overlay: the host's / below a tmpfs),
-# run by vm/init in a chroot before systemd starts: installs the Debian
-# package with dpkg -i as an operator would, writes the config, the metrics
+# run by vm/init in a chroot before systemd starts: installs the previous
+# release's Debian package with dpkg -i as an operator did (the first check,
+# systemd-upgrade, upgrades it to this tree's while it runs, as a gateway is
+# upgraded; every later check is of the upgraded gateway), writes the
+# operator's config and secrets as the previous release's docs said, the metrics
 # drop-ins docs/operations.md tells operators to install, and the e2e units
 # (units/), and points systemd at e2e.target (the kernel command line says
 # systemd.unit=e2e.target). Its output goes to OUT/prepare.log.
@@ -10,11 +13,15 @@ export PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin LANG=C.
 project=/run/e2e/project
 here=$project/Tests/E2E/systemd
 
-deb=""
+deb="" previous=""
 for arg in $(cat /proc/cmdline); do
-    case "$arg" in e2e.deb=*) deb="$project/${arg#e2e.deb=}" ;; esac
+    case "$arg" in
+        e2e.deb=*) deb="$project/${arg#e2e.deb=}" ;;
+        e2e.previous_deb=*) previous="$project/${arg#e2e.previous_deb=}" ;;
+    esac
 done
 [ -f "$deb" ] || { echo "no package: e2e.deb=$deb" >&2; exit 1; }
+[ -f "$previous" ] || { echo "no previous release's package: e2e.previous_deb=$previous" >&2; exit 1; }
 
 # The host's fstab names the host's disks: the guest has none.
 : > /etc/fstab
@@ -27,9 +34,12 @@ echo e2e-systemd > /etc/hostname
 # No man-db index rebuild under emulation (its dpkg trigger checks this file).
 rm -f /var/lib/man-db/auto-update
 
-# The package, as on a gateway (its postinst creates the users).
-dpkg -i "$deb"
+# The previous release's package, as on a gateway (its postinst creates the
+# users); systemd-upgrade installs $deb over it.
+dpkg -i "$previous"
 dpkg -s tether | sed -n 's/^Version: /installed tether /p'
+mkdir -p /run/e2e
+printf '%s\n' "$deb" > /run/e2e/upgrade-deb
 
 # bluetoothd starts only once the dongle holds hci1 (see units/): not by
 # itself when the adapters appear, nor through D-Bus activation.
@@ -69,6 +79,9 @@ flush_interval = "500ms"
 [mqtt]
 url = "mqtt://127.0.0.1"
 batch = 1
+# (mosquitto here takes anyone: the file is here for the upgrade's checks.)
+username = "gw-e2e"
+password_file = "/etc/tether/mqtt.password"
 
 [metrics]
 textfile = "/var/lib/prometheus/node-exporter/tether.prom"
@@ -102,6 +115,19 @@ escalate = ["usb-reset"]
 [readings]
 flush_interval = "500ms"
 TOML
+# Instance "paired" (tether@paired, not started here): a dongle that pairs
+# with a passkey, its file made as the previous release's docs said (0640,
+# group tether), which this release no longer reads: systemd-upgrade checks
+# that the upgrade says so, with the fix.
+cat > /etc/tether/paired.toml <<'TOML'
+[dongle]
+address = "00:AA:01:05:00:02"
+pairing = "passkey-file"
+passkey_file = "/etc/tether/paired.passkey"
+TOML
+printf '123456\n' | install -m 0640 -g tether /dev/stdin /etc/tether/paired.passkey
+# The broker's password as the previous release's docs said (0400, owner tether-forward).
+printf '%s\n' 'e2e-secret' | install -m 0400 -o tether-forward /dev/stdin /etc/tether/mqtt.password
 
 # Metrics, as docs/operations.md's "Metrics" section says.
 for unit in tether tether-forward; do
@@ -113,13 +139,12 @@ mkdir -p /var/lib/prometheus/node-exporter
 mount -t tmpfs -o mode=0755 tmpfs /var/lib/prometheus/node-exporter
 setfacl -m u:tether:rwx,u:tether-forward:rwx /var/lib/prometheus/node-exporter
 
-# For the groups checks (systemd-policy, systemd-reader, systemd-operator):
-# alice, a reader (group tether only: the readings, no Reconnect), and bob,
-# an operator as an upgrade leaves one (groups tether and tether-admin: the
-# readings and Reconnect, but no write access to /dev/rfkill or the USB nodes,
-# which group tether had before).
-useradd -M -N -G tether -s /bin/sh alice
-useradd -M -N -G tether,tether-admin -s /bin/sh bob
+# For the groups checks: bob, an operator of the previous release (group
+# tether: the readings, Reconnect and, then, /dev/rfkill); the upgrade must
+# add him to tether-admin (systemd-upgrade), and keep his Reconnect without
+# write access to /dev/rfkill (systemd-operator). alice, a reader of this
+# release (group tether only), is added after the upgrade (systemd-upgrade).
+useradd -M -N -G tether -s /bin/sh bob
 
 # The e2e units and drop-ins.
 cp "$here"/units/*.service "$here"/units/*.target /etc/systemd/system/

@@ -268,7 +268,7 @@ def upgrade(c):
     with its fix, and tether.service and tether-forward.service run the new
     binary and are online again. Then the operator applies the fix named,
     and alice, a reader, is added."""
-    new_deb = Path("/run/e2e/upgrade-deb").read_text().strip()
+    new_deb = Path("/etc/e2e-upgrade-deb").read_text().strip()
     new_version = run(["dpkg-deb", "-f", new_deb, "Version"]).stdout.strip()
     old_version = run(["dpkg-query", "-W", "-f=${Version}", "tether"]).stdout.strip()
     # The previous release running: online, readings on disk, the forwarder

@@ -28,6 +28,9 @@ done
 # The host may be a container: its marker would make systemd believe the
 # guest is one too (and then ignore the kernel command line).
 rm -f /.dockerenv /run/.containerenv
+# And its policy-rc.d (exit 101: "no service actions") would keep the
+# package's maintainer scripts from restarting the units, as no gateway does.
+rm -f /usr/sbin/policy-rc.d
 hostname e2e-systemd 2>/dev/null || true
 echo e2e-systemd > /etc/hostname
 
@@ -38,8 +41,7 @@ rm -f /var/lib/man-db/auto-update
 # users); systemd-upgrade installs $deb over it.
 dpkg -i "$previous"
 dpkg -s tether | sed -n 's/^Version: /installed tether /p'
-mkdir -p /run/e2e
-printf '%s\n' "$deb" > /run/e2e/upgrade-deb
+printf '%s\n' "$deb" > /etc/e2e-upgrade-deb
 
 # bluetoothd starts only once the dongle holds hci1 (see units/): not by
 # itself when the adapters appear, nor through D-Bus activation.
@@ -125,9 +127,12 @@ address = "00:AA:01:05:00:02"
 pairing = "passkey-file"
 passkey_file = "/etc/tether/paired.passkey"
 TOML
-printf '123456\n' | install -m 0640 -g tether /dev/stdin /etc/tether/paired.passkey
+# (The chroot has no /dev/stdin: the docs' `install … /dev/stdin` in two steps.)
+printf '123456\n' > /etc/tether/paired.passkey
+chgrp tether /etc/tether/paired.passkey && chmod 0640 /etc/tether/paired.passkey
 # The broker's password as the previous release's docs said (0400, owner tether-forward).
-printf '%s\n' 'e2e-secret' | install -m 0400 -o tether-forward /dev/stdin /etc/tether/mqtt.password
+printf '%s\n' 'e2e-secret' > /etc/tether/mqtt.password
+chown tether-forward /etc/tether/mqtt.password && chmod 0400 /etc/tether/mqtt.password
 
 # Metrics, as docs/operations.md's "Metrics" section says.
 for unit in tether tether-forward; do

@@ -289,9 +289,11 @@ def upgrade(c):
     (OUT / "upgrade.log").write_text(said)
     back = wait_until(lambda: online() and main_pid_version("tether.service") == new_version, 180, step=0.5)
     online_s = round(time.monotonic() - started, 1) if back else None
-    # The forwarder delivers what the new daemon writes, from where it was.
-    caught_up = wait_until(lambda: (forwarder_status().get("acknowledged_seq") or 0)
-                           >= max((r["seq"] for r in records()), default=0) > max(before_records, default=0), 90, step=0.5)
+    # The forwarder delivers what the new daemon wrote (the log as it is once
+    # the new daemon is online), from where it was.
+    target = max((r["seq"] for r in records()), default=0)
+    caught_up = target > max(before_records, default=0) and wait_until(
+        lambda: (forwarder_status().get("acknowledged_seq") or 0) >= target, 90, step=0.5)
     after = {r["seq"]: r for r in records()}
     seqs = [r["seq"] for r in records()]
     received = received_seqs()
@@ -332,6 +334,8 @@ def upgrade(c):
         problems.append("the upgrade did not say bob was added to tether-admin")
     if not passkey_named:
         problems.append("the upgrade did not name paired.toml's passkey file and its fix")
+    # alice, a reader of this release, for the checks after this one.
+    run(["useradd", "-M", "-N", "-G", "tether", "-s", "/bin/sh", "alice"])
     if problems:
         return False, figures, "; ".join(problems)
     # The fix the upgrade named, as the operator applies it; then the config is good.
@@ -339,7 +343,6 @@ def upgrade(c):
     os.chmod("/etc/tether/paired.passkey", 0o600)
     fixed = run(["/usr/bin/tether", "check-config", "--instance", "paired", "/etc/tether/paired.toml"])
     figures["fixed_check_config_exit"] = fixed.returncode
-    run(["useradd", "-M", "-N", "-G", "tether", "-s", "/bin/sh", "alice"])
     c.quiet_since = time.monotonic()
     ok = fixed.returncode == 0
     return ok, figures, "" if ok else f"check-config after the fix: {fixed.stderr.strip()[:300]}"

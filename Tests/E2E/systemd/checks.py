@@ -103,6 +103,11 @@ def records():
     return out
 
 
+def contiguous(seqs):
+    """The log's seq numbers go on one by one, and there is at least one."""
+    return bool(seqs) and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
+
+
 def disk_seqs():
     """The dongle's sequence numbers of the NUS TX readings on disk."""
     seqs = []
@@ -294,8 +299,9 @@ def upgrade(c):
     target = max((r["seq"] for r in records()), default=0)
     caught_up = target > max(before_records, default=0) and wait_until(
         lambda: (forwarder_status().get("acknowledged_seq") or 0) >= target, 90, step=0.5)
-    after = {r["seq"]: r for r in records()}
-    seqs = [r["seq"] for r in records()]
+    log = records()
+    after = {r["seq"]: r for r in log}
+    seqs = [r["seq"] for r in log]
     received = received_seqs()
     times = Counter(received)
     resent = sorted(s for s, n in times.items() if s <= acknowledged and n > 1)
@@ -320,7 +326,7 @@ def upgrade(c):
     lost = [s for s, r in before_records.items() if after.get(s) != r]
     if lost:
         problems.append(f"{len(lost)} records from before the upgrade changed or went: {lost[:5]}")
-    if seqs != list(range(seqs[0], seqs[0] + len(seqs))) if seqs else True:
+    if not contiguous(seqs):
         problems.append(f"the log's seq is not contiguous: {seqs[:3]}…{seqs[-3:]}")
     if not caught_up:
         problems.append(f"the forwarder did not deliver the new records: {forwarder_status()}")
@@ -780,7 +786,7 @@ def sigkill(c):
     back = wait_until(online, 120, step=0.2)
     c.quiet_since = time.monotonic()
     seqs = [r["seq"] for r in records()]
-    intact = seqs == list(range(seqs[0], seqs[0] + len(seqs))) if seqs else False
+    intact = contiguous(seqs)
     figures = {"restarted": bool(restarted), "online_again_s": round(c.quiet_since - killed, 1) if back else None,
                "records": len(seqs)}
     ok = bool(restarted) and bool(back) and intact
@@ -811,20 +817,12 @@ def forward(c):
     last = max((r["seq"] for r in records()), default=0)
 
     def caught_up():
-        report = json.loads(run(["/usr/bin/tether", "status", "--json"]).stdout or "{}").get("forwarder") or {}
+        report = forwarder_status()
         return report if report.get("acknowledged_seq") == last else None
 
     report = wait_until(caught_up, 60, step=0.5)
     time.sleep(1)
-    received = []
-    for line in (OUT / "mqtt-received.txt").read_text(errors="replace").splitlines():
-        topic, _, payload = line.partition(" ")
-        if topic.endswith("/readings"):
-            for part in payload.split("\n"):
-                try:
-                    received.append(json.loads(part)["seq"])
-                except (ValueError, KeyError):
-                    pass
+    received = received_seqs()
     wanted = {r["seq"] for r in records()}
     missing = sorted(wanted - set(received))
     restarts = prop("tether-forward.service", "NRestarts")

@@ -206,10 +206,10 @@ extension Bus {
     /// A caller with `callsInFlightPerCaller` handlers still running waits
     /// for them before it starts another.
     private func busyCaller(_ call: Message) -> CallRefusal? {
-        guard (callsInFlight[call.sender ?? ""] ?? 0) >= Bus.callsInFlightPerCaller else { return nil }
+        guard (callsInFlight[call.sender ?? ""] ?? 0) >= callsInFlightPerCaller else { return nil }
         return CallRefusal(
             name: DBusErrorName.limitsExceeded,
-            text: "\(Bus.callsInFlightPerCaller) calls of yours are still being served; wait for their replies"
+            text: "\(callsInFlightPerCaller) calls of yours are still being served; wait for their replies"
         )
     }
 }

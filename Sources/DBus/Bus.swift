@@ -50,8 +50,21 @@ public actor Bus {
     /// most `callsInFlightPerCaller`, so that no one local client can pile
     /// up work in the daemon.
     var callsInFlight: [String: Int] = [:]
-    /// How many exported method calls one caller may have running at once.
-    public static let callsInFlightPerCaller = 4
+    /// How many exported method calls one caller may have running at once
+    /// by default: a daemon's control API, where 4 is plenty for a CLI.
+    public static let defaultCallsInFlightPerCaller = 4
+    /// How many exported method calls one caller may have running here at
+    /// once; the next is refused with `LimitsExceeded` unread.
+    public private(set) var callsInFlightPerCaller = Bus.defaultCallsInFlightPerCaller
+
+    /// Sets how many exported method calls one caller may have running at
+    /// once. A stand-in for a service without such a limit (the simulated
+    /// bluetoothd) sets dbus-daemon's own bound on a caller's pending
+    /// replies instead, so that calls left hanging by a fault pile up there
+    /// as they would on a real bus.
+    public func limitCallsInFlight(perCaller limit: Int) {
+        callsInFlightPerCaller = max(1, limit)
+    }
     var subscriptions: [Int: Subscription] = [:]
     /// Set while `serveMethodCalls()` runs.
     private var methodCalls: AsyncStream<@Sendable () async -> Void>.Continuation?

@@ -21,6 +21,11 @@ extension Simulator {
         }
         bluez = bus
         do {
+            // bluetoothd serves every call it gets; what bounds a caller is
+            // dbus-daemon's max_replies_per_connection (128 by default).
+            // Calls a locked-up controller leaves hanging pile up to that,
+            // not to the 4 a daemon's control API allows.
+            await bus.limitCallsInFlight(perCaller: 128)
             await bus.enableObjectManager(at: .root)
             try await watchClients(on: bus)
             try await bus.requestName(BlueZ.service)

@@ -201,7 +201,7 @@ import Testing
             #expect(server.unreadDrops.calls == 2)
 
             // Four at once are served; the fifth from the same caller is refused at once; another caller is served.
-            let waits = (0..<Bus.callsInFlightPerCaller).map { _ in
+            let waits = (0..<Bus.defaultCallsInFlightPerCaller).map { _ in
                 Task { () async throws(DBusError) -> [DBusValue] in
                     try await caller.call(destination: name, path: "/org/example", interface: "org.example.Slow", method: "Wait", [.uint32(1)])
                 }
@@ -219,6 +219,15 @@ import Testing
             for wait in waits { _ = try await wait.value }
             // Their replies free the caller's slots.
             _ = try await caller.call(destination: name, path: "/org/example", interface: "org.example.Slow", method: "Wait", [.uint32(1)])
+
+            // A service that sets a higher bound (the simulated bluetoothd) serves the fifth.
+            await server.limitCallsInFlight(perCaller: Bus.defaultCallsInFlightPerCaller + 1)
+            let more = (0...Bus.defaultCallsInFlightPerCaller).map { _ in
+                Task { () async throws(DBusError) -> [DBusValue] in
+                    try await caller.call(destination: name, path: "/org/example", interface: "org.example.Slow", method: "Wait", [.uint32(1)])
+                }
+            }
+            for wait in more { _ = try await wait.value }
         }
     }
 }

@@ -26,7 +26,7 @@ import Musl
 ///
 /// Callers are bounded: dbus-daemon's policy lets only root and the operator
 /// group call `Reconnect`, the bus serves each caller at most
-/// `Bus.callsInFlightPerCaller` calls at once, and `Reconnect` acts at most
+/// `Bus.defaultCallsInFlightPerCaller` calls at once, and `Reconnect` acts at most
 /// `ReconnectRateLimit.burst` times in any `ReconnectRateLimit.window`
 /// (whoever asks): past that it fails with
 /// `io.tether.Tether1.Error.RateLimited` at once.

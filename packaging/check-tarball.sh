@@ -4,7 +4,8 @@
 #
 #   packaging/check-tarball.sh DIR
 #
-# In DIR/src, from scratch: `make deb` (a release build, under the build lock)
+# In DIR/src, from scratch: `make deb` (a release build of the packaged
+# product alone, RELEASE_PRODUCTS="--product tether", under the build lock)
 # and `make install` into DIR/root. The package's Version, `tether --version`
 # of the binary in it and of the one installed must all be the version this
 # checkout gives (packaging/version.sh, from git; the tarball's comes from
@@ -40,7 +41,7 @@ from_archive=$("$src/packaging/version.sh")
 echo "check-tarball: $src from git archive HEAD, version $from_archive"
 
 start=$(date +%s)
-if ! flock /tmp/tether-build.lock make -C "$src" --no-print-directory deb DEB_DIR="$dir/deb" > "$dir/deb.log" 2>&1; then
+if ! flock /tmp/tether-build.lock make -C "$src" --no-print-directory deb DEB_DIR="$dir/deb" RELEASE_PRODUCTS="--product tether" > "$dir/deb.log" 2>&1; then
     tail -n 40 "$dir/deb.log" >&2
     fail "make deb in the tarball's tree (log: $dir/deb.log)"
 fi
@@ -61,7 +62,7 @@ fi
 echo "check-tarball: lintian: no error, no warning"
 
 # make install from the same tree: the release binary is built already.
-if ! flock /tmp/tether-build.lock make -C "$src" --no-print-directory install DESTDIR="$dir/root" PREFIX=/usr > "$dir/install.log" 2>&1; then
+if ! flock /tmp/tether-build.lock make -C "$src" --no-print-directory install DESTDIR="$dir/root" PREFIX=/usr RELEASE_PRODUCTS="--product tether" > "$dir/install.log" 2>&1; then
     tail -n 40 "$dir/install.log" >&2
     fail "make install in the tarball's tree (log: $dir/install.log)"
 fi

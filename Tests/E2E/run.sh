@@ -163,17 +163,26 @@ try:
 except (OSError, ValueError):
     print(f"{name}: FAIL the guest left no results (qemu exit {qemu_status}); see {out}/console.log")
     sys.exit(2)
-for result in report["results"]:
+results = report["results"]
+for result in results:
     figures = " ".join(f"{k}={v}" for k, v in result["figures"].items())
     line = f"{'PASS' if result['passed'] else 'FAIL'} {result['name']:<28} {result['seconds']:>6.1f}s  {figures}"
     print(line + (f"  -- {result['detail']}" if result["detail"] else ""))
-passed = all(r["passed"] for r in report["results"])
+# The checks the guest meant to run ("planned"): a guest that died, or a
+# harness that raised, between two of them leaves results that all passed
+# but are not all. After a failure that ended the run they are only listed.
+ran = {r["name"] for r in results}
+missing = [n for n in report.get("planned", []) if n not in ran]
+ended_early = any(not r["passed"] for r in results)
+for n in missing:
+    print(f"{'NOT RUN' if ended_early else 'FAIL'} {n:<28} did not run (see {out}/console.log)")
+passed = all(r["passed"] for r in results) and not missing
 setup = report.get("setup") or {}
 for fault in setup.get("faults", []):
     print(f"{name}: set-up retried: {fault}")
-print(f"{name}: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in report['results'])}/{len(report['results'])} "
+print(f"{name}: {'PASS' if passed else 'FAIL'}: {sum(r['passed'] for r in results)}/{len(results) + len(missing)} "
       f"checks; guest {report['guest_seconds']} s, boot wall time {wall} s")
-failed = [r for r in report["results"] if not r["passed"]]
+failed = [r for r in results if not r["passed"]]
 for result in failed:
     if result.get("setup_failure"):
         print(f"{name}: SET-UP FAILURE in {result['name']}: the test stack did not come up; Tether was not tested there")

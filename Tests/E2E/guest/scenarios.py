@@ -2642,12 +2642,24 @@ OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
 USB_FRAME = {"usb-stack-up", "usb-faults"}
 
 
+def wanted(name, only):
+    """Whether this run takes scenario `name`: first-connect always (the
+    others build on its link); probes (OPT_IN) only when named in e2e.only;
+    the USB pass's frame whenever a usb-* scenario is named."""
+    if name == "first-connect":
+        return True
+    if name in USB_FRAME and any(n.startswith("usb-") for n in only):
+        return True
+    return name in only if only else name not in OPT_IN
+
+
 def main():
     OUT.mkdir(parents=True, exist_ok=True)
     booted = float(Path("/proc/uptime").read_text().split()[0])
     results = []
     stack = Stack()
     only = set(filter(None, PARAMS.get("only", "").split(",")))
+    planned = ["stack-up"] + [name for name, _ in SCENARIOS if wanted(name, only)]
     try:
         try:
             stack.up()
@@ -2660,11 +2672,7 @@ def main():
                             "detail": f"set-up failure, not Tether's: {type(error).__name__}: {error}"})
         else:
             for name, scenario in SCENARIOS:
-                # Probes (OPT_IN) run only when named in e2e.only.
-                wanted = name in only if only else name not in OPT_IN
-                if name in USB_FRAME and any(n.startswith("usb-") for n in only):
-                    wanted = True
-                if name != "first-connect" and not wanted:
+                if not wanted(name, only):
                     continue
                 say(f"scenario {name}")
                 started = time.monotonic()
@@ -2690,6 +2698,7 @@ def main():
         except (OSError, subprocess.TimeoutExpired):
             pass
         (OUT / "results.json").write_text(json.dumps({"guest_seconds": round(time.monotonic(), 1),
+                                                      "planned": planned,
                                                       "setup": {"tries": stack.setup_tries,
                                                                 "faults": stack.setup_faults},
                                                       "results": results}, indent=1))

@@ -60,6 +60,16 @@ public struct BlueZError: Error, Sendable, Equatable, CustomStringConvertible {
             || (name == BlueZ.ErrorName.failed && message == BlueZ.FailedMessage.abortByLocal)
     }
 
+    /// Nobody answered a connect: the kernel gave up on a peer that never
+    /// answered (`le-connection-abort-by-local` once its LE connection
+    /// timeout passed, `le-connection-timeout`). What a dongle that is away
+    /// gives; also a stale object or a wedged controller, which only other
+    /// evidence tells apart.
+    public var peerDidNotAnswer: Bool {
+        name == BlueZ.ErrorName.failed
+            && (message == BlueZ.FailedMessage.abortByLocal || message == BlueZ.FailedMessage.connectionTimeout)
+    }
+
     /// Classifies by name and, for `org.bluez.Error.Failed`, by message.
     public static func classify(name: String, message: String) -> Disposition {
         switch name {

@@ -21,6 +21,8 @@ extension LinkFailure {
         #endif
         case .fatal: .fatal
         }
-        self.init(kind, error.description, staleDevice: error.pointsAtStaleDevice, deviceGone: error.isUnknownObject)
+        self.init(
+            kind, error.description, staleDevice: error.pointsAtStaleDevice, deviceGone: error.isUnknownObject,
+            noAnswer: error.peerDidNotAnswer)
     }
 }

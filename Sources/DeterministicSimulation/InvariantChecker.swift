@@ -146,7 +146,7 @@ struct InvariantChecker {
                     "attempt \(attempt) comes \((now - windowFirstAttemptAt).simulationStamp) after the window's first (window \(policy.window.roundedText))"
                 )
             }
-        case .report(.connected), .report(.windowExhausted):
+        case .report(.connected), .report(.windowExhausted), .report(.dongleAway):
             lastAttempt = 0
         default:
             break

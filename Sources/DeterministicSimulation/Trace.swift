@@ -53,6 +53,7 @@ enum TraceItem {
                 + "device=\(bit(o.devicePresent)) connected=\(bit(o.connected)) resolved=\(bit(o.servicesResolved)) "
                 + "gatt=\(bit(o.characteristicsReady))"
         case .advertising: "advertising"
+        case .othersAdvertising: "othersAdvertising"
         case .connectFinished(let id, let result): "connectFinished #\(id) \(describe(result))"
         case .subscribeFinished(let id, let result): "subscribeFinished #\(id) \(describe(result))"
         case .pairFinished(let id, let result): "pairFinished #\(id) \(describe(result))"

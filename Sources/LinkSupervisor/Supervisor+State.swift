@@ -44,6 +44,11 @@ extension Supervisor {
         /// The window is exhausted: discovering, connecting when the dongle
         /// advertises after a silence, one blind attempt at `blindAttemptAt`.
         case coolingDown(Cooldown)
+        /// The dongle is away and the controller works: discovering,
+        /// connecting as soon as the dongle advertises; controller checks at
+        /// the search's pace (an unanswered one escalates). Or, before that
+        /// is known, listening for the evidence (`Away.Phase`).
+        case away(Away)
 
         var name: SupervisorState {
             switch self {
@@ -59,6 +64,8 @@ extension Supervisor {
             case .backingOff, .awaitingDisconnect: .backingOff
             case .escalating: .escalating
             case .coolingDown: .coolingDown
+            // Listening is not yet a verdict: to an operator, waiting.
+            case .away(let away): away.confirmed ? .away : .backingOff
             }
         }
 
@@ -69,7 +76,7 @@ extension Supervisor {
                 setup.window
             case .waitingForData(_, let window, _), .backingOff(let window, _): window
             case .awaitingDisconnect(let wait): wait.window
-            case .waitingForBluez, .waitingForAdapter, .searching, .online, .escalating, .coolingDown: nil
+            case .waitingForBluez, .waitingForAdapter, .searching, .online, .escalating, .coolingDown, .away: nil
             }
         }
 
@@ -82,12 +89,22 @@ extension Supervisor {
             }
         }
 
-        /// Discovery, while searching or cooling down.
+        /// Discovery, while searching, cooling down or away.
         var discovery: Discovery? {
             switch self {
             case .searching(let discovery): discovery
             case .coolingDown(let cooldown): cooldown.discovery
+            case .away(let away): away.discovery
             default: nil
+            }
+        }
+
+        /// Listening for the dongle with the controller checked at the
+        /// search's pace (`searchCheck`): searching, or away.
+        var waitsForAdvertisement: Bool {
+            switch self {
+            case .searching, .away: true
+            default: false
             }
         }
 
@@ -112,12 +129,22 @@ extension Supervisor {
         /// Failed attempts whose error pointed at a stale device object.
         var staleFailures = 0
         var lastStaleError: String?
+        /// Failed attempts that nobody answered (`LinkFailure.noAnswer`).
+        var unanswered = 0
+        /// Opened because the dongle was seen advertising: it is there, so
+        /// connects that find nobody are a fault (a stale object, the radio),
+        /// not its absence.
+        var fromAdvertisement = false
 
-        init(start: Duration, attempts: Int = 0, blind: Bool = false, controllerChecked: Bool = false) {
+        init(
+            start: Duration, attempts: Int = 0, blind: Bool = false, controllerChecked: Bool = false,
+            fromAdvertisement: Bool = false
+        ) {
             self.start = start
             self.attempts = attempts
             self.blind = blind
             self.controllerChecked = controllerChecked
+            self.fromAdvertisement = fromAdvertisement
         }
     }
 
@@ -168,6 +195,26 @@ extension Supervisor {
         var listeningSince: Duration
         var lastAdvertisement: Duration?
         var blindAttemptAt: Duration
+    }
+
+    struct Away: Sendable {
+        enum Phase: Sendable {
+            /// The connects of `window` found nobody, and nothing shows yet
+            /// whether the controller works: discovering and asking it, for
+            /// `Settings.awayListen`. Nothing heard by then makes the window
+            /// a fault after all (what a wedged controller gives).
+            case listening(Window)
+            /// Away: `evidence` shows that the controller works.
+            case confirmed(evidence: String)
+        }
+
+        var phase: Phase
+        var discovery: Discovery
+        /// Since when it is away: when it was last seen (the link up, or an
+        /// advertisement), else when Tether found it away.
+        var since: Duration
+
+        var confirmed: Bool { if case .confirmed = phase { true } else { false } }
     }
 
     struct Escalation: Sendable {
@@ -245,6 +292,14 @@ extension Supervisor {
         /// resolved, on a bonded device: the D-Bus-only sign of a refused
         /// bond where the kernel's reason cannot be heard.
         var dropsBeforeResolve = 0
+        /// When the dongle was last seen: a link of it went down, or it
+        /// advertised. Nil: not since Tether started.
+        var lastSeen: Duration?
+        /// The evidence that the controller works, for telling an absent
+        /// dongle from a fault: when it last answered a controller check,
+        /// and when another device was last heard advertising.
+        var controllerAnsweredAt: Duration?
+        var othersHeardAt: Duration?
     }
 
     enum BondLoss: Sendable, Equatable {

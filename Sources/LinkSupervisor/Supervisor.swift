@@ -24,8 +24,13 @@
 ///   Tether's request, or answered `UnknownObject`) while the observation
 ///   still lists it: that is searching;
 /// - a retry window never exceeds `windowAttempts` attempts nor `window` time,
-///   and an exhausted window always leads to cooling down or an escalation,
-///   never to silence;
+///   and an exhausted window always leads to cooling down, an escalation or
+///   away (discovering, with controller checks at the search's pace), never
+///   to silence;
+/// - away is entered only from a window whose every attempt found nobody,
+///   not opened by an advertisement of the dongle, beside evidence that the
+///   controller works (it answered a check, or others were heard, since the
+///   window began); it escalates only on evidence against the controller;
 /// - while the adapter is unusable, recovery steps run in rounds at least
 ///   `adapterRecoveryDelay` apart (doubling to its cap) after the first,
 ///   never while rfkill's hard block lasts;
@@ -124,6 +129,11 @@ public struct Supervisor: Sendable {
         /// device, taken for a refused bond when the kernel's reason is not
         /// heard.
         public var dropsBeforeResolveForBondLoss = 2
+        /// After a window whose connects found nobody, with no evidence yet
+        /// that the controller works: how long to listen for some (another
+        /// device's advertisement, an answered controller check) before
+        /// taking the window for a fault after all.
+        public var awayListen: Duration = .seconds(10)
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -153,6 +163,8 @@ public struct Supervisor: Sendable {
         /// The dongle refuses its bond and Tether does not (or no longer)
         /// pair again: what an operator must do. Nil once online.
         public var bondProblem: String?
+        /// While away: since when (the supervisor's clock).
+        public var awaySince: Duration?
 
         public init() {}
     }
@@ -177,6 +189,11 @@ public struct Supervisor: Sendable {
     }
 
     public var state: SupervisorState { current.name }
+    /// A `.checkController` is out and not answered (for tests).
+    var pendingControllerCheck: Bool { outstanding.controllerCheck }
+    /// Listening for evidence that the controller works after a window that
+    /// found nobody (for tests: it shows as `backingOff`).
+    var listeningForEvidence: Bool { if case .away(let away) = current { !away.confirmed } else { false } }
 
     /// What `tether status` and the control API show, derived from the state.
     public var status: Status {
@@ -187,6 +204,7 @@ public struct Supervisor: Sendable {
         case .backingOff(_, let at): status.nextAttemptAt = at
         case .coolingDown(let cooldown): status.nextAttemptAt = cooldown.blindAttemptAt
         case .online(_, let since): status.connectedSince = since
+        case .away(let away) where away.confirmed: status.awaySince = away.since
         default: break
         }
         status.lastError = lastError
@@ -207,6 +225,9 @@ public struct Supervisor: Sendable {
         switch event {
         case .observed(let new): observe(new)
         case .advertising: dongleAdvertising()
+        case .othersAdvertising:
+            history.othersHeardAt = now
+            evidenceArrived("other devices are heard advertising")
         case .connectFinished(let id, let result): connectFinished(id, result)
         case .subscribeFinished(let id, let result): subscribeFinished(id, result)
         case .pairFinished(let id, let result): pairFinished(id, result)
@@ -293,6 +314,9 @@ public struct Supervisor: Sendable {
                 stopDiscoveryIfRunning()
                 attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd")
             }
+        case .away(let away):
+            // Its object made anew by discovery: it advertised.
+            if deviceKnown, !old.devicePresent { back(from: away) }
         case .connecting(var setup, let connect):
             // The Connect reply decides.
             if new.connected && !setup.connectedSeen {
@@ -323,6 +347,11 @@ public struct Supervisor: Sendable {
     }
 
     private mutating func dongleAdvertising() {
+        history.lastSeen = now
+        if case .away(let away) = current {
+            guard deviceKnown else { return }
+            return back(from: away)
+        }
         if case .searching = current, history.deviceObjectGone, observation.devicePresent {
             // An advertisement on the dongle's object after bluetoothd said
             // it was gone: it has the dongle again.
@@ -340,7 +369,17 @@ public struct Supervisor: Sendable {
         guard deviceKnown, now - silentSince >= settings.advertisingSilence else { return }
         cancelTimer(.retry)
         stopDiscoveryIfRunning()
-        attempt(window: Window(start: now), cause: "the dongle is advertising")
+        attempt(window: Window(start: now, fromAdvertisement: true), cause: "the dongle is advertising")
+    }
+
+    /// The dongle that was away advertises: connect at once. Its window is
+    /// one opened by an advertisement, so connects that fail now are a
+    /// fault, not another absence.
+    private mutating func back(from away: Away) {
+        history.searchChecks = 0
+        stopDiscoveryIfRunning()
+        if away.confirmed { actions.append(.report(.dongleBack(awayFor: now - away.since))) }
+        attempt(window: Window(start: now, fromAdvertisement: true), cause: "the dongle advertises again after \((now - away.since).roundedText) away")
     }
 
     // MARK: Attempts
@@ -445,6 +484,7 @@ public struct Supervisor: Sendable {
             window.staleFailures += 1
             window.lastStaleError = failure.description
         }
+        if failure.noAnswer { window.unanswered += 1 }
         actions.append(.report(.attemptFailed(attempt: window.attempts, error: failure.description)))
         if cancel { actions.append(.disconnect) }
         if failure.deviceGone {
@@ -838,6 +878,16 @@ public struct Supervisor: Sendable {
     // MARK: Escalation and cooldown
 
     private mutating func exhaustWindow(_ window: Window) {
+        if foundNobody(window) {
+            if let evidence = controllerEvidence(since: window.start) { return confirmAway(evidence: evidence) }
+            return listenForEvidence(after: window)
+        }
+        windowFailed(window)
+    }
+
+    /// An exhausted window that is a fault: the stale object removed if it
+    /// looks so, then the escalation steps or cooling down.
+    private mutating func windowFailed(_ window: Window) {
         actions.append(.report(.windowExhausted(attempts: window.attempts)))
         if shouldRemoveStaleDevice(window) {
             history.removedStaleDevice = true
@@ -850,6 +900,72 @@ public struct Supervisor: Sendable {
         }
         if settings.escalation.isEmpty { return enterCooldown(cause: "retry window exhausted") }
         escalate(settings.escalation, reconnectRequested: false)
+    }
+
+    /// Whether `window` looks like an absent dongle: every attempt found
+    /// nobody (`LinkFailure.noAnswer`), and it was neither opened by the
+    /// dongle's own advertisement (then it is there, and connects fail) nor
+    /// a blind one, with no bond trouble. A wedged controller or a stale
+    /// object gives such windows too: only evidence about the controller
+    /// (`controllerEvidence`) makes it away.
+    private func foundNobody(_ window: Window) -> Bool {
+        !window.blind && !window.fromAdvertisement && window.attempts > 0 && window.unanswered == window.attempts
+            && history.bondLoss == .none
+    }
+
+    /// What shows that the controller works, seen since `start`: it
+    /// answered a controller check, or another device was heard advertising.
+    private func controllerEvidence(since start: Duration) -> String? {
+        if let at = history.controllerAnsweredAt, at >= start { return "the controller answers" }
+        if let at = history.othersHeardAt, at >= start { return "other devices are heard advertising" }
+        return nil
+    }
+
+    /// Connects found nobody and nothing shows yet whether the controller
+    /// works: discovery (which hears other advertisers, and the dongle if it
+    /// is back) and a controller check, for `awayListen`.
+    private mutating func listenForEvidence(after window: Window) {
+        if !current.discovering { actions.append(.startDiscovery) }
+        requestControllerCheck()
+        cancelTimer(.searchCheck)
+        startTimer(.searchCheck, after: settings.awayListen)
+        enter(
+            .away(Away(phase: .listening(window), discovery: Discovery(running: true), since: history.lastSeen ?? now)),
+            "\(window.attempts) attempts found nobody; listening \(settings.awayListen.roundedText) for whether the controller hears anyone")
+    }
+
+    /// Evidence that the controller works, while listening for it: away.
+    private mutating func evidenceArrived(_ evidence: String) {
+        guard case .away(let away) = current, !away.confirmed else { return }
+        confirmAway(evidence: evidence)
+    }
+
+    /// Listening heard nobody and the controller did not say it works: the
+    /// window is a fault after all.
+    private mutating func listenedInVain(_ window: Window) {
+        stopDiscoveryIfRunning()
+        windowFailed(window)
+    }
+
+    /// The dongle is away: said once, then discovering until it advertises,
+    /// the controller checked at the search's pace. No escalation, no
+    /// removal of its object, no blind attempts: discovery sees it return.
+    private mutating func confirmAway(evidence: String) {
+        var discovery = Discovery(running: true)
+        var since = history.lastSeen ?? now
+        if case .away(let listening) = current {
+            discovery = listening.discovery
+            since = listening.since
+        } else if !current.discovering {
+            actions.append(.startDiscovery)
+        }
+        actions.append(.report(.dongleAway(lastSeen: history.lastSeen, evidence: evidence)))
+        history.searchChecks = 0
+        cancelTimer(.searchCheck)
+        startTimer(.searchCheck, after: searchCheckDelay)
+        enter(
+            .away(Away(phase: .confirmed(evidence: evidence), discovery: discovery, since: since)),
+            "the dongle is away (\(evidence)); connecting when it advertises")
     }
 
     /// Runs the first of `steps`; with none left, one attempt to see whether
@@ -899,6 +1015,10 @@ public struct Supervisor: Sendable {
     private mutating func controllerChecked(_ check: ControllerCheck) {
         guard outstanding.controllerCheck else { return }
         outstanding.controllerCheck = false
+        if check == .responsive {
+            history.controllerAnsweredAt = now
+            evidenceArrived("the controller answers")
+        }
         guard case .unresponsive(let detail) = check else { return }
         actions.append(.report(.controllerUnresponsive(detail)))
         let steps = settings.escalation.filter { $0 != .powerCycle }
@@ -918,7 +1038,7 @@ public struct Supervisor: Sendable {
             guard !steps.isEmpty else { return }
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
-        case .searching:
+        case .searching, .away:
             // Discovery through a controller that does not answer hears
             // nothing. The steps run at the pace of the search checks (the
             // escalation ends in a search, whose first check waits longer).
@@ -1124,8 +1244,9 @@ public struct Supervisor: Sendable {
     /// controller check tells a dongle that sleeps (nothing to do but listen)
     /// from a controller that hears nothing.
     private mutating func searchCheckFired() {
-        guard case .searching = current else { return }
-        if history.deviceObjectGone {
+        if case .away(let away) = current, case .listening(let window) = away.phase { return listenedInVain(window) }
+        guard current.waitsForAdvertisement else { return }
+        if case .searching = current, history.deviceObjectGone {
             // bluetoothd never said the object went, yet it still lists it:
             // not the gone one any more (taken back before its removal was
             // seen), so it is tried.
@@ -1172,7 +1293,9 @@ public struct Supervisor: Sendable {
                 let neverTried = policy.connectTimeout >= Self.kernelLEConnectionTimeout
                 attemptFailed(
                     setup.window,
-                    LinkFailure(.needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried),
+                    LinkFailure(
+                        .needsCancel, "no connection within \(policy.connectTimeout.roundedText)", staleDevice: neverTried,
+                        noAnswer: true),
                     cancel: true
                 )
             case .pairing(let setup, _):
@@ -1251,7 +1374,7 @@ public struct Supervisor: Sendable {
             current = .escalating(escalation)
         case .awaitingDisconnect:
             break  // already reconnecting
-        case .backingOff, .coolingDown, .searching:
+        case .backingOff, .coolingDown, .searching, .away:
             history.shortSessions = 0
             cancelTimer(.retry)
             stopDiscoveryIfRunning()
@@ -1309,6 +1432,9 @@ public struct Supervisor: Sendable {
         case .coolingDown(var cooldown):
             cooldown.discovery = discovery
             current = .coolingDown(cooldown)
+        case .away(var away):
+            away.discovery = discovery
+            current = .away(away)
         default: break
         }
     }
@@ -1316,7 +1442,7 @@ public struct Supervisor: Sendable {
     /// After StartDiscovery failed, while searching or cooling down.
     private mutating func startDiscoveryIfStopped() {
         switch current {
-        case .searching, .coolingDown:
+        case .searching, .coolingDown, .away:
             guard !current.discovering else { return }
             setDiscovery(running: true)
             actions.append(.startDiscovery)
@@ -1333,8 +1459,10 @@ public struct Supervisor: Sendable {
 
     private mutating func enter(_ next: State, _ cause: String) {
         let previous = current.name
-        // The search's own timer goes with it.
-        if previous == .searching, next.name != .searching { cancelTimer(.searchCheck) }
+        // The search's own timer goes with it (away shares it).
+        if current.waitsForAdvertisement, !next.waitsForAdvertisement { cancelTimer(.searchCheck) }
+        // A link that was up is the last time the dongle was seen.
+        if previous == .online || previous == .waitingForData, next.name != previous { history.lastSeen = now }
         current = next
         actions.append(.transition(from: previous, to: next.name, cause: cause))
     }

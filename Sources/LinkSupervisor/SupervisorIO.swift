@@ -18,6 +18,13 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// The error points at a stale device object in bluetoothd (see
     /// `BlueZError.pointsAtStaleDevice`).
     public var staleDevice: Bool
+    /// Nobody answered the connect: the kernel gave up on a peer that never
+    /// answered (`le-connection-abort-by-local`, `le-connection-timeout`),
+    /// or Tether's own deadline passed first. What a dongle that is away
+    /// gives, and also a stale object or a wedged controller: a window of
+    /// these counts as "away" only beside evidence that the controller works
+    /// (`Supervisor.awayEvidence`).
+    public var noAnswer: Bool
     /// bluetoothd has no such object any more (`UnknownObject`): the dongle
     /// is unknown until discovery finds it again, whatever the last
     /// observation says (bluetoothd sends `InterfacesRemoved` after the
@@ -30,10 +37,11 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
 
     public init(
         _ kind: Kind, _ description: String, staleDevice: Bool = false, deviceGone: Bool = false,
-        unauthenticatedBond: Bool = false
+        unauthenticatedBond: Bool = false, noAnswer: Bool = false
     ) {
         self.kind = kind
         self.description = description
+        self.noAnswer = noAnswer
         self.staleDevice = staleDevice
         self.deviceGone = deviceGone
         self.unauthenticatedBond = unauthenticatedBond
@@ -102,6 +110,9 @@ public enum SupervisorEvent: Sendable {
     case observed(LinkObservation)
     /// The dongle was seen advertising (an RSSI update while discovering).
     case advertising
+    /// Some other device was seen advertising: the controller hears the air.
+    /// The adapter layer sends it at most every few seconds.
+    case othersAdvertising
     case connectFinished(attempt: Int, Result<Void, LinkFailure>)
     case subscribeFinished(attempt: Int, Result<Void, LinkFailure>)
     /// Device1.Pair (and Trusted) returned.
@@ -204,6 +215,13 @@ public enum SupervisorReport: Sendable, Equatable {
     case controllerUnresponsive(String)
     /// Device1.Pair succeeded: the dongle is bonded (and trusted).
     case paired
+    /// The dongle is away: a retry window found nobody while the controller
+    /// works (`evidence` says how that shows). `lastSeen`: when the link
+    /// was last up or the dongle last advertised, on the supervisor's clock
+    /// (nil: not since Tether started).
+    case dongleAway(lastSeen: Duration?, evidence: String)
+    /// The dongle advertises again after being away for `awayFor`.
+    case dongleBack(awayFor: Duration)
     /// `unauthenticated`: Device1.Pair succeeded without the passkey (Just
     /// Works): the bond is removed and the link not used.
     case pairingFailed(error: String, unauthenticated: Bool = false)
@@ -235,6 +253,8 @@ public enum SupervisorReport: Sendable, Equatable {
         case .adapterNotRecovered: "adapter-not-recovered"
         case .controllerUnresponsive: "controller-unresponsive"
         case .paired: "paired"
+        case .dongleAway: "away"
+        case .dongleBack: "back"
         case .pairingFailed: "pairing-failed"
         case .bondLost: "bond-lost"
         }
@@ -285,7 +305,7 @@ extension Supervisor {
     /// DST's `status-told` checks the promise on every step.
     public static func leavesStatusAsItWas(_ event: SupervisorEvent, deciding actions: [SupervisorAction]) -> Bool {
         switch event {
-        case .timerFired(.keepalive), .timerFired(.pollDeadline), .pollFinished, .dataReceived: break
+        case .timerFired(.keepalive), .timerFired(.pollDeadline), .pollFinished, .dataReceived, .othersAdvertising: break
         default: return false
         }
         return actions.allSatisfy { action in

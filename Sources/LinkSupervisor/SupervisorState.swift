@@ -31,4 +31,8 @@ public enum SupervisorState: String, Sendable, CaseIterable {
     /// The window is exhausted: discovering, connecting as soon as the dongle
     /// advertises, with a blind attempt every `cooldown`.
     case coolingDown = "cooling-down"
+    /// The dongle is away (a parked vehicle): connects found nobody while the
+    /// controller demonstrably works. Discovering, connecting as soon as the
+    /// dongle advertises; no escalation, no blind attempts.
+    case away
 }

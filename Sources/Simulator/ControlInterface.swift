@@ -115,6 +115,10 @@ enum ControlInterface {
                     await simulator.hang(for: .milliseconds(try call.argument(0).int64 ?? 0))
                     return []
                 },
+                "SetOtherAdvertisers": .init(in: "u") { call in
+                    await simulator.setOtherAdvertisers(Int(try call.argument(0).int64 ?? 0))
+                    return []
+                },
                 "ForgetKeys": .init { _ in
                     await simulator.forgetKeys()
                     return []

@@ -180,11 +180,12 @@ extension Simulator {
     private func scan() async {
         while await Self.sleepUnlessCancelled(options.advertisingInterval) {
             guard discovering, let bus = bluez else { return }
-            guard dongle.state == .advertising else { continue }
             // A wedged controller passes no advertising report up, and
             // bluetoothd says nothing of it: no error, `Discovering` as it
             // was (bluetoothd 5.66 in `make e2e`'s usb-search-lockup).
             guard lockup == nil else { continue }
+            await reportOtherAdvertisers(on: bus)
+            guard dongle.state == .advertising else { continue }
             let rssi = dongle.nextRSSI()
             guard discoveryClients.contains(where: { client in
                 (discoveryFilters[client] ?? DiscoveryFilter()).accepts(

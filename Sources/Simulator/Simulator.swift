@@ -99,6 +99,14 @@ public actor Simulator {
     var deviceKnown: Bool
     var deviceExported = false
     var rssiPublished = false
+    /// The other advertisers discovery has made objects for, on which
+    /// connection (a new bluetoothd starts with none), and the next to report.
+    var othersExported: Set<Int> = []
+    var othersExportedOn: ObjectIdentifier?
+    var othersCursor = 0
+    /// Other advertisers now on the air (`SimulatorOptions.otherAdvertisers`,
+    /// changed by the `SetOtherAdvertisers` knob).
+    var otherAdvertisers = 0
     /// Identifies the current link; delayed work checks it to see whether the
     /// link it belongs to is still up.
     var linkID = 0
@@ -187,6 +195,7 @@ public actor Simulator {
             throw SimulatorError.invalidPasskey(passkey)
         }
         self.options = options
+        otherAdvertisers = max(0, options.otherAdvertisers)
         self.busAddress = busAddress
         devicePath = try DeviceObject.path(adapter: AdapterObject.path, address: options.address)
         adapterAddress = options.adapterAddress.uppercased()

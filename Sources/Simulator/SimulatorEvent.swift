@@ -136,6 +136,8 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         /// (LTK Request Negative Reply: Encryption Change 0x06 PIN or Key
         /// Missing); the kernel drops the link for authentication failure.
         case bondRejected = "bond-rejected"
+        /// How many other devices advertise on the air now (`reason`: the count).
+        case otherAdvertisers = "other-advertisers"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

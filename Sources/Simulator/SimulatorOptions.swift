@@ -24,6 +24,11 @@ public struct SimulatorOptions: Sendable {
     public var disconnectDelay: Duration = .milliseconds(100)
     /// How often discovery sees an advertisement (an RSSI update).
     public var advertisingInterval: Duration = .milliseconds(100)
+    /// Other devices advertising on the same air (a busy street, other
+    /// vehicles): discovery reports each with an RSSI update about once per
+    /// `otherAdvertisingInterval`. 0: a quiet place.
+    public var otherAdvertisers = 0
+    public var otherAdvertisingInterval: Duration = .seconds(1)
     /// Whether bluetoothd knows the device from an earlier connection, so its
     /// Device1 object exists from the start; if false it appears only when
     /// discovery sees it advertising.

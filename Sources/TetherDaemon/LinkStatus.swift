@@ -51,6 +51,9 @@ public struct LinkStatus: Sendable, Equatable {
     /// The dongle refuses its bond and Tether does not (or no longer) pair
     /// again: what an operator must do.
     public var bondProblem: String?
+    /// While the dongle is away (state `away`): when it was last seen (the
+    /// link up, or an advertisement), else when Tether found it away.
+    public var awaySince: Date?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
@@ -58,9 +61,10 @@ public struct LinkStatus: Sendable, Equatable {
         readingsError: String? = nil, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
-        bondProblem: String? = nil, bluezProblem: String? = nil
+        bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil
     ) {
         self.bondProblem = bondProblem
+        self.awaySince = awaySince
         self.bluezProblem = bluezProblem
         self.silenceLimit = silenceLimit
         self.silenceEvents = silenceEvents
@@ -105,6 +109,10 @@ public struct LinkStatus: Sendable, Equatable {
             } else if let lastError {
                 text += ", last error: \(lastError)"
             }
+        case .away:
+            if let awaySince {
+                text += ", not seen since \(Self.clockTime(awaySince)) (\(Self.age(now.timeIntervalSince(awaySince))) ago)"
+            }
         case .connecting where windowAttempt > 0:
             text += ", attempt \(windowAttempt)"
         case .waitingForAdapter:
@@ -120,6 +128,15 @@ public struct LinkStatus: Sendable, Equatable {
             text += "; readings NOT STORED (\(readingsPending) waiting in memory): \(readingsError)"
         }
         return text
+    }
+
+    /// The local time of day of `date`, HH:MM:SS, as the journal shows it.
+    public static func clockTime(_ date: Date) -> String {
+        var seconds = time_t(date.timeIntervalSince1970.rounded(.down))
+        var parts = tm()
+        guard localtime_r(&seconds, &parts) != nil else { return "?" }
+        func two(_ n: Int32) -> String { n < 10 ? "0\(n)" : "\(n)" }
+        return "\(two(parts.tm_hour)):\(two(parts.tm_min)):\(two(parts.tm_sec))"
     }
 
     /// How long ago (or for how long), as `tether status` and `STATUS=` say
@@ -146,6 +163,7 @@ public struct LinkStatus: Sendable, Equatable {
             "AdapterProblem": .string(adapterProblem ?? ""),
             "BluezProblem": .string(bluezProblem ?? ""),
             "BondProblem": .string(bondProblem ?? ""),
+            "AwaySince": .uint64(Self.microseconds(awaySince)),
         ]
     }
 
@@ -199,6 +217,8 @@ public struct LinkStatus: Sendable, Equatable {
         adapterProblem = try text("AdapterProblem")
         bluezProblem = try text("BluezProblem")
         bondProblem = try text("BondProblem")
+        // Added after the first release: a daemon without it is never away.
+        awaySince = properties["AwaySince"] == nil ? nil : try instant("AwaySince")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {

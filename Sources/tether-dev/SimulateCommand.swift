@@ -93,6 +93,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "BlueZ's ATT request timeout, for requests a hung dongle never answers (real bluetoothd: 30s).")
     var attTimeout = DurationArgument(.seconds(30))
 
+    @Option(help: "Other devices advertising on the same air (a busy street), each reported by discovery about once a second (0: a quiet place; the SetOtherAdvertisers knob changes it).")
+    var otherAdvertisers = 0
+
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
 
@@ -159,6 +162,10 @@ struct SimulateCommand: AsyncParsableCommand {
         options.resolveDelay = resolveDelay.duration
         options.disconnectDelay = disconnectDelay.duration
         options.noAnswerTimeout = noAnswerTimeout.duration
+        guard otherAdvertisers >= 0, otherAdvertisers <= 0xFFFF else {
+            throw ValidationError("--other-advertisers must be 0 to 65535, not \(otherAdvertisers)")
+        }
+        options.otherAdvertisers = otherAdvertisers
         options.attTimeout = attTimeout.duration
         options.disconnectedSignal = disconnectedSignal
         options.known = !unknown

@@ -184,6 +184,9 @@ struct StatusReport {
         if let problem = s.bluezProblem { row("bluetoothd", problem) }
         if let problem = s.adapterProblem { row("adapter", problem) }
         if let problem = s.bondProblem { row("bond", problem) }
+        if let since = s.awaySince {
+            row("away", "not seen since \(LinkStatus.clockTime(since)) (\(LinkStatus.age(now.timeIntervalSince(since))) ago); the controller works, so Tether waits for it to advertise")
+        }
         row("reconnects", "\(s.reconnects)")
         if s.windowAttempt > 0 || s.nextAttemptIn != nil {
             var window = s.windowAttempt > 0 ? "attempt \(s.windowAttempt)" : "no attempt yet"
@@ -266,6 +269,7 @@ struct StatusReport {
                 ("last_disconnect_at", s.lastDisconnectAt.map { quote(Self.iso($0)) } ?? "null"),
                 ("adapter_problem", s.adapterProblem.map(quote) ?? "null"),
                 ("bond_problem", s.bondProblem.map(quote) ?? "null"),
+                ("away_since", s.awaySince.map { quote(Self.iso($0)) } ?? "null"),
                 ("bluez_problem", s.bluezProblem.map(quote) ?? "null"),
             ]
         }

@@ -175,6 +175,60 @@ import Testing
         #expect(status?.state == .online)
     }
 
+    /// The vehicle parks among other advertisers: its window finds nobody,
+    /// the others show the controller works, so it is away (no step, no
+    /// exhausted window), and online at once when it advertises again.
+    @Test func aParkedDongleIsAwayNotAFaultAndBackAtOnce() async throws {
+        var options = SimulatorOptions()
+        options.otherAdvertisers = 5
+        let harness = try await DaemonHarness(simulator: options) {
+            $0.reconnect.window = .seconds(3)
+            $0.reconnect.windowAttempts = 3
+            $0.reconnect.escalate = [.powerCycle]
+        }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        let parked = ContinuousClock.now
+        await harness.simulator.sleep()
+        #expect(await harness.waitForState(.away, within: .seconds(20)))
+        let away = ContinuousClock.now
+        let status = harness.service?.status
+        try await Task.sleep(for: .seconds(5))
+        let linesWhileAway = harness.logLines.all.count
+        await harness.simulator.wake()
+        let woken = ContinuousClock.now
+        #expect(await harness.waitForState(.online, within: .seconds(5)))
+        let online = ContinuousClock.now
+        let lines = harness.logLines.all
+        await harness.stop()
+        print("figure: parked among 5 advertisers (3 s window): away \(Self.seconds(parked, away)) s after the drop, online \(Self.seconds(woken, online)) s after it advertised again; \(linesWhileAway) log lines by then")
+        #expect(!lines.contains { $0.contains("→ escalating") })
+        #expect(!lines.contains { $0.contains("event=window-exhausted") })
+        #expect(lines.filter { $0.contains("event=away") }.count == 1)
+        #expect(lines.contains { $0.contains("event=back") })
+        #expect(status?.awaySince != nil)
+        #expect(woken.duration(to: online) < .seconds(2))
+    }
+
+    /// No advertiser but the dongle, and no controller check (no Bluetooth
+    /// in this kernel): nothing shows the controller works, so the window
+    /// that found nobody is a fault, as a wedged controller's would be.
+    @Test func withoutEvidenceAnAbsenceIsAFaultAsBefore() async throws {
+        let harness = try await DaemonHarness {
+            $0.reconnect.window = .seconds(3)
+            $0.reconnect.windowAttempts = 3
+            $0.reconnect.escalate = [.powerCycle]
+        }
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.online))
+        await harness.simulator.sleep()
+        #expect(await eventually(timeout: .seconds(30)) { harness.logLines.all.contains { $0.contains("event=window-exhausted") } })
+        let lines = harness.logLines.all
+        await harness.stop()
+        #expect(!lines.contains { $0.contains("event=away") })
+        #expect(lines.contains { $0.contains("listening 10s") })
+    }
+
     @Test func theReasonOfEachDropIsLoggedShownAndCounted() async throws {
         var options = SimulatorOptions()
         options.disconnectedSignal = true  // BlueZ ≥ 5.83

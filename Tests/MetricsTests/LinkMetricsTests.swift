@@ -188,6 +188,6 @@ extension LinkMetrics {
     /// changed: the event and its actions, then the status.
     func observe(_ event: SupervisorEvent, actions: [SupervisorAction], status: Supervisor.Status, at now: Duration) {
         observe(event, actions: actions, at: now)
-        observe(status)
+        observe(status, at: now)
     }
 }

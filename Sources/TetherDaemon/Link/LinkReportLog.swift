@@ -44,7 +44,8 @@ struct LinkReportLog: Sendable {
 
     /// - Parameter missing: configured characteristics the connected dongle
     ///   does not export, to explain an attempt that timed out waiting for them.
-    func report(_ report: SupervisorReport, state: SupervisorState, device: String?, missing: [String]?) {
+    /// - Parameter now: the supervisor's clock, to put its times on the wall clock.
+    func report(_ report: SupervisorReport, state: SupervisorState, device: String?, missing: [String]?, at now: Duration = .zero) {
         var metadata: Logger.Metadata = ["event": "\(report.eventName)", "state": "\(state.rawValue)"]
         if let device { metadata["device"] = "\(device)" }
         func with(_ extra: Logger.Metadata) -> Logger.Metadata { metadata.merging(extra) { $1 } }
@@ -119,6 +120,17 @@ struct LinkReportLog: Sendable {
                     "the dongle refuses its bond (\(detail)); not pairing again: \(why ?? "")",
                     metadata: with(["repairing": "false", "error": "\(detail)"]))
             }
+        case .dongleAway(let lastSeen, let evidence):
+            let seen = lastSeen.map { seen -> String in
+                let ago = now - seen
+                let date = Date(timeIntervalSinceNow: -Double(ago.components.seconds))
+                return "not seen since \(LinkStatus.clockTime(date)) (\(ago.roundedText) ago)"
+            } ?? "not seen since Tether started"
+            logger.notice(
+                "away: \(seen); connects find nobody and \(evidence), so this is no fault: no controller step, connecting as soon as it advertises",
+                metadata: with(["evidence": "\(evidence)"] .merging(lastSeen.map { ["away_for": "\(Self.seconds(now - $0))"] } ?? [:]) { $1 }))
+        case .dongleBack(let awayFor):
+            logger.notice("back: the dongle advertises again after \(awayFor.roundedText) away; connecting", metadata: with(["away_for": "\(Self.seconds(awayFor))"]))
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

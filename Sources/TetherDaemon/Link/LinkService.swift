@@ -55,6 +55,8 @@ public final class LinkService: @unchecked Sendable {
         var device: String?
         var supervisor = Supervisor.Status()
         var connectedSince: Date?
+        /// While the dongle is away: when it was last seen, on the wall clock.
+        var awaySince: Date?
         var lastReadingAt: Date?
         var lastDisconnectReason: String?
         var lastDisconnectAt: Date?
@@ -73,6 +75,8 @@ public final class LinkService: @unchecked Sendable {
     private let metrics: LinkMetrics?
     private let shared = Mutex(Shared())
     private let start = MonotonicInstant.now
+    /// When `.othersAdvertising` was last told to the supervisor.
+    private var othersAdvertisingToldAt: Duration?
     private let changeInput: AsyncStream<LinkStatusChange>.Continuation
     private let blockingInput: AsyncStream<BlockingJob>.Continuation
     /// Where the blocking jobs run: the daemon's io thread.
@@ -325,7 +329,8 @@ public final class LinkService: @unchecked Sendable {
                 bluezProblem: s.bluezUnansweredSince.map { _ in
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
                         + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
-                }
+                },
+                awaySince: s.awaySince
             )
         }
     }
@@ -457,6 +462,7 @@ public final class LinkService: @unchecked Sendable {
         // In a crowded place discovery reports many other devices; their
         // RSSI updates cannot change which adapter, dongle or
         // characteristics we use, so they skip the re-resolution.
+        if let advertiser = advertiser(in: event), advertiser != resolution.device?.path { othersAdvertised() }
         if case .propertiesChanged(let path, BlueZ.deviceInterface, _, _) = event,
            let known = resolution.device?.path, path != known
         {
@@ -534,16 +540,33 @@ public final class LinkService: @unchecked Sendable {
     /// that discovery saw the dongle advertise.
     private func isAdvertisement(_ event: BlueZEvent, device: ObjectPath?) -> Bool {
         guard let device else { return false }
+        return advertiser(in: event) == device
+    }
+
+    /// The device an event shows advertising (an RSSI in a change or in a
+    /// new object: bluetoothd sets it from an advertisement), if any.
+    private func advertiser(in event: BlueZEvent) -> ObjectPath? {
         switch event {
         case .propertiesChanged(let path, let interface, let changed, _):
-            return path == device && interface == BlueZ.deviceInterface && changed["RSSI"] != nil
+            return interface == BlueZ.deviceInterface && changed["RSSI"] != nil ? path : nil
         case .interfacesAdded(let path, let interfaces):
-            return path == device
-                && interfaces.stringKeyedDictionary?[BlueZ.deviceInterface]?.stringKeyedDictionary?["RSSI"] != nil
+            return interfaces.stringKeyedDictionary?[BlueZ.deviceInterface]?.stringKeyedDictionary?["RSSI"] != nil ? path : nil
         default:
-            return false
+            return nil
         }
     }
+
+    /// Another device advertised: evidence that the controller hears the
+    /// air (`Supervisor.awayEvidence`). Told at most every
+    /// `othersAdvertisingEvery`: in a busy street they come many a second.
+    private func othersAdvertised() {
+        let now = start.duration(to: .now)
+        if let last = othersAdvertisingToldAt, now - last < Self.othersAdvertisingEvery { return }
+        othersAdvertisingToldAt = now
+        deliver(.othersAdvertising)
+    }
+
+    static let othersAdvertisingEvery: Duration = .seconds(10)
 
     // MARK: Why the link dropped
 
@@ -887,9 +910,14 @@ public final class LinkService: @unchecked Sendable {
         metrics?.observe(event, actions: actions, at: now)
         if resolutionChangedSincePublish || !Supervisor.leavesStatusAsItWas(event, deciding: actions) {
             let status = supervisor.status
-            metrics?.observe(status)
+            metrics?.observe(status, at: now)
             shared.withLock { s in
                 s.supervisor = status
+                if let since = status.awaySince {
+                    if s.awaySince == nil { s.awaySince = Date(timeIntervalSinceNow: -Double((now - since).components.seconds)) }
+                } else {
+                    s.awaySince = nil
+                }
                 if status.state == .online {
                     if s.connectedSince == nil { s.connectedSince = Date() }
                 } else {
@@ -909,7 +937,7 @@ public final class LinkService: @unchecked Sendable {
             case .report(.disconnected(let unexpected)):
                 dropNoticed(unexpected: unexpected)
             case .report(let item):
-                report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics())
+                report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics(), at: now)
             case .answerReconnect(.started(let attempt)):
                 requests.answerAll(.started(attempt: attempt))
             case .answerReconnect(.notReady(let why)):

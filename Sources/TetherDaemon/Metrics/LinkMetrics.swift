@@ -34,6 +34,8 @@ public final class LinkMetrics: @unchecked Sendable {
     private let connected: Meter
     private let stateGauges: [SupervisorState: Meter]
     private let connectedSince: Meter
+    private let awaySince: Meter
+    private let awaySpells: CoreMetrics.Counter
     private let reconnects: CoreMetrics.Counter
     private let attempts: [AttemptOutcome: CoreMetrics.Counter]
     private let windowExhaustions: CoreMetrics.Counter
@@ -121,6 +123,13 @@ public final class LinkMetrics: @unchecked Sendable {
         connectedSince = registry.gauge(
             "tether_connected_since_timestamp_seconds",
             help: "When the dongle last came online, in seconds since the Unix epoch; 0 while it is not online."
+        )
+        awaySince = registry.gauge(
+            "tether_dongle_away_since_timestamp_seconds",
+            help: "While the dongle is away (not seen, the controller working), since when, in seconds since the Unix epoch; 0 otherwise. time() minus it is how long it has been away."
+        )
+        awaySpells = registry.counter(
+            "tether_dongle_away_total", help: "Times the dongle was found away (a retry window found nobody while the controller worked), not escalated."
         )
         reconnects = registry.counter(
             "tether_reconnects_total", help: "Times the link came back after being lost (the control API's Reconnects)."
@@ -250,6 +259,7 @@ public final class LinkMetrics: @unchecked Sendable {
         self.radioBlocks = radioBlocks
         connected.set(0)
         connectedSince.set(0)
+        awaySince.set(0)
         lastReading.set(0)
         for (state, gauge) in stateGauges { gauge.set(state == lastState ? 1 : 0) }
     }
@@ -300,6 +310,8 @@ public final class LinkMetrics: @unchecked Sendable {
                 connectStartedAt = nil
             case .report(.windowExhausted):
                 windowExhaustions.increment()
+            case .report(.dongleAway):
+                awaySpells.increment()
             case .report(.bluezAppeared):
                 bluetoothdRestarts.increment()
             case .report(.silence):
@@ -319,8 +331,8 @@ public final class LinkMetrics: @unchecked Sendable {
     }
 
     /// The supervisor's status after a step that may have changed it (one
-    /// with a transition or a report).
-    func observe(_ status: Supervisor.Status) {
+    /// with a transition or a report), at `now` on the supervisor's clock.
+    func observe(_ status: Supervisor.Status, at now: Duration) {
         // A new supervisor (the link service is made anew after a D-Bus
         // reconnect) counts from 0 again; the counter goes on.
         if status.reconnects < lastReconnects { lastReconnects = 0 }
@@ -337,6 +349,11 @@ public final class LinkMetrics: @unchecked Sendable {
             } else if lastState == .online {
                 connected.set(0)
                 connectedSince.set(0)
+            }
+            if status.state == .away, let since = status.awaySince {
+                awaySince.set(wallClock() - Double((now - since).components.seconds))
+            } else if lastState == .away {
+                awaySince.set(0)
             }
             // Polls run while waiting for data and while online; a poll
             // still out when the link went is never answered.
@@ -394,6 +411,7 @@ public final class LinkMetrics: @unchecked Sendable {
     public func stopped() {
         connected.set(0)
         connectedSince.set(0)
+        awaySince.set(0)
         for gauge in stateGauges.values { gauge.set(0) }
     }
 

@@ -45,6 +45,11 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// Tether removes the bond and pairs again (the soak's dongle needs an
     /// encrypted link, and Tether pairs Just Works).
     case bondLost = "bond-lost"
+    /// The vehicle parks: the dongle stops advertising (the link drops) for
+    /// longer than a retry window, while other devices advertise nearby, and
+    /// then comes back. Tether must find it away (no controller step, no
+    /// window exhaustion), and be online within 2 s of its return.
+    case parked
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

@@ -111,6 +111,7 @@ final class SoakScript: @unchecked Sendable {
         simulatorProcess = try ChildProcess(executable: devTool, arguments: [
             "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "\(notifyRate)",
             "--event-log", eventLogPath, "--rfkill", rfkillDirectory, "--pairing", "just-works",
+            "--other-advertisers", "\(Self.otherAdvertisers)",
         ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
         let control = SimulatorRemote(bus: try await Bus.connect(address: busDaemon.address))
         remote = control
@@ -242,6 +243,10 @@ final class SoakScript: @unchecked Sendable {
             let took = injected.duration(to: online)
             recoveries.append(took)
             say("\(fault.rawValue): online again after \(DurationText.rounded(took))")
+            if fault == .parked, took > Self.backAfterParking {
+                violations.append("online \(DurationText.rounded(took)) after the parked dongle advertised again (goal: \(DurationText.rounded(Self.backAfterParking)))")
+                say("VIOLATION: back \(DurationText.rounded(took)) after the dongle returned")
+            }
             if fault == .lockup { try await checkLockupCleared() }
             if fault == .bondLost { checkPairedAgain() }
         }
@@ -419,6 +424,23 @@ final class SoakScript: @unchecked Sendable {
             say("the dongle forgets its keys and drops the link; Tether must remove the bond and pair again")
             try await remote.knob("ForgetKeys", [])
             try await remote.knob("DropLink", [.string("remote")])
+        case .parked:
+            let seconds = Int.random(in: 40...55, using: &random)
+            say("the vehicle parks: the dongle stops advertising for \(seconds) s among \(Self.otherAdvertisers) other advertisers")
+            let before = daemonLogLines()
+            try await remote.knob("Sleep", [])
+            try await Task.sleep(for: .seconds(seconds))
+            let during = daemonLogLines().dropFirst(before.count)
+            let steps = during.filter { $0.contains("→ escalating") }.count
+            let exhausted = during.filter { $0.contains("event=window-exhausted") }.count
+            let away = during.contains { $0.contains("event=away") }
+            if steps > 0 || exhausted > 0 || !away {
+                violations.append("parked: \(steps) escalations, \(exhausted) exhausted windows, away said \(away ? "once" : "never") (expected 0, 0, once)")
+                say("VIOLATION: parked handled as a fault (\(steps) escalations, \(exhausted) exhausted windows, away said: \(away))")
+            } else {
+                say("parked: away, no controller step, \(during.count) journal lines while away")
+            }
+            try await remote.knob("Wake", [])
         case .lockup:
             say("the controller locks up (calls fail or hang, Powered stays true) until a power cycle")
             try await remote.knob("Lockup", [.boolean(true), .boolean(true)])
@@ -532,7 +554,8 @@ final class SoakScript: @unchecked Sendable {
 
         let events = try SimulatorEvent.readLog(path: eventLogPath)
         let sent = events.filter { $0.ev == "notify" }.compactMap(\.seq)
-        let sleeps = events.filter { $0.ev == "sleep" }.count
+        // The soak's own parked spells (the Sleep knob: reason "sleep") excepted.
+        let sleeps = events.filter { $0.ev == "sleep" && $0.reason != "sleep" }.count
         let records = try ReadingLog.readRecords(directory: readingsDirectory)
         let onDisk = SimulatorRemote.sequences(in: records)
         let gaps = records.filter { $0.source == "gap" }.count
@@ -585,6 +608,18 @@ final class SoakScript: @unchecked Sendable {
         let from = min(.seconds(120), life / 3)
         guard let start = last.samples.first(where: { last.start.duration(to: $0.at) >= from }) else { return nil }
         return (from, start.rssKiB, end.rssKiB, end.rssKiB - start.rssKiB, start.fds, end.fds)
+    }
+
+    /// Other devices advertising near the simulated dongle (the evidence
+    /// that the controller works while the dongle is parked).
+    static let otherAdvertisers = 3
+    /// How soon after a parked dongle advertises again Tether must be online.
+    static let backAfterParking: Duration = .seconds(2)
+
+    /// The daemon's log so far, line by line.
+    private func daemonLogLines() -> [Substring] {
+        guard let log = try? String(contentsOfFile: daemonLogPath, encoding: .utf8) else { return [] }
+        return log.split(separator: "\n")
     }
 
     /// The highest `attempt=N` the daemon logged.

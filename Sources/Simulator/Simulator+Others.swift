@@ -1,0 +1,85 @@
+import BlueZ
+import DBus
+
+/// Other devices on the same air: a busy street, a parking lot, another
+/// vehicle's dongle. While discovery runs, bluetoothd makes a Device1 object
+/// for each one a session's filter accepts (InterfacesAdded with its RSSI)
+/// and then reports its advertisements as RSSI changes; nothing else happens
+/// to them. They are what shows a waiting Tether that the controller hears
+/// the air while its own dongle is away.
+///
+/// Addresses are `0A:00:00:00:HH:LL` (HHLL the advertiser's number), names
+/// `Other-N`; none offers the dongle's services. Each is reported about once
+/// per `otherAdvertisingInterval`: every scan tick reports the next slice,
+/// round robin.
+extension Simulator {
+    /// Sets how many other advertisers are on the air (the
+    /// `SetOtherAdvertisers` knob); objects already made stay, as
+    /// bluetoothd keeps them until its temporary timeout.
+    public func setOtherAdvertisers(_ count: Int) {
+        otherAdvertisers = max(0, min(count, 0xFFFF))
+        let count = otherAdvertisers
+        log.record(.otherAdvertisers) { $0.reason = "\(count)" }
+    }
+
+    static func otherAddress(_ index: Int) -> String {
+        let high = String(index >> 8, radix: 16, uppercase: true)
+        let low = String(index & 0xFF, radix: 16, uppercase: true)
+        return "0A:00:00:00:\(high.count < 2 ? "0" + high : high):\(low.count < 2 ? "0" + low : low)"
+    }
+
+    /// One scan tick's share of the other advertisers' reports.
+    func reportOtherAdvertisers(on bus: Bus) async {
+        guard otherAdvertisers > 0 else { return }
+        if othersExportedOn != ObjectIdentifier(bus) {
+            othersExported.removeAll()
+            othersExportedOn = ObjectIdentifier(bus)
+        }
+        let ticksPerInterval = max(1, Int(options.otherAdvertisingInterval / options.advertisingInterval))
+        let slice = max(1, (otherAdvertisers + ticksPerInterval - 1) / ticksPerInterval)
+        for _ in 0..<min(slice, otherAdvertisers) {
+            let index = othersCursor % otherAdvertisers
+            othersCursor = (othersCursor + 1) % otherAdvertisers
+            let address = Self.otherAddress(index)
+            let name = "Other-\(index)"
+            let rssi = Int16(-60 - (index % 35))
+            guard discoveryClients.contains(where: { client in
+                (discoveryFilters[client] ?? DiscoveryFilter()).accepts(uuids: [], rssi: rssi, name: name, address: address)
+            }), let path = try? DeviceObject.path(adapter: adapterPath, address: address) else { continue }
+            if othersExported.contains(index) {
+                try? await bus.setProperties(path, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
+            } else {
+                othersExported.insert(index)
+                try? await bus.export(path, [Self.otherInterface(address: address, name: name, rssi: rssi, adapter: adapterPath)])
+            }
+        }
+    }
+
+    /// A stranger's Device1: Tether has no business connecting to it, and a
+    /// Connect finds nobody (it would be a bug to ask).
+    static func otherInterface(address: String, name: String, rssi: Int16, adapter: ObjectPath) -> ExportedInterface {
+        ExportedInterface(
+            name: BlueZ.deviceInterface,
+            methods: [
+                "Connect": .init { _ in throw BlueZFault.abortByLocal },
+                "Disconnect": .init { _ in [] },
+            ],
+            properties: [
+                "Address": .string(address),
+                "AddressType": .string("random"),
+                "Name": .string(name),
+                "Alias": .string(name),
+                "Paired": .boolean(false),
+                "Bonded": .boolean(false),
+                "Trusted": .boolean(false),
+                "Blocked": .boolean(false),
+                "LegacyPairing": .boolean(false),
+                "Connected": .boolean(false),
+                "ServicesResolved": .boolean(false),
+                "UUIDs": .strings([]),
+                "Adapter": .objectPath(adapter),
+                "RSSI": .int16(rssi),
+            ]
+        )
+    }
+}

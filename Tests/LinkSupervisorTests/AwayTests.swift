@@ -1,0 +1,218 @@
+@testable import LinkSupervisor
+import Testing
+
+/// The dongle away (a parked vehicle): a window of connects that find nobody
+/// beside a controller that works is no fault. No escalation, no removal, no
+/// blind attempts; back at once when it advertises.
+@Suite struct AwayTests {
+    static let nobody = LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local", staleDevice: true, noAnswer: true)
+
+    /// Online at t=0, then the link drops and every connect finds nobody.
+    func droppedLink(escalation: [EscalationStep] = [.powerCycle, .hciReset]) -> VirtualLink {
+        var settings = SupervisorTests.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .online)
+        link.advance(by: .seconds(60))
+        link.connectResult = .failure(Self.nobody)
+        link.clearLog()
+        link.observe(VirtualLink.down)
+        return link
+    }
+
+    /// Runs the window out, answering each controller check with `check`;
+    /// stops once the supervisor decided (or listens for evidence).
+    func exhaustWindow(_ link: inout VirtualLink, answering check: ControllerCheck?) {
+        for _ in 0..<400 {
+            guard link.state == .backingOff || link.state == .connecting, !link.supervisor.listeningForEvidence else { return }
+            link.advance(by: .seconds(1))
+            if let check, link.log.last(where: { $0.action == .checkController }) != nil,
+               link.supervisor.pendingControllerCheck
+            {
+                link.send(.controllerChecked(check))
+            }
+        }
+    }
+
+    /// Lets a listening supervisor decide, answering its controller checks with `check`.
+    func finishListening(_ link: inout VirtualLink, answering check: ControllerCheck?) {
+        for _ in 0..<60 where link.supervisor.listeningForEvidence {
+            if let check, link.supervisor.pendingControllerCheck { link.send(.controllerChecked(check)) }
+            link.advance(by: .seconds(1))
+        }
+    }
+
+    func reports(_ link: VirtualLink) -> [SupervisorReport] {
+        link.log.compactMap { if case .report(let report) = $0.action { report } else { nil } }
+    }
+
+    func escalations(_ link: VirtualLink) -> Int { link.count { if case .escalate = $0 { true } else { false } } }
+
+    @Test func aWindowThatFindsNobodyBesideAnAnsweringControllerIsAway() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
+        #expect(escalations(link) == 0)
+        #expect(link.count { $0 == .removeDevice } == 0)
+        #expect(!reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
+        let away = reports(link).filter { if case .dongleAway = $0 { true } else { false } }
+        #expect(away == [.dongleAway(lastSeen: .seconds(60), evidence: "the controller answers")])
+        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.supervisor.status.awaySince == .seconds(60))
+        #expect(link.supervisor.status.nextAttemptAt == nil)
+    }
+
+    @Test func otherAdvertisersCountAsEvidenceToo() {
+        var link = droppedLink()
+        link.advance(by: .seconds(2))
+        link.send(.othersAdvertising)
+        exhaustWindow(&link, answering: .unknown("this kernel has no Bluetooth"))
+        #expect(link.state == .away)
+        #expect(reports(link).contains(.dongleAway(lastSeen: .seconds(60), evidence: "other devices are heard advertising")))
+    }
+
+    @Test func withoutEvidenceTheWindowIsAFaultAfterListening() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .unknown("this kernel has no Bluetooth"))
+        #expect(link.supervisor.listeningForEvidence)
+        finishListening(&link, answering: .unknown("this kernel has no Bluetooth"))
+        #expect(link.state == .escalating)
+        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
+        #expect(!reports(link).contains { if case .dongleAway = $0 { true } else { false } })
+        // It listened (discovering) for `awayListen` before it decided.
+        let listened = link.log.first { $0.action == .startDiscovery }?.time
+        let escalated = link.log.first { $0.action == .escalate(.powerCycle) }?.time
+        #expect(listened != nil && escalated == listened.map { $0 + SupervisorTests.settings.awayListen })
+    }
+
+    @Test func anAdvertiserHeardWhileListeningMakesItAway() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: nil)
+        // Listening: shown as waiting, not yet as away.
+        #expect(link.supervisor.status.awaySince == nil)
+        #expect(link.log.last { $0.action == .startDiscovery } != nil)
+        link.advance(by: .seconds(3))
+        link.send(.othersAdvertising)
+        #expect(link.state == .away)
+        #expect(reports(link).contains(.dongleAway(lastSeen: .seconds(60), evidence: "other devices are heard advertising")))
+        link.advance(by: .seconds(60))
+        #expect(link.state == .away)
+        #expect(escalations(link) == 0)
+    }
+
+    @Test func itsOwnAdvertisementWhileListeningConnectsAtOnce() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: nil)
+        link.advance(by: .seconds(2))
+        link.clearLog()
+        link.connectResult = .success(())
+        link.send(.advertising)
+        #expect(link.state == .online)
+        #expect(!reports(link).contains { if case .dongleBack = $0 { true } else { false } })
+    }
+
+    @Test func evidenceFromBeforeTheWindowDoesNotCount() {
+        var link = VirtualLink(settings: SupervisorTests.settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(30))
+        link.send(.othersAdvertising)  // heard while online: it says nothing of the controller later
+        link.advance(by: .seconds(30))
+        link.connectResult = .failure(Self.nobody)
+        link.observe(VirtualLink.down)
+        exhaustWindow(&link, answering: nil)
+        finishListening(&link, answering: nil)
+        #expect(link.state == .escalating)
+    }
+
+    @Test func failuresOfAnotherKindAreAFault() {
+        var link = droppedLink()
+        link.connectResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: Input/output error"))
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .escalating)
+    }
+
+    @Test func aNightAwayTakesNoStepNoConnectAndFewChecks() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
+        link.clearLog()
+        for _ in 0..<(10 * 60) {  // ten hours, a minute at a time
+            link.advance(by: .seconds(60))
+            if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+        }
+        #expect(link.state == .away)
+        #expect(link.connectTimes.isEmpty)
+        #expect(escalations(link) == 0)
+        // Paced like the search's checks: doubling to the 10-minute cap.
+        let checks = link.count { $0 == .checkController }
+        #expect(checks >= 55 && checks <= 70, "controller checks in ten hours: \(checks)")
+        #expect(reports(link).isEmpty, "\(reports(link))")
+        #expect(link.supervisor.status.awaySince == .seconds(60))
+    }
+
+    @Test func backAtOnceWhenItAdvertisesAfterANight() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        link.advance(by: .seconds(8 * 3600))
+        link.clearLog()
+        link.connectResult = .success(())
+        link.send(.advertising)
+        #expect(link.state == .online)
+        #expect(link.connectTimes == [link.now])
+        let back = reports(link).first { if case .dongleBack = $0 { true } else { false } }
+        #expect(back != nil)
+        #expect(link.log.contains { $0.action == .stopDiscovery })
+        #expect(link.supervisor.status.awaySince == nil)
+    }
+
+    @Test func itsObjectMadeAnewByDiscoveryBringsItBackToo() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        var gone = VirtualLink.down
+        gone.devicePresent = false
+        link.observe(gone)  // bluetoothd dropped the temporary object
+        #expect(link.state == .away)
+        link.advance(by: .seconds(3600))
+        link.clearLog()
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        #expect(link.state == .online)
+        #expect(link.connectTimes.count == 1)
+    }
+
+    @Test func connectsThatFailWhileItAdvertisesAreAFault() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        link.clearLog()
+        link.send(.advertising)
+        exhaustWindow(&link, answering: .responsive)
+        // Opened by its advertisement: it is there, so this is no absence.
+        #expect(link.state != .away)
+        #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
+    }
+
+    @Test func anUnansweredCheckWhileAwayEscalatesWithoutThePowerCycle() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        link.clearLog()
+        while !link.supervisor.pendingControllerCheck { link.advance(by: .seconds(10)) }
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.state == .escalating)
+        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
+        #expect(!link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(link.log.contains { $0.action == .stopDiscovery })
+    }
+
+    @Test func aReconnectRequestWhileAwayTriesAtOnce() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        link.clearLog()
+        link.send(.reconnectRequested)
+        #expect(link.connectTimes == [link.now])
+        #expect(link.answers == [.started(attempt: 1)])
+    }
+}

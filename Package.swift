@@ -118,7 +118,7 @@ let package = Package(
             name: "TetherDaemon",
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "BlueZLinkFailure", "HCI", "Rfkill", "USBDevice", "LinkSupervisor", "Configuration",
-                "Readings", "Systemd", "MetricsTextfile",
+                "Readings", "Systemd", "MetricsTextfile", "DurableFile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings

@@ -28,13 +28,15 @@ extension Simulator {
         return "0A:00:00:00:\(high.count < 2 ? "0" + high : high):\(low.count < 2 ? "0" + low : low)"
     }
 
-    /// One scan tick's share of the other advertisers' reports.
+    /// One scan tick's share of the other advertisers' reports, and the twin's.
     func reportOtherAdvertisers(on bus: Bus) async {
-        guard otherAdvertisers > 0 else { return }
         if othersExportedOn != ObjectIdentifier(bus) {
             othersExported.removeAll()
+            twinExported = false
             othersExportedOn = ObjectIdentifier(bus)
         }
+        await reportTwin(on: bus)
+        guard otherAdvertisers > 0 else { return }
         let ticksPerInterval = max(1, Int(options.otherAdvertisingInterval / options.advertisingInterval))
         let slice = max(1, (otherAdvertisers + ticksPerInterval - 1) / ticksPerInterval)
         for _ in 0..<min(slice, otherAdvertisers) {
@@ -52,6 +54,35 @@ extension Simulator {
                 othersExported.insert(index)
                 try? await bus.export(path, [Self.otherInterface(address: address, name: name, rssi: rssi, adapter: adapterPath)])
             }
+        }
+    }
+
+    /// The identical dongle of another vehicle: the dongle's name and
+    /// services, 15 dB stronger than the dongle's usual signal.
+    private func reportTwin(on bus: Bus) async {
+        guard let address = options.twinAddress, let path = try? DeviceObject.path(adapter: adapterPath, address: address) else { return }
+        let rssi: Int16 = -40
+        guard discoveryClients.contains(where: { client in
+            (discoveryFilters[client] ?? DiscoveryFilter()).accepts(uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: address)
+        }) else { return }
+        if twinExported {
+            try? await bus.setProperties(path, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
+            return
+        }
+        twinExported = true
+        var interface = Self.otherInterface(address: address.uppercased(), name: options.name, rssi: rssi, adapter: adapterPath)
+        interface.properties["UUIDs"] = .strings(DeviceObject.uuids)
+        interface.methods["Connect"] = .init { [weak self] call in
+            await self?.twinConnectAsked(client: call.sender)
+            throw BlueZFault.abortByLocal
+        }
+        try? await bus.export(path, [interface])
+    }
+
+    private func twinConnectAsked(client: String?) {
+        log.record(.connectRequest) {
+            $0.client = client
+            $0.reason = "twin"
         }
     }
 

@@ -104,6 +104,7 @@ public actor Simulator {
     var othersExported: Set<Int> = []
     var othersExportedOn: ObjectIdentifier?
     var othersCursor = 0
+    var twinExported = false
     /// Other advertisers now on the air (`SimulatorOptions.otherAdvertisers`,
     /// changed by the `SetOtherAdvertisers` knob).
     var otherAdvertisers = 0

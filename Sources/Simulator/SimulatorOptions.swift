@@ -29,6 +29,12 @@ public struct SimulatorOptions: Sendable {
     /// `otherAdvertisingInterval`. 0: a quiet place.
     public var otherAdvertisers = 0
     public var otherAdvertisingInterval: Duration = .seconds(1)
+    /// An identical dongle of another vehicle nearby: the same name and
+    /// services at this address, 15 dB stronger, seen by discovery like the
+    /// other advertisers. It takes no connection (Connect finds nobody, and
+    /// the event log says `connect-request` with reason `twin`): a Tether
+    /// that connects to it is at fault.
+    public var twinAddress: String?
     /// Whether bluetoothd knows the device from an earlier connection, so its
     /// Device1 object exists from the start; if false it appears only when
     /// discovery sees it advertising.

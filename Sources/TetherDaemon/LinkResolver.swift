@@ -20,14 +20,17 @@ struct LinkResolver: Sendable {
     /// - Parameter lastAddress: the address of the controller used last:
     ///   with no adapter configured, it is found again by it, whatever its
     ///   index now (a USB reset or replug renumbers it).
-    func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil) -> Resolution {
+    /// - Parameter bound: the dongle's address this gateway is bound to
+    ///   (`DongleBinding`), for a config that finds it by name or service:
+    ///   only that device is taken, however strong the others that match.
+    func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil, bound: String? = nil) -> Resolution {
         var result = Resolution()
         result.observation.bluezPresent = bluezPresent
         guard bluezPresent, let adapter = pickAdapter(tree, lastAddress: lastAddress) else { return result }
         result.adapter = adapter
         result.observation.adapterPresent = true
         result.observation.adapterPowered = adapter.powered
-        guard let device = pickDevice(tree, adapter: adapter) else { return result }
+        guard let device = pickDevice(tree, adapter: adapter, bound: bound) else { return result }
         result.device = device
         result.observation.devicePresent = true
         result.observation.deviceBonded = device.bonded
@@ -83,12 +86,27 @@ struct LinkResolver: Sendable {
         return tree.adapters.first { $0.powered } ?? tree.adapters.first
     }
 
-    private func pickDevice(_ tree: ObjectTree, adapter: Adapter) -> Device? {
+    private func pickDevice(_ tree: ObjectTree, adapter: Adapter, bound: String?) -> Device? {
         let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
-        if let address = config.dongle.address {
-            return candidates.first { $0.address == address }
+        if let address = config.dongle.address ?? bound {
+            return candidates.first { $0.address.uppercased() == address }
         }
-        let matching = candidates.filter { device in
+        // A connected match first, then the strongest signal.
+        return matching(candidates).max { a, b in
+            if a.connected != b.connected { return !a.connected }
+            return (a.rssi ?? Int.min) < (b.rssi ?? Int.min)
+        }
+    }
+
+    /// The devices on `adapter` that fit `dongle.name_prefix` and
+    /// `dongle.service_uuid` (none when the config gives an address).
+    func matchingDevices(_ tree: ObjectTree, adapter: Adapter) -> [Device] {
+        guard config.dongle.address == nil else { return [] }
+        return matching(tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path })
+    }
+
+    private func matching(_ candidates: [Device]) -> [Device] {
+        candidates.filter { device in
             if let prefix = config.dongle.namePrefix {
                 guard (device.name ?? device.alias ?? "").hasPrefix(prefix) else { return false }
             }
@@ -97,11 +115,14 @@ struct LinkResolver: Sendable {
             }
             return true
         }
-        // A connected match first, then the strongest signal.
-        return matching.max { a, b in
-            if a.connected != b.connected { return !a.connected }
-            return (a.rssi ?? Int.min) < (b.rssi ?? Int.min)
-        }
+    }
+
+    /// How the config finds the dongle, for the log: `name_prefix "Tether"`.
+    var matchDescription: String {
+        var parts: [String] = []
+        if let prefix = config.dongle.namePrefix { parts.append("name_prefix \"\(prefix)\"") }
+        if let uuid = config.dongle.serviceUUID { parts.append("service_uuid \(uuid)") }
+        return parts.joined(separator: " and ")
     }
 
     /// The characteristic with `uuid`. Older Nordic documents swap the names of

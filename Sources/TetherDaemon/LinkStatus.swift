@@ -54,6 +54,9 @@ public struct LinkStatus: Sendable, Equatable {
     /// While the dongle is away (state `away`): when it was last seen (the
     /// link up, or an advertisement), else when Tether found it away.
     public var awaySince: Date?
+    /// The dongle this gateway is bound to, when the config finds it by
+    /// name or service (`tether rebind` forgets it); nil otherwise.
+    public var boundDongle: String?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
@@ -61,10 +64,11 @@ public struct LinkStatus: Sendable, Equatable {
         readingsError: String? = nil, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
-        bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil
+        bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil, boundDongle: String? = nil
     ) {
         self.bondProblem = bondProblem
         self.awaySince = awaySince
+        self.boundDongle = boundDongle
         self.bluezProblem = bluezProblem
         self.silenceLimit = silenceLimit
         self.silenceEvents = silenceEvents
@@ -164,6 +168,7 @@ public struct LinkStatus: Sendable, Equatable {
             "BluezProblem": .string(bluezProblem ?? ""),
             "BondProblem": .string(bondProblem ?? ""),
             "AwaySince": .uint64(Self.microseconds(awaySince)),
+            "BoundDongle": .string(boundDongle ?? ""),
         ]
     }
 
@@ -219,6 +224,7 @@ public struct LinkStatus: Sendable, Equatable {
         bondProblem = try text("BondProblem")
         // Added after the first release: a daemon without it is never away.
         awaySince = properties["AwaySince"] == nil ? nil : try instant("AwaySince")
+        boundDongle = properties["BoundDongle"] == nil ? nil : try text("BoundDongle")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {
@@ -238,6 +244,17 @@ public struct LinkStatusChange: Sendable {
     public var status: LinkStatus
     /// The transition that caused it, if the state changed.
     public var transition: (from: SupervisorState, to: SupervisorState, cause: String)?
+}
+
+/// What `LinkService.rebind` did.
+public enum RebindOutcome: Sendable, Equatable {
+    /// The binding (to this address; nil: there was none) is forgotten, and
+    /// the reconnect that follows went so far.
+    case forgotten(String?, ReconnectOutcome)
+    /// The config names the dongle's address: that is its binding.
+    case fixedByConfig(String)
+    /// The binding file could not be removed.
+    case failed(String)
 }
 
 /// What `LinkService.reconnect` achieved by the time it returned.

@@ -1,5 +1,6 @@
 import ArgumentParser
 import CommandLineArguments
+import Configuration
 import DBus
 import EventLoop
 import Foundation
@@ -96,6 +97,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "Other devices advertising on the same air (a busy street), each reported by discovery about once a second (0: a quiet place; the SetOtherAdvertisers knob changes it).")
     var otherAdvertisers = 0
 
+    @Option(help: "An identical dongle of another vehicle at this address: the same name and services, 15 dB stronger, seen by discovery; it takes no connection (the event log says connect-request, reason twin).")
+    var twin: String?
+
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
 
@@ -166,6 +170,10 @@ struct SimulateCommand: AsyncParsableCommand {
             throw ValidationError("--other-advertisers must be 0 to 65535, not \(otherAdvertisers)")
         }
         options.otherAdvertisers = otherAdvertisers
+        if let twin {
+            guard let address = BluetoothAddressText.normalize(twin) else { throw ValidationError("--twin must be a Bluetooth address, not \(twin)") }
+            options.twinAddress = address
+        }
         options.attTimeout = attTimeout.duration
         options.disconnectedSignal = disconnectedSignal
         options.known = !unknown

@@ -184,6 +184,7 @@ struct StatusReport {
         if let problem = s.bluezProblem { row("bluetoothd", problem) }
         if let problem = s.adapterProblem { row("adapter", problem) }
         if let problem = s.bondProblem { row("bond", problem) }
+        if let bound = s.boundDongle { row("bound to", "\(bound) (found by the config's name or service on its first link; `tether rebind` forgets it)") }
         if let since = s.awaySince {
             row("away", "not seen since \(LinkStatus.clockTime(since)) (\(LinkStatus.age(now.timeIntervalSince(since))) ago); the controller works, so Tether waits for it to advertise")
         }
@@ -270,6 +271,7 @@ struct StatusReport {
                 ("adapter_problem", s.adapterProblem.map(quote) ?? "null"),
                 ("bond_problem", s.bondProblem.map(quote) ?? "null"),
                 ("away_since", s.awaySince.map { quote(Self.iso($0)) } ?? "null"),
+                ("bound_dongle", s.boundDongle.map(quote) ?? "null"),
                 ("bluez_problem", s.bluezProblem.map(quote) ?? "null"),
             ]
         }

@@ -23,7 +23,7 @@ struct Tether: AsyncParsableCommand {
         // packaging/version.sh, through the TetherVersion build plugin: the Debian package's version too.
         version: tetherVersion,
         subcommands: [
-            RunCommand.self, StatusCommand.self, ReconnectCommand.self, ScanCommand.self, ReadingsCommand.self,
+            RunCommand.self, StatusCommand.self, ReconnectCommand.self, RebindCommand.self, ScanCommand.self, ReadingsCommand.self,
             CheckConfigCommand.self, ForwardCommand.self,
         ]
     )

@@ -194,6 +194,13 @@ struct PolicyTests {
             print("figure: policy: \(who)'s reconnect → exit \(denied.status.map(String.init) ?? "?"): \(denied.stderr.trimmingCharacters(in: .whitespacesAndNewlines))")
         }
 
+        // Rebind: the same rule. This daemon's config names the address, so
+        // a caller the policy lets through gets the daemon's NotBound.
+        let readerRebind = try await tether.run(["rebind"], as: reader)
+        #expect(readerRebind.status == 4, "\(readerRebind.all)")
+        let adminRebind = try await tether.run(["rebind"], as: admin)
+        #expect(adminRebind.status == 1 && adminRebind.stderr.contains("nothing to rebind"), "\(adminRebind.all)")
+
         // …allowed for a member of group tether-admin (without group tether), and for root.
         let member = try await tether.run(["reconnect", "--wait", "--timeout", "20s"], as: admin)
         #expect(member.status == 0, "\(member.all)")

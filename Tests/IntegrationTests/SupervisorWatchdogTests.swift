@@ -22,6 +22,8 @@ import TetherDaemon
 
         func reconnect(waitingUpTo limit: Duration) async -> ReconnectOutcome { .pending(.online) }
 
+        func rebind(waitingUpTo limit: Duration) async -> RebindOutcome { .fixedByConfig("AA:BB:CC:DD:EE:FF") }
+
         func ping(_ reply: @escaping @Sendable () -> Void) {
             if responsive.withLock({ $0 }) { reply() } else { held.withLock { $0.append(reply) } }
         }

@@ -61,6 +61,10 @@ public enum ControlErrorName {
     public static let notReady = "io.tether.Tether1.Error.NotReady"
     /// Reconnect asked for more often than `ReconnectRateLimit` allows.
     public static let rateLimited = "io.tether.Tether1.Error.RateLimited"
+    /// Rebind on a daemon whose config names the dongle's address.
+    public static let notBound = "io.tether.Tether1.Error.NotBound"
+    /// Rebind could not forget the binding (its file).
+    public static let failed = "io.tether.Tether1.Error.Failed"
 }
 
 extension String {

@@ -87,6 +87,21 @@ public struct ControlClient: Sendable {
         }
     }
 
+    /// Forgets the dongle the daemon is bound to and reconnects; returns the
+    /// daemon's account of it.
+    public func rebind() async throws(Failure) -> String {
+        let timeout = Duration.seconds(30)
+        do {
+            let reply = try await bus.call(
+                destination: address.busName, path: address.path, interface: ControlAddress.interface,
+                method: "Rebind", timeout: timeout
+            )
+            return reply.first?.string ?? ""
+        } catch {
+            throw await classify(error, action: "rebind", waited: timeout)
+        }
+    }
+
     /// State transitions (from, to, cause) as the daemon announces them.
     public func stateChanges() async throws(Failure) -> AsyncStream<(from: String, to: String, cause: String)> {
         let signals: AsyncStream<Message>

@@ -18,6 +18,12 @@ import Musl
 ///   it back). Fails with `io.tether.Tether1.Error.NotReady` when bluetoothd
 ///   or the adapter is missing.
 ///
+/// - `Rebind() → s`: forgets the dongle this gateway is bound to (a config
+///   that finds it by `name_prefix` or `service_uuid` binds it on its first
+///   link), then reconnects as `Reconnect` does; returns what was forgotten.
+///   `io.tether.Tether1.Error.NotBound` when the config names the address.
+///   Rate-limited with `Reconnect`.
+///
 /// Properties (read-only): see `LinkStatus`. `ReadingsWritten` and
 /// `LastReadingAt` change with every reading, so they are computed on each
 /// Get and never signalled; the others are announced with PropertiesChanged.
@@ -59,18 +65,40 @@ public struct ControlServer: Sendable {
         let link = link
         let rateLimit = rateLimit
         let now = now
+        /// Reconnect and Rebind share one budget: each drops the link.
+        @Sendable func admit(_ what: String) throws(DBusError) {
+            let decision = rateLimit.limit.withLock { $0.request(at: now()) }
+            if case .refused(let wait) = decision {
+                throw DBusError.remote(
+                    name: ControlErrorName.rateLimited,
+                    message: "cannot \(what) now: \(ReconnectRateLimit.burst) reconnects were asked for in the last "
+                        + "\(ReconnectRateLimit.window.components.seconds) s; try again in \(wait.roundedUpSeconds) s"
+                )
+            }
+        }
         let interface = ExportedInterface(
             name: ControlAddress.interface,
             methods: [
-                "Reconnect": .init(out: "u") { _ in
-                    let decision = rateLimit.limit.withLock { $0.request(at: now()) }
-                    if case .refused(let wait) = decision {
+                "Rebind": .init(out: "s") { _ in
+                    try admit("rebind")
+                    switch await link.rebind(waitingUpTo: .seconds(20)) {
+                    case .fixedByConfig(let address):
                         throw DBusError.remote(
-                            name: ControlErrorName.rateLimited,
-                            message: "cannot reconnect now: \(ReconnectRateLimit.burst) reconnects were asked for in the last "
-                                + "\(ReconnectRateLimit.window.components.seconds) s; try again in \(wait.roundedUpSeconds) s"
-                        )
+                            name: ControlErrorName.notBound,
+                            message: "nothing to rebind: the config names the dongle's address (\(address)); change dongle.address to change it")
+                    case .failed(let why):
+                        throw DBusError.remote(name: ControlErrorName.failed, message: "cannot rebind: \(why)")
+                    case .forgotten(let was, let reconnect):
+                        let forgotten = was.map { "forgot the binding to \($0)" } ?? "no dongle was bound"
+                        switch reconnect {
+                        case .started(let attempt): return [.string("\(forgotten); reconnecting: attempt \(attempt) started")]
+                        case .pending(let state): return [.string("\(forgotten); a reconnect is asked for (now \(state.rawValue))")]
+                        case .notReady(let why): return [.string("\(forgotten); not reconnecting now: \(why)")]
+                        }
                     }
+                },
+                "Reconnect": .init(out: "u") { _ in
+                    try admit("reconnect")
                     switch await link.reconnect(waitingUpTo: .seconds(20)) {
                     case .started(let attempt):
                         return [.uint32(UInt32(clamping: attempt))]

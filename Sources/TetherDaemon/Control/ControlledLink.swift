@@ -3,6 +3,8 @@
 public protocol ControlledLink: Sendable {
     var status: LinkStatus { get }
     func reconnect(waitingUpTo limit: Duration) async -> ReconnectOutcome
+    /// Forgets the dongle this gateway is bound to, then reconnects.
+    func rebind(waitingUpTo limit: Duration) async -> RebindOutcome
     /// Calls `reply` once the link's loop is free to; see `LinkService.ping`.
     func ping(_ reply: @escaping @Sendable () -> Void)
 }

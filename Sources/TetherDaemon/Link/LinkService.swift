@@ -57,6 +57,8 @@ public final class LinkService: @unchecked Sendable {
         var connectedSince: Date?
         /// While the dongle is away: when it was last seen, on the wall clock.
         var awaySince: Date?
+        /// The dongle this gateway is bound to (`DongleBindingWatch`).
+        var boundDongle: String?
         var lastReadingAt: Date?
         var lastDisconnectReason: String?
         var lastDisconnectAt: Date?
@@ -115,6 +117,9 @@ public final class LinkService: @unchecked Sendable {
     /// this link only.
     private var notifyReaders: [ObjectPath: NotificationSocketReader] = [:]
     private var deviceAddress: String
+    /// The dongle this gateway is bound to, for a config that finds it by
+    /// name or service.
+    private var binding: DongleBindingWatch
     /// Readings taken and not yet handed to the recorder: this turn's, and
     /// in a dense stream those of the turns since the last hand-off (see
     /// `handOffSpacing`).
@@ -190,6 +195,11 @@ public final class LinkService: @unchecked Sendable {
         self.recorder = recorder
         report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.method)
         resolver = LinkResolver(config: config)
+        binding = DongleBindingWatch(config: config, matchedBy: resolver.matchDescription)
+        let loaded = binding.load()
+        if let notice = loaded.notice { logger.notice("\(notice)", metadata: ["event": "dongle-bound"]) }
+        if let error = loaded.error { logger.error("\(error)", metadata: ["event": "dongle-binding-unreadable"]) }
+        let bound = binding.bound
         adapterWatch = AdapterWatch(config: config.bluez)
         supervisor = Supervisor(settings: Supervisor.Settings(config: config), seed: seed)
         timers = SupervisorTimers(loop: bus.loop)
@@ -197,7 +207,10 @@ public final class LinkService: @unchecked Sendable {
         deviceAddress = config.dongle.address ?? ""
         (changes, changeInput) = AsyncStream.makeStream(of: LinkStatusChange.self, bufferingPolicy: .bufferingNewest(32))
         (blockingJobs, blockingInput) = AsyncStream.makeStream(of: BlockingJob.self, bufferingPolicy: .unbounded)
-        shared.withLock { $0.device = config.dongle.address }
+        shared.withLock {
+            $0.device = config.dongle.address ?? bound
+            $0.boundDongle = bound
+        }
         agent = config.dongle.pairing.pairs
             ? PairingAgent(pairing: config.dongle.pairing, passkey: passkey, address: config.dongle.address, logger: logger) : nil
     }
@@ -330,7 +343,7 @@ public final class LinkService: @unchecked Sendable {
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
                         + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
                 },
-                awaySince: s.awaySince
+                awaySince: s.awaySince, boundDongle: s.boundDongle
             )
         }
     }
@@ -469,7 +482,12 @@ public final class LinkService: @unchecked Sendable {
             return
         }
         let previous = resolution
-        resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress))
+        resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: binding.bound))
+        if let adapter = resolution.adapter {
+            for note in binding.matched(resolver.matchingDevices(tree, adapter: adapter), chosen: resolution.device?.address) {
+                report.logger.notice("\(note)", metadata: ["event": "dongle-matches"])
+            }
+        }
         if let address = resolution.adapter?.address, !address.isEmpty, address != "00:00:00:00:00:00" {
             lastAdapterAddress = address.uppercased()
         }
@@ -553,6 +571,41 @@ public final class LinkService: @unchecked Sendable {
             return interfaces.stringKeyedDictionary?[BlueZ.deviceInterface]?.stringKeyedDictionary?["RSSI"] != nil ? path : nil
         default:
             return nil
+        }
+    }
+
+    /// The link came online: a config that finds the dongle by name or
+    /// service binds this gateway to it now, if nothing was bound.
+    private func bindOnFirstLink(to address: String) {
+        let bound = binding.online(with: address)
+        if let notice = bound.notice { report.logger.notice("\(notice)", metadata: ["event": "dongle-bound", "device": "\(address)"]) }
+        if let error = bound.error { report.logger.error("\(error)", metadata: ["event": "dongle-binding-unstored"]) }
+        if bound.notice != nil || bound.error != nil { shared.withLock { $0.boundDongle = binding.bound } }
+    }
+
+    /// Forgets the binding, then reconnects: the strongest matching device
+    /// is tried and the first to come online is bound. For `tether rebind`.
+    public func rebind(waitingUpTo limit: Duration = .seconds(20)) async -> RebindOutcome {
+        if let address = config.dongle.address { return .fixedByConfig(address) }
+        let forgotten = await withCheckedContinuation { (continuation: CheckedContinuation<Result<String?, DongleBinding.Failure>, Never>) in
+            loop.execute { [self] in
+                do throws(DongleBinding.Failure) {
+                    let was = try binding.forget()
+                    shared.withLock { $0.boundDongle = nil }
+                    report.logger.notice(
+                        "\(was.map { "the binding to \($0) is forgotten" } ?? "no dongle was bound") (tether rebind); the first matching device to come online will be bound",
+                        metadata: ["event": "dongle-unbound"])
+                    resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: nil))
+                    deliverObservationIfChanged()
+                    continuation.resume(returning: .success(was))
+                } catch {
+                    continuation.resume(returning: .failure(error))
+                }
+            }
+        }
+        switch forgotten {
+        case .failure(let error): return .failed(error.description)
+        case .success(let was): return .forgotten(was, await reconnect(waitingUpTo: limit))
         }
     }
 
@@ -937,6 +990,7 @@ public final class LinkService: @unchecked Sendable {
             case .report(.disconnected(let unexpected)):
                 dropNoticed(unexpected: unexpected)
             case .report(let item):
+                if case .connected = item, let address = resolution.device?.address { bindOnFirstLink(to: address) }
                 report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics(), at: now)
             case .answerReconnect(.started(let attempt)):
                 requests.answerAll(.started(attempt: attempt))

@@ -213,6 +213,13 @@ extension Supervisor {
         /// Since when it is away: when it was last seen (the link up, or an
         /// advertisement), else when Tether found it away.
         var since: Duration
+        /// Another device was heard while away: a scan that hears nobody
+        /// for `Settings.scanStallAfter` from then on has stalled. Never
+        /// heard (a quiet place): silence proves nothing, and the discovery
+        /// session is only renewed now and then.
+        var othersHeard = false
+        /// Discovery restarts for a stall since others were last heard.
+        var stallRestarts = 0
 
         var confirmed: Bool { if case .confirmed = phase { true } else { false } }
     }

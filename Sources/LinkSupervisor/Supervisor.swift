@@ -134,6 +134,16 @@ public struct Supervisor: Sendable {
         /// device's advertisement, an answered controller check) before
         /// taking the window for a fault after all.
         public var awayListen: Duration = .seconds(10)
+        /// While away, where other devices were heard: none heard for this
+        /// long means the scan stalled (BlueZ's LE scan can stop delivering
+        /// advertisements while `Discovering` stays true): discovery is
+        /// started again, and if the next period hears nobody either, the
+        /// controller steps run. Home Assistant restarts its scanner after
+        /// 90 to 120 s of silence.
+        public var scanStallAfter: Duration = .seconds(120)
+        /// While away in a quiet place (nobody heard), the discovery session
+        /// is renewed this often: there, silence cannot tell a stalled scan.
+        public var discoveryRenewal: Duration = .seconds(600)
 
         public init(
             policy: ReconnectPolicy, keepaliveEnabled: Bool = true, keepaliveInterval: Duration = .seconds(5),
@@ -227,6 +237,11 @@ public struct Supervisor: Sendable {
         case .advertising: dongleAdvertising()
         case .othersAdvertising:
             history.othersHeardAt = now
+            if case .away(var away) = current, away.confirmed {
+                away.othersHeard = true
+                away.stallRestarts = 0
+                current = .away(away)
+            }
             evidenceArrived("other devices are heard advertising")
         case .connectFinished(let id, let result): connectFinished(id, result)
         case .subscribeFinished(let id, let result): subscribeFinished(id, result)
@@ -963,9 +978,50 @@ public struct Supervisor: Sendable {
         history.searchChecks = 0
         cancelTimer(.searchCheck)
         startTimer(.searchCheck, after: searchCheckDelay)
-        enter(
-            .away(Away(phase: .confirmed(evidence: evidence), discovery: discovery, since: since)),
-            "the dongle is away (\(evidence)); connecting when it advertises")
+        var away = Away(phase: .confirmed(evidence: evidence), discovery: discovery, since: since)
+        // Heard since the dongle was last seen: this place has others.
+        away.othersHeard = history.othersHeardAt.map { $0 >= since } ?? false
+        startTimer(.scanWatch, after: away.othersHeard ? settings.scanStallAfter : settings.discoveryRenewal)
+        enter(.away(away), "the dongle is away (\(evidence)); connecting when it advertises")
+    }
+
+    /// While away: a scan that heard others and now hears nobody has
+    /// stalled (discovery again, then the controller steps); in a quiet
+    /// place the discovery session is renewed. Re-armed lazily from the last
+    /// time anyone was heard.
+    private mutating func scanWatchFired() {
+        guard case .away(var away) = current, away.confirmed else { return }
+        guard away.othersHeard else {
+            // Quiet: nothing to judge; a fresh session in case it stalled.
+            if away.discovery.running {
+                actions.append(.stopDiscovery)
+                actions.append(.startDiscovery)
+            }
+            return startTimer(.scanWatch, after: settings.discoveryRenewal)
+        }
+        let silentFor = now - (history.othersHeardAt ?? away.since)
+        if silentFor < settings.scanStallAfter {
+            return startTimer(.scanWatch, after: settings.scanStallAfter - silentFor)
+        }
+        if away.stallRestarts == 0 {
+            away.stallRestarts = 1
+            current = .away(away)
+            actions.append(.report(.scanStalled(silentFor: silentFor, restarting: true)))
+            if away.discovery.running { actions.append(.stopDiscovery) }
+            setDiscovery(running: true)
+            actions.append(.startDiscovery)
+            return startTimer(.scanWatch, after: settings.scanStallAfter)
+        }
+        // Started again and still nobody: the controller.
+        actions.append(.report(.scanStalled(silentFor: silentFor, restarting: false)))
+        let steps = settings.escalation.filter { $0 != .rfkillUnblock }
+        guard !steps.isEmpty else {
+            away.stallRestarts += 1
+            current = .away(away)
+            return startTimer(.scanWatch, after: pacedDelay(settings.scanStallAfter, doubled: away.stallRestarts - 1))
+        }
+        stopDiscoveryIfRunning()
+        escalate(steps, reconnectRequested: false, cause: "the scan stalled: nobody heard for \(silentFor.roundedText)")
     }
 
     /// Runs the first of `steps`; with none left, one attempt to see whether
@@ -1318,6 +1374,8 @@ public struct Supervisor: Sendable {
             startDiscoveryIfStopped()
         case .searchCheck:
             searchCheckFired()
+        case .scanWatch:
+            scanWatchFired()
         case .adapterRecovery:
             guard case .waitingForAdapter = current else { return }
             runRecovery(recoverySteps)
@@ -1459,8 +1517,11 @@ public struct Supervisor: Sendable {
 
     private mutating func enter(_ next: State, _ cause: String) {
         let previous = current.name
-        // The search's own timer goes with it (away shares it).
+        // The search's own timer goes with it (away shares it), and away's scan watch.
         if current.waitsForAdvertisement, !next.waitsForAdvertisement { cancelTimer(.searchCheck) }
+        if case .away = current {
+            if case .away = next {} else { cancelTimer(.scanWatch) }
+        }
         // A link that was up is the last time the dongle was seen.
         if previous == .online || previous == .waitingForData, next.name != previous { history.lastSeen = now }
         current = next

@@ -76,10 +76,13 @@ public enum SupervisorTimer: String, Sendable, CaseIterable {
     /// link is subscribed and re-armed lazily: readings do not restart it,
     /// the supervisor looks at the last one when it fires.
     case silence
+    /// While away: whether the scan still hears anyone (re-armed lazily,
+    /// like `silence`), and when to renew the discovery session.
+    case scanWatch
 }
 
 extension SupervisorTimer {
-    /// Its place in `allCases`, 0 to 9: for tables indexed by timer, and
+    /// Its place in `allCases`, 0 to 10: for tables indexed by timer, and
     /// for hashing.
     public var slot: Int {
         switch self {
@@ -93,6 +96,7 @@ extension SupervisorTimer {
         case .powerOn: 7
         case .adapterRecovery: 8
         case .silence: 9
+        case .scanWatch: 10
         }
     }
 
@@ -222,6 +226,11 @@ public enum SupervisorReport: Sendable, Equatable {
     case dongleAway(lastSeen: Duration?, evidence: String)
     /// The dongle advertises again after being away for `awayFor`.
     case dongleBack(awayFor: Duration)
+    /// While away, the scan that heard other devices heard nobody for
+    /// `silentFor`: a stalled scan (bluetoothd keeps `Discovering`).
+    /// `restarting`: discovery is started again; otherwise that did not
+    /// help and the controller steps run.
+    case scanStalled(silentFor: Duration, restarting: Bool)
     /// `unauthenticated`: Device1.Pair succeeded without the passkey (Just
     /// Works): the bond is removed and the link not used.
     case pairingFailed(error: String, unauthenticated: Bool = false)
@@ -255,6 +264,7 @@ public enum SupervisorReport: Sendable, Equatable {
         case .paired: "paired"
         case .dongleAway: "away"
         case .dongleBack: "back"
+        case .scanStalled: "scan-stalled"
         case .pairingFailed: "pairing-failed"
         case .bondLost: "bond-lost"
         }

@@ -216,3 +216,74 @@ import Testing
         #expect(link.answers == [.started(attempt: 1)])
     }
 }
+
+/// While away: a scan that heard others and then nobody has stalled.
+@Suite struct ScanStallTests {
+    func awayAmongOthers() -> VirtualLink {
+        var link = AwayTests().droppedLink()
+        link.advance(by: .seconds(1))
+        link.send(.othersAdvertising)
+        AwayTests().exhaustWindow(&link, answering: .unknown("no Bluetooth here"))
+        #expect(link.state == .away)
+        return link
+    }
+
+    func reports(_ link: VirtualLink) -> [SupervisorReport] { AwayTests().reports(link) }
+
+    @Test func aScanThatHearsOthersStaysAlone() {
+        var link = awayAmongOthers()
+        link.clearLog()
+        for _ in 0..<60 {  // an hour, others heard every 10 s
+            for _ in 0..<6 {
+                link.advance(by: .seconds(10))
+                link.send(.othersAdvertising)
+            }
+        }
+        #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
+        #expect(link.count { $0 == .startDiscovery } == 0)
+        // The watch is re-armed lazily: about one wake-up per two minutes.
+        #expect(link.count { $0 == .startTimer(.scanWatch, after: .seconds(120)) } <= 31)
+    }
+
+    @Test func nobodyHeardForTwoMinutesRestartsDiscoveryThenTakesTheSteps() {
+        var link = awayAmongOthers()
+        link.clearLog()
+        link.advance(by: .seconds(130))
+        #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })
+        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action == .startDiscovery })
+        #expect(link.state == .away)
+        link.clearLog()
+        link.advance(by: .seconds(125))
+        #expect(reports(link).contains { if case .scanStalled(_, restarting: false) = $0 { true } else { false } })
+        #expect(link.state == .escalating)
+        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+    }
+
+    @Test func othersHeardAgainAfterTheRestartEndTheStall() {
+        var link = awayAmongOthers()
+        link.advance(by: .seconds(130))
+        link.send(.othersAdvertising)  // the fresh session hears them
+        link.clearLog()
+        link.advance(by: .seconds(60))
+        link.send(.othersAdvertising)
+        link.advance(by: .seconds(60))
+        #expect(link.state == .away)
+        #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
+    }
+
+    @Test func aQuietPlaceRenewsTheSessionAndNeverCallsItAStall() {
+        var link = AwayTests().droppedLink()
+        AwayTests().exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
+        link.clearLog()
+        for _ in 0..<(12 * 60) {  // twelve hours
+            link.advance(by: .seconds(60))
+            if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+        }
+        #expect(link.state == .away)
+        #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
+        let renewals = link.count { $0 == .startDiscovery }
+        #expect(renewals >= 70 && renewals <= 73, "renewals in twelve hours: \(renewals)")
+        #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
+    }
+}

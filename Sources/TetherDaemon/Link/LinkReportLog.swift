@@ -131,6 +131,11 @@ struct LinkReportLog: Sendable {
                 metadata: with(["evidence": "\(evidence)"] .merging(lastSeen.map { ["away_for": "\(Self.seconds(now - $0))"] } ?? [:]) { $1 }))
         case .dongleBack(let awayFor):
             logger.notice("back: the dongle advertises again after \(awayFor.roundedText) away; connecting", metadata: with(["away_for": "\(Self.seconds(awayFor))"]))
+        case .scanStalled(let silentFor, let restarting):
+            let what = restarting
+                ? "the scan stalled: it heard other devices, and nobody for \(silentFor.roundedText) (bluetoothd still says Discovering); starting discovery again"
+                : "the scan still hears nobody (\(silentFor.roundedText)) after discovery was started again; taking the controller steps"
+            logger.warning("\(what)", metadata: with(["silent_for": "\(Self.seconds(silentFor))", "restarting": "\(restarting)"]))
         case .linkCheckFailed(let consecutive, let error):
             logger.warning("keep-alive poll failed (\(consecutive) in a row): \(error)", metadata: with(["error": "\(error)"]))
         }

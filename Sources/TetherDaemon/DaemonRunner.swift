@@ -240,7 +240,9 @@ private final class Session: Sendable {
             } catch {
                 // Say so at once, then once a minute while it lasts.
                 if lastWarning.map({ $0.duration(to: .now) >= .seconds(60) }) ?? true {
-                    logger.error("cannot connect to D-Bus: \(error); retrying")
+                    // A connectFailed says "cannot connect to D-Bus" itself.
+                    let what = if case .connectFailed = error { "\(error)" } else { "cannot connect to D-Bus: \(error)" }
+                    logger.error("\(what); retrying")
                     lastWarning = .now
                 }
                 try? await loop.sleep(for: delay)

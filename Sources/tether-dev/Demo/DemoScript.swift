@@ -55,7 +55,7 @@ final class DemoScript: Sendable {
             say("starting the simulated bluetoothd: dongle AA:BB:CC:DD:EE:FF, 2 notifications/s, asleep after 6 s without a GATT write")
             simulator = try ChildProcess(executable: devTool, arguments: [
                 "simulate", "--bus", busDaemon.address, "--sleep-after", "6s", "--notify-rate", "2",
-                "--event-log", eventLogPath, "--rfkill", rfkillDirectory,
+                "--event-log", eventLogPath, "--rfkill", rfkillDirectory, "--other-advertisers", "5",
             ], stdoutPath: "/dev/null", stderrPath: directory.appendingPathComponent("simulator.log").path)
             let control = try await Bus.connect(address: busDaemon.address)
             client = control
@@ -116,6 +116,18 @@ final class DemoScript: Sendable {
             }
             say("Tether saw the block on rfkill and cleared it \(DurationText.rounded(blocked.duration(to: .now))) later; bluetoothd powers the adapter on again")
             guard await waitOnline(control, "reconnecting after the unblock") else { return false }
+
+            say(">>> the vehicle parks: the dongle stops advertising for 45 s, among 5 other advertisers")
+            try await knob(control, "Sleep")
+            let parked = ContinuousClock.now
+            guard await waitFor("Tether saying the dongle is away (no fault: no controller step)", within: .seconds(45), {
+                (try? await self.tetherState(control)) == "away"
+            }) else { return false }
+            say("Tether found the dongle away \(DurationText.rounded(parked.duration(to: .now))) after it left: no escalation, discovery on")
+            try await Task.sleep(until: parked + .seconds(45))
+            say("the vehicle starts again: the dongle advertises")
+            try await knob(control, "Wake")
+            guard await waitOnline(control, "connecting as soon as it advertises") else { return false }
             try await Task.sleep(for: .seconds(2))
 
             if forever {
@@ -137,7 +149,8 @@ final class DemoScript: Sendable {
         let events = (try? SimulatorEvent.readLog(path: eventLogPath)) ?? []
         let sent = events.filter { $0.ev == "notify" }.compactMap(\.seq)
         let writes = events.filter { $0.ev == "write" }.count
-        let sleeps = events.filter { $0.ev == "sleep" }.count
+        // The parked spell (the Sleep knob) excepted.
+        let sleeps = events.filter { $0.ev == "sleep" && $0.reason != "sleep" }.count
         let records = (try? ReadingLog.readRecords(directory: readingsDirectory)) ?? []
         let onDisk = SimulatorRemote.sequences(in: records)
         let missing = Set(sent).subtracting(onDisk)
@@ -190,6 +203,17 @@ final class DemoScript: Sendable {
 
     private func simulatorState(_ control: Bus) async throws -> String {
         try await SimulatorRemote(bus: control).state()
+    }
+
+    /// The daemon's state, from its control interface on the demo's bus.
+    private func tetherState(_ control: Bus) async throws -> String? {
+        let address = ControlAddress(instance: .default)
+        let reply = try await control.call(
+            destination: address.busName, path: address.path,
+            interface: StandardInterface.properties, method: "Get",
+            [.string(ControlAddress.interface), .string("State")]
+        )
+        return reply.first?.string
     }
 
     private func knob(_ control: Bus, _ method: String, _ arguments: [DBusValue] = []) async throws {

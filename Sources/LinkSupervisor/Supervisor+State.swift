@@ -131,6 +131,9 @@ extension Supervisor {
         var lastStaleError: String?
         /// Failed attempts that nobody answered (`LinkFailure.noAnswer`).
         var unanswered = 0
+        /// Attempts the window started with: short sessions before it, each
+        /// counted as a failed attempt (`Settings.stableLink`), not made.
+        var flapped = 0
         /// Opened because the dongle was seen advertising: it is there, so
         /// connects that find nobody are a fault (a stale object, the radio),
         /// not its absence.

@@ -639,7 +639,9 @@ public struct Supervisor: Sendable {
     /// asked for does not).
     private func windowAfterLoss(_ window: Window?, requested: Bool) -> Window {
         if let window { return window }
-        return Window(start: now, attempts: requested ? 0 : max(0, history.shortSessions - 1))
+        var window = Window(start: now, attempts: requested ? 0 : max(0, history.shortSessions - 1))
+        window.flapped = window.attempts
+        return window
     }
 
     /// The notification socket closed while the link was up or being
@@ -917,15 +919,17 @@ public struct Supervisor: Sendable {
         escalate(settings.escalation, reconnectRequested: false)
     }
 
-    /// Whether `window` looks like an absent dongle: every attempt found
-    /// nobody (`LinkFailure.noAnswer`), and it was neither opened by the
+    /// Whether `window` looks like an absent dongle: every attempt it made
+    /// found nobody (`LinkFailure.noAnswer`; the short sessions it started
+    /// with do not count: a link that came up and dropped before the dongle
+    /// left is no sign against its absence), and it was neither opened by the
     /// dongle's own advertisement (then it is there, and connects fail) nor
     /// a blind one, with no bond trouble. A wedged controller or a stale
     /// object gives such windows too: only evidence about the controller
     /// (`controllerEvidence`) makes it away.
     private func foundNobody(_ window: Window) -> Bool {
-        !window.blind && !window.fromAdvertisement && window.attempts > 0 && window.unanswered == window.attempts
-            && history.bondLoss == .none
+        !window.blind && !window.fromAdvertisement && window.attempts > window.flapped
+            && window.unanswered == window.attempts - window.flapped && history.bondLoss == .none
     }
 
     /// What shows that the controller works, seen since `start`: it

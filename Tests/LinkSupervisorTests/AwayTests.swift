@@ -287,3 +287,31 @@ import Testing
         #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
     }
 }
+
+extension AwayTests {
+    /// Parked right after it came back: the short session before the drop
+    /// is a flap the window starts with, not a sign against the absence.
+    @Test func aDongleThatLeavesRightAfterComingBackIsAwayToo() {
+        var settings = SupervisorTests.settings
+        settings.escalation = [.powerCycle, .hciReset]
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(60))
+        // Two links in a row that drop within seconds of coming up.
+        for _ in 0..<2 {
+            link.observe(VirtualLink.down)
+            link.advance(by: .seconds(5))
+            #expect(link.state == .online)
+            link.advance(by: .seconds(2))
+        }
+        link.connectResult = .failure(Self.nobody)
+        link.clearLog()
+        link.observe(VirtualLink.down)
+        let first = link.supervisor.status.windowAttempt
+        exhaustWindow(&link, answering: .responsive)
+        #expect(first > 0, "the window starts with the flaps")
+        #expect(link.state == .away, "\(reports(link))")
+        #expect(escalations(link) == 0)
+    }
+}

@@ -896,6 +896,10 @@ public struct Supervisor: Sendable {
 
     private mutating func exhaustWindow(_ window: Window) {
         if foundNobody(window) {
+            // Away or not: an object that looks stale and holds no bond goes
+            // now (discovery makes it anew when the dongle advertises; a
+            // stale one would never show that), a bonded one never here.
+            if !observation.deviceBonded { removeStaleDeviceIfDue(window) }
             if let evidence = controllerEvidence(since: window.start) { return confirmAway(evidence: evidence) }
             return listenForEvidence(after: window)
         }
@@ -906,15 +910,10 @@ public struct Supervisor: Sendable {
     /// looks so, then the escalation steps or cooling down.
     private mutating func windowFailed(_ window: Window) {
         actions.append(.report(.windowExhausted(attempts: window.attempts)))
-        if shouldRemoveStaleDevice(window) {
-            history.removedStaleDevice = true
-            outstanding.removal = true
-            actions.append(.report(.staleDeviceRemoved(failures: window.staleFailures, lastError: window.lastStaleError ?? "")))
-            // Then as after any exhausted window: the escalation steps, or
-            // cooling down. Either way discovery makes the object anew once
-            // the dongle advertises, and the next window starts from it.
-            actions.append(.removeDevice)
-        }
+        // Then as after any exhausted window: the escalation steps, or
+        // cooling down. Either way discovery makes the object anew once the
+        // dongle advertises, and the next window starts from it.
+        removeStaleDeviceIfDue(window)
         if settings.escalation.isEmpty { return enterCooldown(cause: "retry window exhausted") }
         escalate(settings.escalation, reconnectRequested: false)
     }
@@ -1249,6 +1248,16 @@ public struct Supervisor: Sendable {
         let delay = recoveryDelay
         actions.append(.report(.adapterNotRecovered(rounds: history.adapterRecoveries, problem: adapterProblem, retryIn: delay)))
         startTimer(.adapterRecovery, after: delay)
+    }
+
+    /// Removes the dongle's object (once per outage) when the window's
+    /// failures point at a stale one (`shouldRemoveStaleDevice`).
+    private mutating func removeStaleDeviceIfDue(_ window: Window) {
+        guard shouldRemoveStaleDevice(window) else { return }
+        history.removedStaleDevice = true
+        outstanding.removal = true
+        actions.append(.report(.staleDeviceRemoved(failures: window.staleFailures, lastError: window.lastStaleError ?? "")))
+        actions.append(.removeDevice)
     }
 
     /// Most of the window's failures pointed at a stale device object, it was

@@ -8,17 +8,19 @@ import Testing
     static let nobody = LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local", staleDevice: true, noAnswer: true)
 
     /// Online at t=0, then the link drops and every connect finds nobody.
-    func droppedLink(escalation: [EscalationStep] = [.powerCycle, .hciReset]) -> VirtualLink {
+    func droppedLink(escalation: [EscalationStep] = [.powerCycle, .hciReset], bonded: Bool = false) -> VirtualLink {
         var settings = SupervisorTests.settings
         settings.escalation = escalation
         var link = VirtualLink(settings: settings)
+        var down = VirtualLink.down
+        down.deviceBonded = bonded
         link.connectResult = .success(())
-        link.observe(VirtualLink.down)
+        link.observe(down)
         #expect(link.state == .online)
         link.advance(by: .seconds(60))
         link.connectResult = .failure(Self.nobody)
         link.clearLog()
-        link.observe(VirtualLink.down)
+        link.observe(down)
         return link
     }
 
@@ -55,13 +57,23 @@ import Testing
         exhaustWindow(&link, answering: .responsive)
         #expect(link.state == .away)
         #expect(escalations(link) == 0)
-        #expect(link.count { $0 == .removeDevice } == 0)
+        // Its failures point at a stale object too (abort-by-local), and it
+        // holds no bond: removed once, which costs nothing (discovery makes
+        // it anew when the dongle advertises; a stale one never would).
+        #expect(link.count { $0 == .removeDevice } == 1)
         #expect(!reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
         let away = reports(link).filter { if case .dongleAway = $0 { true } else { false } }
         #expect(away == [.dongleAway(lastSeen: .seconds(60), evidence: "the controller answers")])
         #expect(link.log.contains { $0.action == .startDiscovery })
         #expect(link.supervisor.status.awaySince == .seconds(60))
         #expect(link.supervisor.status.nextAttemptAt == nil)
+    }
+
+    @Test func aBondedDongleAwayKeepsItsObject() {
+        var link = droppedLink(bonded: true)
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
+        #expect(link.count { $0 == .removeDevice } == 0)
     }
 
     @Test func otherAdvertisersCountAsEvidenceToo() {

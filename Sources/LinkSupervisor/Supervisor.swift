@@ -391,9 +391,14 @@ public struct Supervisor: Sendable {
     /// one opened by an advertisement, so connects that fail now are a
     /// fault, not another absence.
     private mutating func back(from away: Away) {
+        if case .listening(let window) = away.phase {
+            // Heard while Tether was still making up its mind: it was there
+            // all along, so the connects that found nobody are a fault.
+            return listenedInVain(window)
+        }
         history.searchChecks = 0
         stopDiscoveryIfRunning()
-        if away.confirmed { actions.append(.report(.dongleBack(awayFor: now - away.since))) }
+        actions.append(.report(.dongleBack(awayFor: now - away.since)))
         attempt(window: Window(start: now, fromAdvertisement: true), cause: "the dongle advertises again after \((now - away.since).roundedText) away")
     }
 
@@ -958,8 +963,8 @@ public struct Supervisor: Sendable {
         confirmAway(evidence: evidence)
     }
 
-    /// Listening heard nobody and the controller did not say it works: the
-    /// window is a fault after all.
+    /// Listening heard nobody and the controller did not say it works, or
+    /// heard the dongle itself (it was there): the window is a fault after all.
     private mutating func listenedInVain(_ window: Window) {
         stopDiscoveryIfRunning()
         windowFailed(window)

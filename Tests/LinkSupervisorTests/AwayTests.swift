@@ -115,15 +115,17 @@ import Testing
         #expect(escalations(link) == 0)
     }
 
-    @Test func itsOwnAdvertisementWhileListeningConnectsAtOnce() {
+    @Test func itsOwnAdvertisementWhileListeningMakesTheWindowAFault() {
         var link = droppedLink()
         exhaustWindow(&link, answering: nil)
         link.advance(by: .seconds(2))
         link.clearLog()
-        link.connectResult = .success(())
         link.send(.advertising)
-        #expect(link.state == .online)
+        // It was there all along: its connects failing is no absence.
+        #expect(link.state == .escalating)
+        #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
         #expect(!reports(link).contains { if case .dongleBack = $0 { true } else { false } })
+        #expect(link.connectTimes.isEmpty)
     }
 
     @Test func evidenceFromBeforeTheWindowDoesNotCount() {

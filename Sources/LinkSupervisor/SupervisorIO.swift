@@ -23,7 +23,7 @@ public struct LinkFailure: Error, Sendable, Equatable, CustomStringConvertible {
     /// or Tether's own deadline passed first. What a dongle that is away
     /// gives, and also a stale object or a wedged controller: a window of
     /// these counts as "away" only beside evidence that the controller works
-    /// (`Supervisor.awayEvidence`).
+    /// (`Supervisor.controllerEvidence`).
     public var noAnswer: Bool
     /// bluetoothd has no such object any more (`UnknownObject`): the dongle
     /// is unknown until discovery finds it again, whatever the last

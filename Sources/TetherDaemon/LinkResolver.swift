@@ -88,8 +88,11 @@ struct LinkResolver: Sendable {
 
     private func pickDevice(_ tree: ObjectTree, adapter: Adapter, bound: String?) -> Device? {
         let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
+        // BlueZ spells addresses upper-case, as the config and the binding
+        // are normalised: compared as they are (this runs on every change
+        // of the tree, among hundreds of devices in a busy street).
         if let address = config.dongle.address ?? bound {
-            return candidates.first { $0.address.uppercased() == address }
+            return candidates.first { $0.address == address }
         }
         // A connected match first, then the strongest signal.
         return matching(candidates).max { a, b in

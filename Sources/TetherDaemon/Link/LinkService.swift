@@ -610,7 +610,7 @@ public final class LinkService: @unchecked Sendable {
     }
 
     /// Another device advertised: evidence that the controller hears the
-    /// air (`Supervisor.awayEvidence`). Told at most every
+    /// air (`Supervisor.controllerEvidence`). Told at most every
     /// `othersAdvertisingEvery`: in a busy street they come many a second.
     private func othersAdvertised() {
         let now = start.duration(to: .now)

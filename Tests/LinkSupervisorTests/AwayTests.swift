@@ -306,11 +306,7 @@ extension AwayTests {
     /// Parked right after it came back: the short session before the drop
     /// is a flap the window starts with, not a sign against the absence.
     @Test func aDongleThatLeavesRightAfterComingBackIsAwayToo() {
-        var settings = SupervisorTests.settings
-        settings.escalation = [.powerCycle, .hciReset]
-        var link = VirtualLink(settings: settings)
-        link.connectResult = .success(())
-        link.observe(VirtualLink.down)
+        var link = SupervisorTests().onlineLink()
         link.advance(by: .seconds(60))
         // Two links in a row that drop within seconds of coming up.
         for _ in 0..<2 {

@@ -175,6 +175,14 @@ extension Simulator {
         }
     }
 
+    /// Whether some discovery session's filter (none: all) takes an
+    /// advertiser with these: bluetoothd reports it only then.
+    func discoveryReports(uuids: [String], rssi: Int16, name: String, address: String) -> Bool {
+        discoveryClients.contains { client in
+            (discoveryFilters[client] ?? DiscoveryFilter()).accepts(uuids: uuids, rssi: rssi, name: name, address: address)
+        }
+    }
+
     /// Each advertising interval while discovery runs and the dongle
     /// advertises: an RSSI update, or the device's first appearance.
     private func scan() async {
@@ -187,11 +195,9 @@ extension Simulator {
             await reportOtherAdvertisers(on: bus)
             guard dongle.state == .advertising else { continue }
             let rssi = dongle.nextRSSI()
-            guard discoveryClients.contains(where: { client in
-                (discoveryFilters[client] ?? DiscoveryFilter()).accepts(
-                    uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: options.address
-                )
-            }) else { continue }
+            guard discoveryReports(uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: options.address) else {
+                continue
+            }
             rssiPublished = true
             if deviceExported {
                 try? await bus.setProperties(devicePath, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])

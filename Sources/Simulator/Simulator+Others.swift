@@ -45,9 +45,9 @@ extension Simulator {
             let address = Self.otherAddress(index)
             let name = "Other-\(index)"
             let rssi = Int16(-60 - (index % 35))
-            guard discoveryClients.contains(where: { client in
-                (discoveryFilters[client] ?? DiscoveryFilter()).accepts(uuids: [], rssi: rssi, name: name, address: address)
-            }), let path = try? DeviceObject.path(adapter: adapterPath, address: address) else { continue }
+            guard discoveryReports(uuids: [], rssi: rssi, name: name, address: address),
+                  let path = try? DeviceObject.path(adapter: adapterPath, address: address)
+            else { continue }
             if othersExported.contains(index) {
                 try? await bus.setProperties(path, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
             } else {
@@ -62,9 +62,7 @@ extension Simulator {
     private func reportTwin(on bus: Bus) async {
         guard let address = options.twinAddress, let path = try? DeviceObject.path(adapter: adapterPath, address: address) else { return }
         let rssi: Int16 = -40
-        guard discoveryClients.contains(where: { client in
-            (discoveryFilters[client] ?? DiscoveryFilter()).accepts(uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: address)
-        }) else { return }
+        guard discoveryReports(uuids: DeviceObject.uuids, rssi: rssi, name: options.name, address: address) else { return }
         if twinExported {
             try? await bus.setProperties(path, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
             return

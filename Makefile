@@ -403,7 +403,7 @@ check-units: $(if $(TETHER_BIN),,build)
 
 # Benchmarks against the simulator, side by side with a Python peer (bleak +
 # bleak-retry-connector, and paho-mqtt for forwarding: bench/peer_bleak.py,
-# installed into BENCH_VENV): footprint, ingest, keepalive, recovery, startup,
+# installed into BENCH_VENV): footprint, ingest, keepalive, recovery, startup, waiting,
 # forward (against Debian's mosquitto; bench/run.py says what each
 # measures). Prints one table per benchmark and writes the figures to
 # .build/bench/results.json; asserts nothing. One of them: make bench BENCH=ingest.
@@ -419,6 +419,7 @@ BENCH_KEEPALIVE_RATE     ?= 20000
 BENCH_DROPS              ?= 50
 BENCH_FORWARD_DURATION   ?= 20s
 BENCH_METRICS_DURATION   ?= 30s
+BENCH_WAITING_DURATION   ?= 60s
 .PHONY: bench
 bench: deps
 	flock /tmp/tether-build.lock $(MAKE) --no-print-directory deb
@@ -431,4 +432,4 @@ bench: deps
 	  BENCH_FOOTPRINT_DURATION=$(BENCH_FOOTPRINT_DURATION) BENCH_INGEST_DURATION=$(BENCH_INGEST_DURATION) \
 	  BENCH_INGEST_RATES=$(BENCH_INGEST_RATES) BENCH_NOTIFY_PATHS=$(BENCH_NOTIFY_PATHS) BENCH_KEEPALIVE_DURATION=$(BENCH_KEEPALIVE_DURATION) \
 	  BENCH_KEEPALIVE_RATE=$(BENCH_KEEPALIVE_RATE) BENCH_FORWARD_DURATION=$(BENCH_FORWARD_DURATION) \
-	  BENCH_DROPS=$(BENCH_DROPS) BENCH_METRICS_DURATION=$(BENCH_METRICS_DURATION) python3 bench/run.py $(BENCH)
+	  BENCH_DROPS=$(BENCH_DROPS) BENCH_METRICS_DURATION=$(BENCH_METRICS_DURATION) BENCH_WAITING_DURATION=$(BENCH_WAITING_DURATION) python3 bench/run.py $(BENCH)

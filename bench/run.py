@@ -2,7 +2,7 @@
 """Benchmarks of `tether run` against `tether-dev simulate`, side by side with the
 bleak peer (bench/peer_bleak.py). Standard library only; `make bench` runs it.
 
-    bench/run.py [footprint|ingest|keepalive|recovery|startup ...]
+    bench/run.py [footprint|ingest|keepalive|recovery|startup|forward|metrics|waiting|package ...]
 
 Environment: TETHER_BIN, TETHER_DEV_BIN (default: tether-dev next to
 TETHER_BIN), PEER_PYTHON, BENCH_OUT (default .build/bench),
@@ -10,7 +10,8 @@ BENCH_FOOTPRINT_DURATION (60s), BENCH_IDLE_DURATION (20s),
 BENCH_INGEST_DURATION (60s), BENCH_INGEST_RATES (2000,20000),
 BENCH_NOTIFY_PATHS (start-notify,acquire-notify: ingest runs both sides with each),
 BENCH_KEEPALIVE_DURATION (10m), BENCH_KEEPALIVE_RATE (20000), BENCH_DROPS (50), BENCH_DROP_SPACING (11s),
-BENCH_STARTUP_RUNS (10), BENCH_FORWARD_DURATION (20s), BENCH_METRICS_DURATION (30s). Prints one table per
+BENCH_STARTUP_RUNS (10), BENCH_FORWARD_DURATION (20s), BENCH_METRICS_DURATION (30s),
+BENCH_WAITING_DURATION (60s). Prints one table per
 benchmark and merges the figures into BENCH_OUT/results.json. Asserts nothing.
 """
 
@@ -317,6 +318,62 @@ def footprint_side(kind, keepalive=True):
         side.stop()
         sim.close()
         shutil.rmtree(work, ignore_errors=True)
+
+
+def waiting_side(kind, others=80, interval="200ms"):
+    """The dongle away (asleep) in a busy street: `others` other advertisers,
+    each reported every `interval` (80 at 5/s: 400 reports a second), while
+    the side waits for the dongle. CPU a minute once it waits (Tether: from
+    its `event=away`, or cooling down where nothing shows that the
+    controller works; the peer: from its first failed connect), then the
+    wake: how long until it is online again."""
+    seconds = duration("BENCH_WAITING_DURATION", "60s")
+    work = workdir("waiting")
+    sim = Sim(work, "--notify-rate", "10", "--sleep-after", "3s", "--no-answer-timeout", "3s",
+              "--other-advertisers", str(others), "--other-advertising-interval", interval)
+    reconnect = '[reconnect]\nwindow = "6s"\nwindow_attempts = 2\nconnect_timeout = "5s"\n'
+    side = Side(kind, work, sim, reconnect=reconnect, silence_off=True)
+    log = f"{work}/{kind}.log"
+    # Tether waits once away (or, in a quiet place where nothing shows the
+    # controller works, cooling down); the peer once a connect failed.
+    marker = r"event=away|state=cooling-down" if kind == "tether" else "error"
+    try:
+        wait_subscribed(sim)
+        asleep = time.monotonic()
+        sim.knob("Sleep")
+        if not wait_for(lambda: re.search(marker, open(log).read()), 90, 0.2):
+            raise RuntimeError(f"{kind}: not waiting ({marker!r} not logged) within 90 s of the sleep")
+        waiting_after = time.monotonic() - asleep
+        time.sleep(5)
+        before = thread_cpu(side.pid)
+        time.sleep(seconds)
+        after = thread_cpu(side.pid)
+        online_mark = "state=online" if kind == "tether" else "online"
+        lines_before = open(log).read().count(online_mark)
+        woken = time.monotonic()
+        sim.knob("Wake")
+        back = wait_for(lambda: open(log).read().count(online_mark) > lines_before, 60, 0.02)
+        return {"others": others, "interval": interval, "waiting_after_s": waiting_after,
+                "waiting_cpu_ms_per_minute": cpu_between(before, after) * 1000 * 60 / seconds,
+                "back_s": (time.monotonic() - woken) if back else None}
+    finally:
+        side.stop()
+        sim.close()
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def bench_waiting():
+    t, p = in_parallel(waiting_side, ("tether",), ("peer",))
+    quiet = waiting_side("tether", others=0)
+    rows = [("waiting, CPU ms per minute (80 advertisers, 5/s each)", t["waiting_cpu_ms_per_minute"],
+             p["waiting_cpu_ms_per_minute"], "≤ 20", t["waiting_cpu_ms_per_minute"] <= 20),
+            ("  in a quiet place (no other advertiser), CPU ms per minute", quiet["waiting_cpu_ms_per_minute"],
+             None, "", None),
+            ("wake → online, s (busy street)", t["back_s"], p["back_s"], "≤ 2",
+             t["back_s"] is not None and t["back_s"] <= 2),
+            ("Tether away / the peer retrying, s after the sleep", t["waiting_after_s"], p["waiting_after_s"], "", None)]
+    table("Waiting for a dongle that is away (asleep) in a busy street; both at once, one simulator each", rows)
+    return {"tether": t, "peer": p, "tether_quiet": quiet}
 
 
 def pss_kib(pid):
@@ -1088,7 +1145,7 @@ def bench_package():
 
 BENCHES = {"package": bench_package, "footprint": bench_footprint, "ingest": bench_ingest, "keepalive": bench_keepalive,
            "recovery": bench_recovery, "startup": bench_startup, "forward": bench_forward,
-           "metrics": bench_metrics}
+           "metrics": bench_metrics, "waiting": bench_waiting}
 
 
 def main():

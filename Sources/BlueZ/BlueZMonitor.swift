@@ -9,9 +9,17 @@ import EventLoop
 /// bus's callbacks (which it registers) run there too. It is
 /// `@unchecked Sendable` only so those callbacks may capture it.
 ///
+/// Device1 property changes come from every device until the owner names
+/// one (`watchDevice(at:)`): a daemon that knows its dongle's path hears only
+/// that device's, not every advertisement of a busy street (bluetoothd sends
+/// one PropertiesChanged per advertisement while a filtered discovery runs);
+/// `sampleOtherDevices` lets the rest in again until told to stop.
+///
 /// Invariants:
 /// - events come only from the current owner of org.bluez; a restart shows
 ///   as `serviceVanished` then `serviceAppeared` with a fresh snapshot;
+/// - a Device1 change is handed over once: the sample passes on only what
+///   is not the watched device's;
 /// - while a snapshot (GetManagedObjects) is in flight, the owner's signals
 ///   are skipped: bluetoothd answers after emitting them, so the snapshot
 ///   already holds what they said.
@@ -22,6 +30,13 @@ public final class BlueZMonitor: @unchecked Sendable {
     private var snapshotPending = false
     private var generation = 0
     private var handlerID: Int?
+    private var deviceHandlerID: Int?
+    private var sampleHandlerID: Int?
+    private var deliver: (@Sendable (Message) -> Void)?
+    /// The one device whose Device1 property changes are heard; nil: every
+    /// device's (`watchDevice(at:)`).
+    public private(set) var watchedDevice: ObjectPath?
+    public var samplingOtherDevices: Bool { sampleHandlerID != nil }
 
     public var currentOwner: String? { owner }
 
@@ -37,9 +52,47 @@ public final class BlueZMonitor: @unchecked Sendable {
     public func start(_ deliver: @escaping @Sendable (Message) -> Void) async throws(BlueZError) {
         do {
             handlerID = try await client.bus.addSignalHandler(matchingAny: Self.rules, deliver)
+            deviceHandlerID = try await client.bus.addSignalHandler(matchingAny: [Self.deviceRule(watchedDevice)], deliver)
+            self.deliver = deliver
         } catch {
             throw BlueZError(error)
         }
+    }
+
+    /// Hears Device1 property changes only of the device at `path` (nil:
+    /// of every device) from now on, on the loop. The new rule is installed
+    /// before the old one goes, so nothing falls between them (a change may
+    /// come twice meanwhile: each is a state, not a count).
+    public func watchDevice(at path: ObjectPath?) {
+        guard path != watchedDevice, let deliver, let old = deviceHandlerID else { return }
+        watchedDevice = path
+        client.bus.assumeIsolated { bus in
+            deviceHandlerID = bus.addSignalHandlerNow(matchingAny: [Self.deviceRule(path)], deliver)
+            bus.removeSignalHandlerNow(old)
+        }
+        if path == nil { sampleOtherDevices(false) }
+    }
+
+    /// Lets every device's property changes in (`true`) besides the watched
+    /// namespace's, or stops that (`false`), on the loop. What the watched
+    /// namespace already delivers is not handed over again.
+    public func sampleOtherDevices(_ on: Bool) {
+        guard on != samplingOtherDevices else { return }
+        client.bus.assumeIsolated { bus in
+            if let id = sampleHandlerID {
+                bus.removeSignalHandlerNow(id)
+                sampleHandlerID = nil
+            } else if watchedDevice != nil {
+                sampleHandlerID = bus.addSignalHandlerNow(matchingAny: [Self.deviceRule(nil)]) { [self] message in
+                    handleSampled(message)
+                }
+            }
+        }
+    }
+
+    private func handleSampled(_ signal: Message) {
+        guard sampleHandlerID != nil, signal.path != watchedDevice else { return }
+        handle(signal)
     }
 
     /// Called after `start` on the loop: asks the bus who owns org.bluez.
@@ -70,19 +123,48 @@ public final class BlueZMonitor: @unchecked Sendable {
     public func stop() async {
         guard let handlerID else { return }
         self.handlerID = nil
+        deliver = nil
         await client.bus.removeSignalHandler(handlerID)
+        for id in [deviceHandlerID, sampleHandlerID].compactMap({ $0 }) {
+            await client.bus.removeSignalHandler(id)
+        }
+        deviceHandlerID = nil
+        sampleHandlerID = nil
     }
 
     /// Each names who may send it (`MatchRule`: the bus checks the stamped
     /// sender) and the body's signature, so a forged or misshapen signal is
     /// dropped before it is decoded.
-    static let rules = BlueZClient.serviceRules + [
+    /// Device1's property changes are not here: `deviceRule` has them, by
+    /// namespace. Every other interface's are (by arg0, which bluetoothd's
+    /// PropertiesChanged carries first).
+    static let rules = BlueZClient.serviceRules.filter { $0.member != "PropertiesChanged" } + [
+        BlueZ.adapterInterface, BlueZ.gattServiceInterface, BlueZ.gattCharacteristicInterface, BlueZ.gattDescriptorInterface,
+    ].map { interface in
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
+            pathNamespace: "/org/bluez", arg0: interface, signature: "sa{sv}as"
+        )
+    } + [
         // BlueZ ≥ 5.83: why a link went. Harmless where it never comes.
         MatchRule(
             sender: BlueZ.service, interface: BlueZ.deviceInterface, member: "Disconnected", pathNamespace: "/org/bluez",
             signature: "ss"
         ),
     ]
+
+    /// Device1's property changes of the device at `path`, or of all.
+    /// One device's is a `path` rule, not a `path_namespace` one: with both
+    /// as path_namespace rules, dbus-daemon 1.14.10's RemoveMatch of the
+    /// rule for all devices removed the one device's instead and left the
+    /// other (seen with `Debug.Stats.GetAllMatchRules` in `make bench`).
+    static func deviceRule(_ path: ObjectPath?) -> MatchRule {
+        MatchRule(
+            sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",
+            path: path, pathNamespace: path == nil ? "/org/bluez" : nil, arg0: BlueZ.deviceInterface,
+            signature: "sa{sv}as"
+        )
+    }
 
     /// One signal from the bus, on the loop. The bus hands over only what
     /// `rules` admit; the sender is checked again here all the same, since

@@ -178,6 +178,7 @@ extension TetherConfig {
         result.window = try section.duration("window") ?? result.window
         result.windowAttempts = try section.int("window_attempts") ?? result.windowAttempts
         result.cooldown = try section.duration("cooldown") ?? result.cooldown
+        result.scanStallAfter = try section.duration("scan_stall_after") ?? result.scanStallAfter
         if let text = try section.string("remove_stale_device") {
             guard let choice = StaleDeviceRemoval(rawValue: text) else {
                 let choices = StaleDeviceRemoval.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")

@@ -56,6 +56,11 @@ extension TetherConfig {
         guard r.window > .zero else { throw fail("reconnect.window", "must be greater than 0s") }
         guard r.windowAttempts >= 1 else { throw fail("reconnect.window_attempts", "must be at least 1, got \(r.windowAttempts)") }
         guard r.cooldown > .zero else { throw fail("reconnect.cooldown", "must be greater than 0s") }
+        // Others' advertisements are told every 10 s at most: a shorter
+        // bound would call a working scan stalled.
+        guard r.scanStallAfter >= .seconds(30) else {
+            throw fail("reconnect.scan_stall_after", "must be at least 30s, got \(f(r.scanStallAfter))")
+        }
 
         let s = readings
         let minimumRotate: Int64 = 4 << 10

@@ -12,6 +12,7 @@ extension Supervisor.Settings {
         keepaliveConfirmEvery = config.keepalive.confirmsEveryPoll ? nil : config.keepalive.confirmEvery
         silenceLimit = config.silenceLimit
         staleDeviceRemoval = config.reconnect.removeStaleDevice
+        scanStallAfter = config.reconnect.scanStallAfter
         pairs = config.dongle.pairing.pairs
     }
 }

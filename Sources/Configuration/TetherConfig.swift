@@ -212,14 +212,19 @@ public struct TetherConfig: Sendable, Equatable {
         /// `remove_stale_device`: which device objects may be removed after a
         /// window failed with errors that point at a stale object.
         public var removeStaleDevice: StaleDeviceRemoval
+        /// `scan_stall_after`: while the dongle is away and discovery runs,
+        /// no advertisement from anyone for this long (where others were
+        /// heard) is a stalled scan.
+        public var scanStallAfter: Duration
 
         public init(
             policy: ReconnectPolicy = ReconnectPolicy(), escalate: [EscalationStep] = [],
-            removeStaleDevice: StaleDeviceRemoval = .unbonded
+            removeStaleDevice: StaleDeviceRemoval = .unbonded, scanStallAfter: Duration = .seconds(120)
         ) {
             self.policy = policy
             self.escalate = escalate
             self.removeStaleDevice = removeStaleDevice
+            self.scanStallAfter = scanStallAfter
         }
 
         public subscript<Value>(dynamicMember keyPath: WritableKeyPath<ReconnectPolicy, Value>) -> Value {

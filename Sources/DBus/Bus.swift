@@ -415,6 +415,37 @@ public actor Bus {
         return id
     }
 
+    /// `addSignalHandler` for code already on the loop, which cannot wait:
+    /// the handler is in place at once and its AddMatch calls are on their
+    /// way, ahead of anything sent after this. Only for rules whose senders
+    /// an earlier `addSignalHandler` tracks (the owner of a name the bus has
+    /// not told about admits nothing). Rules the bus refuses are logged by
+    /// nobody: the handler then hears only what other rules route here.
+    public func addSignalHandlerNow(
+        matchingAny rules: [MatchRule], _ handler: @escaping @Sendable (Message) -> Void
+    ) -> Int {
+        let id = nextSubscriptionID
+        nextSubscriptionID += 1
+        signalHandlers[id] = (rules, handler)
+        for rule in rules {
+            startCall(destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "AddMatch",
+                      [.string(rule.description)], timeout: .seconds(5)) { _ in }
+        }
+        return id
+    }
+
+    /// `removeSignalHandler` for code on the loop: the handler hears nothing
+    /// more from now on (what the bus still routes under its rules is
+    /// dropped, unless another handler's rules admit it) and its RemoveMatch
+    /// calls are on their way.
+    public func removeSignalHandlerNow(_ id: Int) {
+        guard let entry = signalHandlers.removeValue(forKey: id), isConnected else { return }
+        for rule in entry.rules {
+            startCall(destination: Bus.daemonName, path: Bus.daemonPath, interface: Bus.daemonName, method: "RemoveMatch",
+                      [.string(rule.description)], timeout: .seconds(5)) { _ in }
+        }
+    }
+
     /// Stops the handler and removes its rules from the bus. When this
     /// returns, every signal the bus routed to this connection before it
     /// removed the rules has been handed to the handler: the bus answers

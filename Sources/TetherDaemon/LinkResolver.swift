@@ -101,6 +101,14 @@ struct LinkResolver: Sendable {
         }
     }
 
+    /// Whether `device` could be the one `resolve` picks: the configured or
+    /// bound address, else a match of name and service. One object, not the
+    /// tree (an advertisement of a stranger in a busy street is let go).
+    func mayBeTheDongle(_ device: Device, bound: String?) -> Bool {
+        if let address = config.dongle.address ?? bound { return device.address == address }
+        return !matching([device]).isEmpty
+    }
+
     /// The devices on `adapter` that fit `dongle.name_prefix` and
     /// `dongle.service_uuid` (none when the config gives an address).
     func matchingDevices(_ tree: ObjectTree, adapter: Adapter) -> [Device] {

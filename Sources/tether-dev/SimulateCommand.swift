@@ -94,8 +94,11 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "BlueZ's ATT request timeout, for requests a hung dongle never answers (real bluetoothd: 30s).")
     var attTimeout = DurationArgument(.seconds(30))
 
-    @Option(help: "Other devices advertising on the same air (a busy street), each reported by discovery about once a second (0: a quiet place; the SetOtherAdvertisers knob changes it).")
+    @Option(help: "Other devices advertising on the same air (a busy street), each reported by discovery once per --other-advertising-interval (0: a quiet place; the SetOtherAdvertisers knob changes it).")
     var otherAdvertisers = 0
+
+    @Option(help: "How often each of the other advertisers is reported (100ms to 1h; a busy street: 200ms, 5 a second each).")
+    var otherAdvertisingInterval = DurationArgument(.seconds(1))
 
     @Option(help: "An identical dongle of another vehicle at this address: the same name and services, 15 dB stronger, seen by discovery; it takes no connection (the event log says connect-request, reason twin).")
     var twin: String?
@@ -170,6 +173,10 @@ struct SimulateCommand: AsyncParsableCommand {
             throw ValidationError("--other-advertisers must be 0 to 65535, not \(otherAdvertisers)")
         }
         options.otherAdvertisers = otherAdvertisers
+        guard otherAdvertisingInterval.duration >= options.advertisingInterval, otherAdvertisingInterval.duration <= .seconds(3600) else {
+            throw ValidationError("--other-advertising-interval must be 100ms to 1h, not \(otherAdvertisingInterval)")
+        }
+        options.otherAdvertisingInterval = otherAdvertisingInterval.duration
         if let twin {
             guard let address = BluetoothAddressText.normalize(twin) else { throw ValidationError("--twin must be a Bluetooth address, not \(twin)") }
             options.twinAddress = address

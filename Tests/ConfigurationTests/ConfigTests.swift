@@ -42,6 +42,7 @@ struct ConfigParsingTests {
         window_attempts = 5
         cooldown = "1h"
         escalate = ["hci-reset", "power-cycle"]
+        scan_stall_after = "90s"
 
         [readings]
         directory = "/srv/readings"
@@ -69,7 +70,7 @@ struct ConfigParsingTests {
                     firstDelay: .milliseconds(250), initialBackoff: .seconds(2), maxBackoff: .seconds(90), jitter: 0.5,
                     connectTimeout: .seconds(15), window: .seconds(600), windowAttempts: 5, cooldown: .seconds(3600)
                 ),
-                escalate: [.hciReset, .powerCycle]
+                escalate: [.hciReset, .powerCycle], scanStallAfter: .seconds(90)
             ),
             readings: .init(
                 directory: "/srv/readings", flushInterval: .milliseconds(500), rotateSize: 8 << 20,
@@ -77,6 +78,14 @@ struct ConfigParsingTests {
             )
         )
         #expect(config == expected)
+    }
+
+    @Test func scanStallAfterReachesTheSupervisor() throws {
+        let configured = try TetherConfig.parse(minimal + "[reconnect]\nscan_stall_after = \"45s\"\n", file: file)
+        #expect(Supervisor.Settings(config: configured).scanStallAfter == .seconds(45))
+        let omitted = try TetherConfig.parse(minimal, file: file)
+        #expect(omitted.reconnect.scanStallAfter == .seconds(120))
+        #expect(Supervisor.Settings(config: omitted).scanStallAfter == .seconds(120))
     }
 
     @Test func omittedKeysTakeDefaults() throws {
@@ -245,6 +254,7 @@ struct ConfigParsingTests {
             ("[reconnect]\nfirst_delay = \"-1s\"\n", "reconnect.first_delay"),
             ("[reconnect]\nconnect_timeout = \"0s\"\n", "reconnect.connect_timeout"),
             ("[reconnect]\ncooldown = \"0s\"\n", "reconnect.cooldown"),
+            ("[reconnect]\nscan_stall_after = \"10s\"\n", "reconnect.scan_stall_after"),
             ("[reconnect]\nescalate = [\"reboot\"]\n", "reconnect.escalate"),
             ("[reconnect]\nescalate = [\"hci-reset\", \"hci-reset\"]\n", "reconnect.escalate"),
             ("[readings]\nrotate_size = \"4095B\"\n", "readings.rotate_size"),

@@ -79,6 +79,8 @@ public final class LinkService: @unchecked Sendable {
     private let start = MonotonicInstant.now
     /// When `.othersAdvertising` was last told to the supervisor.
     private var othersAdvertisingToldAt: Duration?
+    /// When other devices are let in again (`DeviceScope`).
+    private var samplingPause: EventLoop.TimerID?
     private let changeInput: AsyncStream<LinkStatusChange>.Continuation
     private let blockingInput: AsyncStream<BlockingJob>.Continuation
     /// Where the blocking jobs run: the daemon's io thread.
@@ -281,6 +283,8 @@ public final class LinkService: @unchecked Sendable {
         closeManagementSocket()
         closeRfkill()
         if let initCheckTimer { loop.cancelTimer(initCheckTimer) }
+        if let samplingPause { loop.cancelTimer(samplingPause) }
+        samplingPause = nil
         initCheckTimer = nil
         client.bus.assumeIsolated { $0.setSignalInterceptor(nil) }
         timers.cancelAll()
@@ -476,10 +480,18 @@ public final class LinkService: @unchecked Sendable {
         // RSSI updates cannot change which adapter, dongle or
         // characteristics we use, so they skip the re-resolution.
         if let advertiser = advertiser(in: event), advertiser != resolution.device?.path { othersAdvertised() }
-        if case .propertiesChanged(let path, BlueZ.deviceInterface, _, _) = event,
-           let known = resolution.device?.path, path != known
-        {
-            return
+        if case .propertiesChanged(let path, BlueZ.deviceInterface, let changed, let invalidated) = event, path != resolution.device?.path {
+            // Another device: once the dongle's object is known nothing it
+            // does changes the resolution. Before (the dongle away, its
+            // object gone), an advertisement's fields of a device that
+            // cannot be the dongle change nothing either: only this one
+            // object is looked at, not the tree.
+            if resolution.device != nil { return }
+            if Self.advertisementOnly(changed, invalidated), let device = tree.device(path),
+               !resolver.mayBeTheDongle(device, bound: binding.bound)
+            {
+                return
+            }
         }
         let previous = resolution
         resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: binding.bound))
@@ -498,6 +510,7 @@ public final class LinkService: @unchecked Sendable {
             }
         }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
+        updateDeviceScope()
         if let address = resolution.device?.address { deviceAddress = address }
         agent?.setDongle(resolution.device?.path)
         let gattMoved = !previous.notify.isEmpty && previous.notify.map(\.path) != resolution.notify.map(\.path)
@@ -554,6 +567,28 @@ public final class LinkService: @unchecked Sendable {
         take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
     }
 
+    /// Hears Device1 changes of the dongle's object alone once its address
+    /// (config or binding) and adapter are known, and samples the others
+    /// (`DeviceScope`).
+    private func updateDeviceScope() {
+        let path = DeviceScope.watchedPath(address: config.dongle.address ?? binding.bound, adapter: resolution.adapter?.path)
+        guard path != monitor.watchedDevice else { return }
+        monitor.watchDevice(at: path)
+        if let samplingPause { loop.cancelTimer(samplingPause) }
+        samplingPause = nil
+        if path != nil { monitor.sampleOtherDevices(true) }
+    }
+
+    /// Device1 properties bluetoothd sets from each advertisement: none of
+    /// them makes a device match the config (name, address, services do).
+    static let advertisementProperties: Set<String> = [
+        "RSSI", "TxPower", "ManufacturerData", "ServiceData", "AdvertisingData", "AdvertisingFlags",
+    ]
+
+    static func advertisementOnly(_ changed: [String: DBusValue], _ invalidated: [String]) -> Bool {
+        changed.keys.allSatisfy(advertisementProperties.contains) && invalidated.allSatisfy(advertisementProperties.contains)
+    }
+
     /// An RSSI update (or a newly found device object with one) is the sign
     /// that discovery saw the dongle advertise.
     private func isAdvertisement(_ event: BlueZEvent, device: ObjectPath?) -> Bool {
@@ -581,6 +616,7 @@ public final class LinkService: @unchecked Sendable {
         if let notice = bound.notice { report.logger.notice("\(notice)", metadata: ["event": "dongle-bound", "device": "\(address)"]) }
         if let error = bound.error { report.logger.error("\(error)", metadata: ["event": "dongle-binding-unstored"]) }
         if bound.notice != nil || bound.error != nil { shared.withLock { $0.boundDongle = binding.bound } }
+        updateDeviceScope()
     }
 
     /// Forgets the binding, then reconnects: the strongest matching device
@@ -596,6 +632,7 @@ public final class LinkService: @unchecked Sendable {
                         "\(was.map { "the binding to \($0) is forgotten" } ?? "no dongle was bound") (tether rebind); the first matching device to come online will be bound",
                         metadata: ["event": "dongle-unbound"])
                     resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: nil))
+                    updateDeviceScope()
                     deliverObservationIfChanged()
                     continuation.resume(returning: .success(was))
                 } catch {
@@ -614,9 +651,18 @@ public final class LinkService: @unchecked Sendable {
     /// `othersAdvertisingEvery`: in a busy street they come many a second.
     private func othersAdvertised() {
         let now = start.duration(to: .now)
-        if let last = othersAdvertisingToldAt, now - last < Self.othersAdvertisingEvery { return }
-        othersAdvertisingToldAt = now
-        deliver(.othersAdvertising)
+        if othersAdvertisingToldAt.map({ now - $0 >= Self.othersAdvertisingEvery }) ?? true {
+            othersAdvertisingToldAt = now
+            deliver(.othersAdvertising)
+        }
+        // Heard: the sample has done its job until the next one is due.
+        guard monitor.samplingOtherDevices, let told = othersAdvertisingToldAt else { return }
+        monitor.sampleOtherDevices(false)
+        if let samplingPause { loop.cancelTimer(samplingPause) }
+        samplingPause = loop.schedule(after: told + Self.othersAdvertisingEvery - now) { [unowned self] in
+            samplingPause = nil
+            if monitor.watchedDevice != nil { monitor.sampleOtherDevices(true) }
+        }
     }
 
     static let othersAdvertisingEvery: Duration = .seconds(10)

@@ -361,11 +361,13 @@ class Stack:
         except subprocess.TimeoutExpired:
             return ""
 
-    def start_tether(self, identity=None, adapter=None, connect_timeout=10, escalate='["hci-reset"]', pairing=None):
+    def start_tether(self, identity=None, adapter=None, connect_timeout=10, escalate='["hci-reset"]', pairing=None,
+                     reconnect="", silence_limit=f'"{SILENCE_LIMIT}s"'):
         """`tether run`; the dongle named by its address unless `identity`
         (a TOML line for [dongle]) says otherwise, on `adapter` (by default
         the gateway's controller), with the `escalate` steps (a TOML array);
-        `pairing`: more [dongle] lines (dongle.pairing, passkey_file)."""
+        `pairing`: more [dongle] lines (dongle.pairing, passkey_file);
+        `reconnect`: more [reconnect] lines; `silence_limit`: its TOML value."""
         identity = identity or f'address = "{self.address}"'
         if pairing:
             identity += "\n" + pairing
@@ -377,7 +379,7 @@ adapter = "{adapter or self.adapter}"
 [dongle]
 {identity}
 notify_path = "{self.notify_path}"
-silence_limit = "{SILENCE_LIMIT}s"
+silence_limit = {silence_limit}
 
 [keepalive]
 interval = "{KEEPALIVE}s"
@@ -394,7 +396,7 @@ window = "20s"
 window_attempts = 4
 cooldown = "15s"
 escalate = {escalate}
-
+{reconnect}
 [readings]
 directory = "{self.readings}"
 flush_interval = "500ms"
@@ -1582,6 +1584,284 @@ def agent_impostor(stack):
     return not problems, figures, "; ".join(problems)
 
 
+# ------------------------------------------------------------ a busy street
+# peripheral/bumble_air.py with --others: the gateway's controller, the dongle
+# and STREET_OTHERS other advertisers on one air of their own. parked and
+# busy-street share it (and one Tether, by name as a fleet's config is);
+# twin-dongle has an air of its own with an identical dongle beside.
+
+STREET_AIR_GATEWAY, STREET_AIR_DONGLE = "00:AA:01:06:00:01", "00:AA:01:06:00:02"
+STREET_CONTROL = WORK / "street.sock"
+STREET_SENT = OUT / "street-sent.jsonl"
+STREET_EVENTS = OUT / "street-events.jsonl"
+STREET_OTHERS = 24
+# How long parked keeps the dongle asleep: the issue's "at least 5 minutes".
+PARKED_FOR = 300
+BY_NAME = 'name_prefix = "Tether-E2E"'
+
+
+def air_up(stack, name, gateway, *options):
+    """A bumble_air.py air named `name` (its log OUT/name.log), its gateway
+    controller initialised by the kernel and listed by bluetoothd; the
+    process. The run's own Tether is stopped first."""
+    stack.guest.stop("tether")
+    stack.guest.stop(name)
+    process = stack.guest.start(name, [PYTHON, str(ROOT / "Tests/E2E/peripheral/bumble_air.py"),
+                                       "--address", gateway, *options], watch=True)
+    ready = stack.guest.watches[name].wait_for(r"^ready hci(\d+) (\S+) (\S+)", 60)
+    if ready is None:
+        raise SetupFailure(f"bumble_air.py did not start (exit {process.poll()}); see {name}.log")
+    index = int(ready[1].group(1))
+    if not wait_until(lambda: controller_address(index), 30, step=0.5):
+        raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
+    if not wait_until(lambda: gateway in bluetoothctl_list(), 20, step=1):
+        raise SetupFailure(f"bluetoothd did not list Bumble's controller {gateway}")
+    return process
+
+
+def street_online(stack):
+    """The street's air and Tether on it, online with the dongle; the time
+    Tether started, or None when it did not get online (a failure of
+    Tether's). Starts the air only when it is not up yet."""
+    process = stack.guest.children.get("street-air")
+    if process is None or process.poll() is not None:
+        air_up(stack, "street-air", STREET_AIR_GATEWAY, "--dongle-address", STREET_AIR_DONGLE,
+               "--control", str(STREET_CONTROL), "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
+               "--advertise-for", "3600", "--sent-log", str(STREET_SENT), "--event-log", str(STREET_EVENTS),
+               "--others", str(STREET_OTHERS), "--others-interval", "1000")
+    if "tether" in stack.guest.children and stack.readings == WORK / "readings-street":
+        started = stack.tether_started
+    else:
+        stack.guest.stop("tether")
+        stack.readings = WORK / "readings-street"
+        stack.sent_log = STREET_SENT
+        started = stack.tether_started = stack.start_tether(identity=BY_NAME, adapter=STREET_AIR_GATEWAY)
+    if stack.state_line("online", 90, started) is None:
+        return None
+    return started
+
+
+def leave_air_quietly(stack, name, *controls):
+    """Stops the air `name` with no link up: its dongles (by their control
+    sockets) fall asleep first, and their links end before the gateway's
+    controller goes. Closing /dev/vhci under a live link once oopsed this
+    kernel in bluetoothd's close() (list_del corruption) and took
+    bluetoothd with it."""
+    stack.guest.stop("tether")
+    for control in controls:
+        try:
+            dongle_command(control, "sleep")
+        except (OSError, RuntimeError, ValueError):
+            pass
+    time.sleep(2)
+    stack.guest.stop(name)
+
+
+def street_down(stack):
+    leave_air_quietly(stack, "street-air", STREET_CONTROL)
+    stack.readings = READINGS
+    stack.sent_log = OUT / "dongle-sent.jsonl"
+
+
+def away_while_parked(stack, asleep_for, figures, problems):
+    """The dongle falls asleep (the ignition is off) for `asleep_for`
+    seconds, then advertises again. Figures on the way: away_s (the drop to
+    `event=away`), cpu_ms_per_min while away (from away to the wake), log
+    lines while away, steps, back_s (the wake to online). Returns the CPU
+    figure, or None."""
+    parked = time.monotonic()
+    dongle_command(STREET_CONTROL, "sleep")
+    away = stack.tether_log.wait_for(r"event=away\b", 120, parked)
+    if away is None:
+        problems.append(f"no event=away within 120 s of the dongle falling asleep: {attempt_summary(stack, parked)}")
+        return None
+    figures["away_s"] = round(away[0] - parked, 1)
+    figures["away_line"] = away[1].string.split(": ", 1)[-1][:160]
+    cpu_from, cpu_at = time.monotonic(), tether_cpu_seconds()
+    time.sleep(max(0.0, parked + asleep_for - time.monotonic()))
+    cpu_until, cpu_to = time.monotonic(), tether_cpu_seconds()
+    cpu = None
+    if cpu_at is not None and cpu_to is not None:
+        cpu = round((cpu_to - cpu_at) * 1000 * 60 / (cpu_until - cpu_from), 1)
+        figures["cpu_ms_per_min_away"] = cpu
+    woken = time.monotonic()
+    dongle_command(STREET_CONTROL, "wake")
+    lines = stack.tether_log.matching(r".", parked, woken)
+    figures["lines_while_away"] = len(lines)
+    figures["steps"] = escalation_steps(stack, parked)
+    errors = [line for _, line in lines if re.search(r"\bERROR\b", line)]
+    removed = stack.tether_log.matching(r"event=device-removed\b", parked, woken)
+    stalls = stack.tether_log.matching(r"event=scan-stalled\b", parked, woken)
+    online = stack.state_line("online", 30, woken)
+    if online is None:
+        problems.append("not online within 30 s of the dongle advertising again")
+    else:
+        figures["back_s"] = round(online[0] - woken, 2)
+        if online[0] - woken > 2:
+            problems.append(f"online {figures['back_s']} s after the dongle advertised again (goal: 2)")
+        if stack.wait_reading_after(online[0], 20) is None:
+            problems.append("online again, but no new reading on disk")
+    if figures["steps"]:
+        problems.append(f"controller steps while parked: {figures['steps']}")
+    if errors:
+        problems.append(f"{len(errors)} ERROR lines while parked, the first: {errors[0][:160]}")
+    if removed:
+        problems.append("the dongle's object was removed while it was away")
+    if stalls:
+        problems.append(f"a scan stall reported while parked ({len(stalls)}): {stalls[0][1][:160]}")
+    if len(stack.tether_log.matching(r"event=away\b", parked, woken)) != 1:
+        problems.append("event=away not logged exactly once")
+    if not stack.tether_log.matching(r"event=back\b", woken):
+        problems.append("no event=back after the dongle came back")
+    return cpu
+
+
+def parked(stack):
+    """A vehicle parked in a busy street: Tether (by name, as a fleet's
+    config finds its dongle) is online through Bumble's controller among
+    STREET_OTHERS other advertisers; the dongle falls asleep for PARKED_FOR
+    seconds (no advertising, as with the ignition off), then advertises
+    again. Tether must say `away` once, take no controller step, log no
+    ERROR, remove nothing and report no scan stall while the others keep
+    advertising, and be online within 2 s of the dongle's return."""
+    figures, problems = {}, []
+    started = street_online(stack)
+    if started is None:
+        street_down(stack)
+        return False, figures, f"not online on the street's air: {attempt_summary(stack, 0)}"
+    bound = stack.tether_log.matching(r"event=dongle-bound\b", started)
+    if not bound:
+        problems.append("online by name, but no event=dongle-bound")
+    figures["others"] = STREET_OTHERS
+    figures["parked_s"] = PARKED_FOR
+    stack.parked_cpu = away_while_parked(stack, PARKED_FOR, figures, problems)
+    return not problems, figures, "; ".join(problems)
+
+
+def busy_street(stack):
+    """What waiting among the street's advertisers costs, beside what idle
+    costs: CPU a minute of `tether run` while the dongle is away (parked's
+    figure when parked ran, else a 90 s absence here), and linked with the
+    dongle's telemetry paused (`rate 0`, Tether started again with
+    silence_limit off), the daemon's idle (keep-alive only), for 60 s. The
+    e2e's Tether is a debug build under TCG: the ratio tells, not the
+    figures (`make bench BENCH=waiting` gives the release figures)."""
+    figures, problems = {}, []
+    started = street_online(stack)
+    try:
+        if started is None:
+            return False, figures, f"not online on the street's air: {attempt_summary(stack, 0)}"
+        away = getattr(stack, "parked_cpu", None)
+        if away is None:
+            away = away_while_parked(stack, 90, figures, problems)
+        figures["cpu_ms_per_min_away"] = away
+        # Idle: online with no telemetry, which the silence limit would
+        # take for a hung dongle; the same Tether with the limit off.
+        stack.guest.stop("tether")
+        dongle_command(STREET_CONTROL, "rate 0")
+        idle_started = stack.start_tether(identity=BY_NAME, adapter=STREET_AIR_GATEWAY, silence_limit='"off"')
+        if stack.state_line("waiting-for-data", 60, idle_started) is None:
+            problems.append(f"not linked for the idle figure: {attempt_summary(stack, idle_started)}")
+        time.sleep(5)
+        idle_from, idle_at = time.monotonic(), tether_cpu_seconds()
+        time.sleep(60)
+        idle_until, idle_to = time.monotonic(), tether_cpu_seconds()
+        dongle_command(STREET_CONTROL, f"rate {RATE}")
+        if idle_at is not None and idle_to is not None:
+            figures["cpu_ms_per_min_idle"] = round((idle_to - idle_at) * 1000 * 60 / (idle_until - idle_from), 1)
+        if away is None or "cpu_ms_per_min_idle" not in figures:
+            problems.append("no CPU figure")
+        else:
+            figures["away_over_idle"] = round(away / max(figures["cpu_ms_per_min_idle"], 0.1), 1)
+    finally:
+        street_down(stack)
+    return not problems, figures, "; ".join(problems)
+
+
+TWIN_AIR_GATEWAY, TWIN_AIR_DONGLE, TWIN_ADDRESS = "00:AA:01:08:00:01", "00:AA:01:08:00:02", "00:AA:01:08:00:03"
+TWIN_CONTROL, TWIN_TWIN_CONTROL = WORK / "twin-air.sock", WORK / "twin.sock"
+
+
+def twin_dongle(stack):
+    """An identical dongle of another vehicle (the same name and service),
+    heard 15 dB stronger than Tether's own, on an air of their own.
+    Tether, by name, binds to its own dongle on its first link (the twin
+    asleep then); the twin wakes; the dongle's link drops, and later the
+    dongle is away for 45 s: Tether comes back to its own each time and
+    never connects to the twin. Then, with no binding and both advertising,
+    a Tether started afresh names both and the one it chose."""
+    figures, problems = {}, []
+    twin_events = OUT / "twin-events.jsonl"
+    air_up(stack, "twin-air", TWIN_AIR_GATEWAY, "--dongle-address", TWIN_AIR_DONGLE,
+           "--control", str(TWIN_CONTROL), "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
+           "--advertise-for", "3600", "--dongle-rssi", "-60",
+           "--sent-log", str(OUT / "twin-air-sent.jsonl"), "--event-log", str(OUT / "twin-air-events.jsonl"),
+           "--impostor-address", TWIN_ADDRESS, "--impostor-rssi", "-45", "--impostor-advertise-for", "3600",
+           "--impostor-control", str(TWIN_TWIN_CONTROL), "--impostor-event-log", str(twin_events))
+    try:
+        dongle_command(TWIN_TWIN_CONTROL, "sleep")
+        stack.readings = WORK / "readings-twin"
+        stack.sent_log = OUT / "twin-air-sent.jsonl"
+        shutil.rmtree(stack.readings, ignore_errors=True)
+        started = stack.start_tether(identity=BY_NAME, adapter=TWIN_AIR_GATEWAY)
+        online = stack.state_line("online", 90, started)
+        if online is None:
+            return False, figures, f"not online with its own dongle: {attempt_summary(stack, started)}"
+        bound = stack.tether_log.wait_for(r"event=dongle-bound\b.*", 10, started)
+        figures["bound"] = bound[1].string.split(": ", 1)[-1][:120] if bound else None
+        if bound is None or TWIN_AIR_DONGLE not in bound[1].string:
+            problems.append(f"not bound to its own dongle {TWIN_AIR_DONGLE}: {figures['bound']}")
+        dongle_command(TWIN_TWIN_CONTROL, "wake")
+        time.sleep(3)
+        dropped = time.monotonic()
+        dongle_command(TWIN_CONTROL, "disconnect")
+        online = stack.state_line("online", 60, dropped + 0.1)
+        figures["drop_back_s"] = round(online[0] - dropped, 2) if online else None
+        if online is None:
+            problems.append("not online again after the drop")
+        parked = time.monotonic()
+        dongle_command(TWIN_CONTROL, "sleep")
+        away = stack.tether_log.wait_for(r"event=away\b", 120, parked)
+        figures["away_s"] = round(away[0] - parked, 1) if away else None
+        time.sleep(max(0.0, parked + 45 - time.monotonic()))
+        woken = time.monotonic()
+        dongle_command(TWIN_CONTROL, "wake")
+        online = stack.state_line("online", 60, woken)
+        figures["wake_back_s"] = round(online[0] - woken, 2) if online else None
+        if online is None:
+            problems.append(f"not back with its own dongle within 60 s of its return: {attempt_summary(stack, woken)}")
+        elif stack.wait_reading_after(online[0], 20) is None:
+            problems.append("back, but no new reading on disk")
+        at_twin = [e for e in dongle_events(started, twin_events) if e["event"] in ("connected", "refused")]
+        figures["twin_connects"] = len(at_twin)
+        if at_twin:
+            problems.append(f"the twin was connected {len(at_twin)} times")
+        wrong = stack.tether_log.matching(r"device=" + re.escape(TWIN_ADDRESS), started)
+        if wrong:
+            problems.append(f"lines name the twin as the device tried: {wrong[0][1][:160]}")
+        stack.guest.stop("tether")
+
+        # No binding yet, both advertising: the choice is said, with both.
+        shutil.rmtree(stack.readings, ignore_errors=True)
+        afresh = stack.start_tether(identity=BY_NAME, adapter=TWIN_AIR_GATEWAY)
+        matches = stack.tether_log.wait_for(r"event=dongle-matches\b", 60, afresh)
+        figures["matches"] = matches[1].string.split(": ", 1)[-1][:200] if matches else None
+        if matches is None:
+            problems.append("no event=dongle-matches with two matching dongles and no binding")
+        elif TWIN_ADDRESS not in matches[1].string or TWIN_AIR_DONGLE not in matches[1].string:
+            problems.append(f"dongle-matches does not name both: {figures['matches']}")
+        else:
+            chosen = re.search(r"trying (\S+)", matches[1].string)
+            figures["chosen"] = chosen.group(1) if chosen else None
+            if figures["chosen"] not in (TWIN_ADDRESS, TWIN_AIR_DONGLE):
+                problems.append(f"dongle-matches names no choice: {figures['matches']}")
+    finally:
+        leave_air_quietly(stack, "twin-air", TWIN_CONTROL, TWIN_TWIN_CONTROL)
+        stack.readings = READINGS
+        stack.sent_log = OUT / "dongle-sent.jsonl"
+    return not problems, figures, "; ".join(problems)
+
+
 # ------------------------------------------------------------ a USB controller
 # peripheral/usb_controller.py: a FunctionFS gadget on dummy_hcd that btusb
 # binds, bridged to Bumble's controller on an air of its own with a dongle.
@@ -1650,6 +1930,11 @@ def usb_command(text):
     return dongle_command(USB_CONTROL, text)
 
 
+USB_STREET = 12
+# scan-stalled's reconnect.scan_stall_after: the least check-config takes.
+STALL_AFTER = 30
+
+
 def start_usb_bridge(stack, *options):
     """usb_controller.py; its dongle's address once the gadget is on the bus."""
     name = "usb-controller"
@@ -1660,7 +1945,9 @@ def start_usb_bridge(stack, *options):
         "--control", str(USB_DONGLE_CONTROL), "--usb-control", str(USB_CONTROL),
         "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
         "--first-seq", str(max((r["seq"] for r in stack.all_sent()), default=0) + 1 if stack.sent_log.name == "usb-sent.jsonl" else 1),
-        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(USB_DONGLE_EVENTS), "--trace", *options],
+        "--sent-log", str(OUT / "usb-sent.jsonl"), "--event-log", str(USB_DONGLE_EVENTS), "--trace",
+        # Other advertisers on the USB air, silent until scan-stalled's `street on`.
+        "--others", str(USB_STREET), "--others-off", *options],
         watch=True)
     ready = stack.guest.watches[name].wait_for(r"^ready (\S+) (\S+)", 60, since)
     if ready is None:
@@ -1848,6 +2135,83 @@ def usb_search_lockup(stack):
         return False, figures, "; ".join(problems)
     figures["woken_to_online_s"] = round(online - woken, 1)
     stack.loss_windows.append((began, online, "usb search lockup"))
+    return not problems, figures, "; ".join(problems)
+
+
+def scan_stalled(stack):
+    """The scan stalls while the dongle is away among other advertisers:
+    the USB bridge passes no LE Advertising Report to the host while the
+    scan stays enabled. First a stall that the host's next scan enable
+    lifts (the stack's own periodic re-enable may get there before Tether),
+    then one that only an HCI_Reset lifts. Tether (scan_stall_after = 30s,
+    escalate = ["power-cycle", "hci-reset"]) must notice that nobody is
+    heard, start discovery again, then power-cycle the adapter (whose
+    HCI_Reset lifts the stall), and be online once the dongle advertises;
+    no step for a stall that a scan restart cleared."""
+    figures, problems = {}, []
+    stack.guest.stop("tether")
+    usb_command("street on")
+    try:
+        started = stack.start_tether(identity=f'address = "{stack.usb_dongle}"', adapter=USB_ADDRESS,
+                                     escalate='["power-cycle", "hci-reset"]',
+                                     reconnect=f'scan_stall_after = "{STALL_AFTER}s"')
+        if stack.state_line("online", 90, started) is None:
+            return False, figures, f"not online on the USB controller: {attempt_summary(stack, started)}"
+        parked = time.monotonic()
+        stack.dongle.command("sleep")
+        away = stack.tether_log.wait_for(r"event=away\b", 120, parked)
+        if away is None:
+            return False, figures, f"no event=away among {USB_STREET} advertisers: {attempt_summary(stack, parked)}"
+        figures["away_s"] = round(away[0] - parked, 1)
+        time.sleep(12)  # others heard while away: this place is not quiet
+        bridge = stack.guest.watches["usb-controller"]
+
+        # 1. Lifted by the next scan enable.
+        stalled = time.monotonic()
+        usb_command("stall-scan")
+        lifted = bridge.wait_for(r"scan stall lifted by (.*)", 3 * STALL_AFTER + 30, stalled)
+        noticed = stack.tether_log.wait_for(r"event=scan-stalled\b", 0, stalled)
+        if lifted is None:
+            problems.append("the first stall was never lifted")
+        else:
+            figures["restart_lifted_s"] = round(lifted[0] - stalled, 1)
+            figures["restart_lifted_by"] = "Tether's discovery restart" if noticed and noticed[0] < lifted[0] else \
+                "the stack's own scan re-enable"
+        figures["restart_noticed_s"] = round(noticed[0] - stalled, 1) if noticed else None
+        steps = escalation_steps(stack, stalled)
+        if steps:
+            problems.append(f"controller steps for a stall a scan restart lifts: {steps}")
+        time.sleep(5)
+
+        # 2. Lifted only by HCI_Reset.
+        stalled = time.monotonic()
+        usb_command("stall-scan until-reset")
+        lifted = bridge.wait_for(r"scan stall lifted by (.*)", 4 * STALL_AFTER + 60, stalled)
+        noticed = stack.tether_log.wait_for(r"event=scan-stalled\b", 0, stalled)
+        figures["noticed_s"] = round(noticed[0] - stalled, 1) if noticed else None
+        figures["steps"] = escalation_steps(stack, stalled)
+        if noticed is None:
+            problems.append("the stall no scan restart lifts was not noticed")
+        if lifted is None:
+            problems.append(f"the stall no scan restart lifts was never lifted (steps: {figures['steps']})")
+        else:
+            figures["recovered_s"] = round(lifted[0] - stalled, 1)
+            figures["lifted_by"] = lifted[1].group(1)
+        if figures["steps"][:1] != ["power-cycle"]:
+            problems.append(f"steps {figures['steps']}, not the power cycle first")
+        time.sleep(3)
+        woken = time.monotonic()
+        stack.dongle.command("wake")
+        online = stack.state_line("online", 60, woken)
+        if online is None:
+            problems.append(f"not online within 60 s of the dongle's return: {attempt_summary(stack, woken)}")
+        else:
+            figures["woken_to_online_s"] = round(online[0] - woken, 2)
+            if stack.wait_reading_after(online[0], 20) is None:
+                problems.append("online, but no reading on disk")
+        stack.loss_windows.append((parked, online[0] if online else time.monotonic(), "scan-stalled: the dongle asleep"))
+    finally:
+        usb_command("street off")
     return not problems, figures, "; ".join(problems)
 
 
@@ -2618,11 +2982,15 @@ SCENARIOS = [
     ("pairing", pairing),
     ("adapter-renumbered", adapter_renumbered),
     ("agent-impostor", agent_impostor),
+    ("parked", parked),
+    ("busy-street", busy_street),
+    ("twin-dongle", twin_dongle),
     ("usb-stack-up", usb_stack_up),
     ("usb-keep-alive", keep_alive),
     ("usb-link-drop", link_drop),
     ("usb-lockup", usb_lockup),
     ("usb-search-lockup", usb_search_lockup),
+    ("scan-stalled", scan_stalled),
     ("usb-init-failed", usb_init_failed),
     ("usb-init-failed-rebind", lambda stack: usb_init_failed(stack, step="usb-rebind")),
     ("usb-faults", usb_faults),
@@ -2640,15 +3008,17 @@ OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
 # The USB pass's frame: its start and its end (which stops the bridge) run
 # whenever any usb-* scenario does.
 USB_FRAME = {"usb-stack-up", "usb-faults"}
+# Scenarios of the USB pass whose names do not say so.
+USB_PASS_OTHERS = {"scan-stalled"}
 
 
 def wanted(name, only):
     """Whether this run takes scenario `name`: first-connect always (the
     others build on its link); probes (OPT_IN) only when named in e2e.only;
-    the USB pass's frame whenever a usb-* scenario is named."""
+    the USB pass's frame whenever one of its scenarios is named."""
     if name == "first-connect":
         return True
-    if name in USB_FRAME and any(n.startswith("usb-") for n in only):
+    if name in USB_FRAME and any(n.startswith("usb-") or n in USB_PASS_OTHERS for n in only):
         return True
     return name in only if only else name not in OPT_IN
 

@@ -83,7 +83,8 @@ def passed(what):
 class FaithfulController(Controller):
     """Bumble's emulated controller, closer to a real one where the test
     needs it: its air carries no scan responses (an active scan gets the
-    advertising data twice, always flagged connectable), a central connects
+    advertising data twice, always flagged connectable), every advertiser is
+    heard at -50 dBm unless its controller sets `air_rssi`, a central connects
     to any advertiser and thinks it is connected before the peripheral
     agreed, and LE Create Connection Cancel never ends the pending attempt.
     """
@@ -108,6 +109,11 @@ class FaithfulController(Controller):
         advertising_set = self.live_set(report.address)
         if advertising_set is None:
             return None
+        # Bumble reports every advertiser at -50 dBm; an advertiser's
+        # controller may say how strong it is heard (air_rssi).
+        rssi = getattr(self.link.find_le_controller(report.address), "air_rssi", None)
+        if rssi is not None:
+            report = dataclasses.replace(report, rssi=rssi)
         properties = advertising_set.parameters.advertising_event_properties
         kind = ReportType.LEGACY_ADVERTISING_PDU_USED
         if properties & Properties.CONNECTABLE_ADVERTISING:

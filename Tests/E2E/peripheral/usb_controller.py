@@ -30,6 +30,14 @@ one JSON line back, as the dongle's):
                            file): the kernel removes the USB device and hciN;
                            with SECONDS, it goes back on after that long
   attach                   the gadget goes back on the UDC (re-enumerated)
+  stall-scan [until-reset] LE Advertising Reports are no longer passed to the
+                           host while the scan stays enabled (BlueZ #1126,
+                           #1554), until the host enables a scan again (LE Set
+                           [Extended] Scan Enable); until-reset: until an
+                           HCI_Reset (a power cycle, a reset) or the next
+                           enumeration
+  street on|off            the air's other advertisers (--others) start or
+                           stop advertising
   quit
 `--ignore-first-reset`: the HCI_Reset of the first enumeration's
 initialisation gets no answer (the kernel logs "Opcode 0x0c03 failed: -110"
@@ -79,6 +87,10 @@ EVENT_SIZE = 12  # struct usb_functionfs_event: usb_ctrlrequest (8), type, 3 pad
 
 HCI_COMMAND, HCI_ACL, HCI_EVENT = 0x01, 0x02, 0x04
 HCI_RESET = 0x0C03
+# LE Set Scan Enable and LE Set Extended Scan Enable: the first parameter byte
+# is Enable. LE Meta's Advertising Report and Extended Advertising Report.
+SCAN_ENABLES = (0x200C, 0x2042)
+HCI_LE_META, ADVERTISING_REPORTS = 0x3E, (0x02, 0x0D)
 
 
 def interface(endpoints):
@@ -227,7 +239,11 @@ class Bridge:
         self.enabled = False
         self.suspended = False
         self.counts = {"enables": 0, "disables": 0, "commands": 0, "ignored": 0, "events": 0, "acl_in": 0,
-                       "acl_out": 0, "stalls": 0, "suspends": 0, "write_errors": 0, "dropped_stale": 0}
+                       "acl_out": 0, "stalls": 0, "suspends": 0, "write_errors": 0, "dropped_stale": 0,
+                       "reports_withheld": 0, "scan_enables": 0}
+        # A stalled scan: None, "restart" (lifted by the host's next scan
+        # enable) or "reset" (lifted by HCI_Reset or an enumeration).
+        self.scan_stall = None
         self.events_out = queue.Queue()
         self.acl_out = queue.Queue()
         self.acl_buffer = b""
@@ -337,6 +353,7 @@ class Bridge:
         self.generation += 1
         self.counts["enables"] += 1
         self.answering = True
+        self.lift_scan_stall("an enumeration")
         self.acl_buffer = b""
         generation = self.generation
         bridge = self
@@ -384,6 +401,12 @@ class Bridge:
             return
         if self.trace:
             say(f"command {opcode:#06x} ({len(data)} bytes)")
+        if opcode in SCAN_ENABLES and len(data) > 3 and data[3] == 1:
+            self.counts["scan_enables"] += 1
+            if self.scan_stall == "restart":
+                self.lift_scan_stall("a scan enable")
+        elif opcode == HCI_RESET and self.scan_stall == "reset":
+            self.lift_scan_stall("HCI_Reset")
         try:
             self.controller.on_packet(bytes([HCI_COMMAND]) + data)
         except Exception as error:  # noqa: BLE001 - a bad command must not end the bridge
@@ -405,6 +428,10 @@ class Bridge:
         if generation != self.generation or not self.answering:
             return
         if packet[0] == HCI_EVENT:
+            if (self.scan_stall is not None and len(packet) > 3 and packet[1] == HCI_LE_META
+                    and packet[3] in ADVERTISING_REPORTS):
+                self.counts["reports_withheld"] += 1
+                return
             self.counts["events"] += 1
             self.events_out.put((generation, packet[1:]))
         elif packet[0] == HCI_ACL:
@@ -415,7 +442,8 @@ class Bridge:
     def status(self):
         return {"attached": self.gadget.attached(), "enabled": self.enabled, "suspended": self.suspended,
                 "answering": self.answering, "address": plain(self.address), "next_address": plain(self.next_address),
-                "ignore_resets": self.ignore_resets, "generation": self.generation, **self.counts}
+                "ignore_resets": self.ignore_resets, "generation": self.generation,
+                "scan_stall": self.scan_stall, **self.counts}
 
     def stop_answering(self, radio_off=False):
         """Wedged firmware. `radio_off`: its link layer stopped too, so the
@@ -428,6 +456,20 @@ class Bridge:
             leave_air(self.air.link, self.controller, [self.air.dongle_controller])
         say("not answering" + (", radio off" if radio_off else ""))
         return {"was_answering": was, "radio_off": radio_off}
+
+    def stall_scan(self, until):
+        """The scan goes on in the controller, but no advertisement reaches
+        the host: until the host's next scan enable ("restart") or until an
+        HCI_Reset or enumeration ("reset")."""
+        was, self.scan_stall = self.scan_stall, until
+        self.counts["reports_withheld"] = 0
+        say(f"scan stalled until {until}")
+        return {"was_stalled": was, "until": until}
+
+    def lift_scan_stall(self, why):
+        if self.scan_stall is not None:
+            say(f"scan stall lifted by {why} ({self.counts['reports_withheld']} reports withheld)")
+            self.scan_stall = None
 
     def new_address(self, text):
         self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
@@ -454,7 +496,8 @@ class Bridge:
 class BridgeControl:
     """The bridge's control socket: dongle.py's protocol, the bridge's commands."""
 
-    HELP = "status | stop-answering [radio-off] | new-address ADDR | drop-off-bus [SECONDS] | attach | quit"
+    HELP = ("status | stop-answering [radio-off] | new-address ADDR | drop-off-bus [SECONDS] | attach"
+            " | stall-scan [until-reset] | street on|off | quit")
 
     def __init__(self, bridge, quit_event):
         self.bridge, self.quit = bridge, quit_event
@@ -476,6 +519,11 @@ class BridgeControl:
             return bridge.drop_off_bus(back_after)
         if name == "attach" and not arguments:
             return bridge.attach()
+        if name == "stall-scan" and arguments in ([], ["until-reset"]):
+            return bridge.stall_scan("reset" if arguments else "restart")
+        if name == "street" and arguments in (["on"], ["off"]):
+            asyncio.ensure_future(bridge.air.street.set_advertising(arguments[0] == "on"))
+            return {"others": len(bridge.air.street.devices), "advertising": arguments[0] == "on"}
         if name == "quit" and not arguments:
             self.quit.set()
             return {}

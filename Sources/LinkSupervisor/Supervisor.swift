@@ -238,9 +238,18 @@ public struct Supervisor: Sendable {
         case .othersAdvertising:
             history.othersHeardAt = now
             if case .away(var away) = current, away.confirmed {
+                let quietUntilNow = !away.othersHeard
                 away.othersHeard = true
                 away.stallRestarts = 0
                 current = .away(away)
+                // Taken for a quiet place at the verdict (the window's
+                // connects ran without discovery: nobody heard yet), busy
+                // now: from here silence is a stall, not the session's
+                // renewal ten minutes on (`make e2e`'s scan-stalled).
+                if quietUntilNow {
+                    cancelTimer(.scanWatch)
+                    startTimer(.scanWatch, after: settings.scanStallAfter)
+                }
             }
             evidenceArrived("other devices are heard advertising")
         case .connectFinished(let id, let result): connectFinished(id, result)

@@ -273,6 +273,20 @@ import Testing
         #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
     }
 
+    /// Away on the controller's word alone (nobody heard during the
+    /// window: its connects ran without discovery), then discovery hears
+    /// others: a place found busy after the verdict is watched for a stall.
+    @Test func othersFirstHeardAfterTheVerdictArmTheStallWatch() {
+        var link = AwayTests().droppedLink()
+        AwayTests().exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
+        link.advance(by: .seconds(5))
+        link.send(.othersAdvertising)
+        link.clearLog()
+        link.advance(by: .seconds(130))
+        #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })
+    }
+
     @Test func othersHeardAgainAfterTheRestartEndTheStall() {
         var link = awayAmongOthers()
         link.advance(by: .seconds(130))

@@ -1760,7 +1760,9 @@ def busy_street(stack):
         stack.guest.stop("tether")
         dongle_command(STREET_CONTROL, "rate 0")
         idle_started = stack.start_tether(identity=BY_NAME, adapter=STREET_AIR_GATEWAY, silence_limit='"off"')
-        if stack.state_line("waiting-for-data", 60, idle_started) is None:
+        # Subscribed with no notification: `online` once subscribed when the
+        # silence limit is off, `waiting-for-data` otherwise.
+        if stack.tether_log.wait_for(r"event=state-changed.* state=(online|waiting-for-data)\b", 60, idle_started) is None:
             problems.append(f"not linked for the idle figure: {attempt_summary(stack, idle_started)}")
         time.sleep(5)
         idle_from, idle_at = time.monotonic(), tether_cpu_seconds()

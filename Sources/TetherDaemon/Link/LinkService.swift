@@ -155,6 +155,8 @@ public final class LinkService: @unchecked Sendable {
     private var management: ManagementSocket?
     private var managementWatch: EventLoop.WatchID?
     private var managementUnavailable = "the kernel's management socket was not opened"
+    /// Whether the management socket opened, or may: false once an open failed.
+    private var managementUsable = true
     /// Whether to open it (tests on a machine with Bluetooth may not want
     /// the real kernel's reasons).
     private let kernelReasons: Bool
@@ -671,7 +673,7 @@ public final class LinkService: @unchecked Sendable {
 
     /// Where reasons can come from on this system; nil when none can.
     private var reasonSource: String? {
-        if management != nil { return "the kernel's management socket" }
+        if kernelReasons, managementUsable { return "the kernel's management socket" }
         return bluezSendsReasons ? "bluetoothd's Device1.Disconnected" : nil
     }
 
@@ -693,9 +695,11 @@ public final class LinkService: @unchecked Sendable {
             report.logger.debug("disconnect reasons from the kernel's management socket")
         case .success(let socket):
             socket.close()
+            managementUsable = false
             managementUnavailable = "Tether lacks CAP_NET_ADMIN, without which the kernel does not send the reason"
             report.logger.debug("no disconnect reasons: \(managementUnavailable)")
         case .failure(let failure):
+            managementUsable = false
             managementUnavailable = "the kernel's management socket cannot be opened (\(failure))"
             report.logger.debug("no disconnect reasons: \(managementUnavailable)")
         }
@@ -724,6 +728,7 @@ public final class LinkService: @unchecked Sendable {
         }
         if let failure = socket.failure {
             managementUnavailable = failure
+            managementUsable = false
             report.logger.warning("no more disconnect reasons: \(failure)")
             closeManagementSocket()
             kernelViewChanged()
@@ -736,7 +741,8 @@ public final class LinkService: @unchecked Sendable {
         var result = resolution
         result.observation.radioBlock = radioBlock(adapter: resolution.adapter?.interfaceName)
         result.observation.controllerFailed = resolution.adapter == nil && initCheck.failed != nil
-        result.observation.disconnectReasonsHeard = management != nil
+        // Heard while a link is made or held (the socket is closed between).
+        result.observation.disconnectReasonsHeard = kernelReasons && managementUsable
         result.observation.bluezAnswering = liveness.unansweredSince == nil
         return result
     }
@@ -997,6 +1003,25 @@ public final class LinkService: @unchecked Sendable {
     private func process(_ event: SupervisorEvent) {
         let now = start.duration(to: .now)
         carryOut(supervisor.handle(event, at: now), of: event, at: now)
+        followLinkWithManagementSocket()
+    }
+
+    /// The kernel's management socket carries every controller's Device
+    /// Found events as well as the Device Disconnected ones it is read for:
+    /// one per advertising report of every device while discovery runs,
+    /// hundreds a second in a busy street (`make e2e`'s busy-street: four
+    /// times the idle CPU while away). So it is open only while a link is
+    /// made or held, and closed while the dongle is away, searched for or
+    /// cooled down from (each entered long after a link's end, whose reason
+    /// has arrived by then). An open that failed is not tried again.
+    private func followLinkWithManagementSocket() {
+        guard kernelReasons, managementUsable else { return }
+        switch supervisor.state {
+        case .away, .searching, .coolingDown:
+            if management != nil { closeManagementSocket() }
+        default:
+            if management == nil { openManagementSocket() }
+        }
     }
 
     /// Records what the supervisor decided on `event` and performs it, in order.

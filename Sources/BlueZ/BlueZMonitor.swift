@@ -74,8 +74,8 @@ public final class BlueZMonitor: @unchecked Sendable {
     }
 
     /// Lets every device's property changes in (`true`) besides the watched
-    /// namespace's, or stops that (`false`), on the loop. What the watched
-    /// namespace already delivers is not handed over again.
+    /// device's, or stops that (`false`), on the loop. What the watched
+    /// device's rule already delivers is not handed over again.
     public func sampleOtherDevices(_ on: Bool) {
         guard on != samplingOtherDevices else { return }
         client.bus.assumeIsolated { bus in
@@ -135,9 +135,9 @@ public final class BlueZMonitor: @unchecked Sendable {
     /// Each names who may send it (`MatchRule`: the bus checks the stamped
     /// sender) and the body's signature, so a forged or misshapen signal is
     /// dropped before it is decoded.
-    /// Device1's property changes are not here: `deviceRule` has them, by
-    /// namespace. Every other interface's are (by arg0, which bluetoothd's
-    /// PropertiesChanged carries first).
+    /// Device1's property changes are not here: `deviceRule` has them, for
+    /// one device or all. Every other interface's are (by arg0, which
+    /// bluetoothd's PropertiesChanged carries first).
     static let rules = BlueZClient.serviceRules.filter { $0.member != "PropertiesChanged" } + [
         BlueZ.adapterInterface, BlueZ.gattServiceInterface, BlueZ.gattCharacteristicInterface, BlueZ.gattDescriptorInterface,
     ].map { interface in

@@ -1018,7 +1018,9 @@ public final class LinkService: @unchecked Sendable {
         guard kernelReasons, managementUsable else { return }
         switch supervisor.state {
         case .away, .searching, .coolingDown:
-            if management != nil { closeManagementSocket() }
+            guard management != nil else { return }
+            readManagementEvents()  // a reason already queued is not lost
+            closeManagementSocket()
         default:
             if management == nil { openManagementSocket() }
         }

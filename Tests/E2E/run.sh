@@ -34,7 +34,7 @@ root=$PWD
 work=$root/.build/e2e
 out=${E2E_OUT:-$work/out}
 swift=${SWIFT:-swift}
-timeout=${E2E_TIMEOUT:-1200}
+timeout=${E2E_TIMEOUT:-2400}
 # E2E_BOOTS: scenarios (the guest script as PID 1), systemd (systemd as PID 1
 # with the Debian package installed), power-cut (the guest killed again and
 # again), a comma-separated list of those, both (scenarios and systemd) or all

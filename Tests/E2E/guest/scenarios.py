@@ -1402,6 +1402,10 @@ def controller_init_failed(stack):
     return not problems, figures, "; ".join(problems)
 
 
+# bumble_air.py's default gateway address (its dongle: 00:AA:01:03:00:02).
+RENUMBERED_AIR_GATEWAY = "00:AA:01:03:00:01"
+
+
 def adapter_renumbered(stack):
     """The gateway's controller goes and comes back under another index, as
     after a USB reset or replug, keeping its address. btvirt cannot do it
@@ -1418,21 +1422,12 @@ def adapter_renumbered(stack):
     figures, problems = {}, []
     air_control = WORK / "air.sock"
     air_sent = OUT / "air-sent.jsonl"
-    stack.guest.stop("tether")
-    process = stack.guest.start("bumble-air", [
-        PYTHON, str(ROOT / "Tests/E2E/peripheral/bumble_air.py"), "--control", str(air_control),
-        "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
-        "--sent-log", str(air_sent), "--event-log", str(OUT / "air-events.jsonl")], watch=True)
+    gateway = RENUMBERED_AIR_GATEWAY
+    process, index, dongle = air_up(stack, "bumble-air", gateway, "--control", str(air_control),
+                                    "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE),
+                                    "--sent-log", str(air_sent), "--event-log", str(OUT / "air-events.jsonl"))
     air = stack.guest.watches["bumble-air"]
-    ready = air.wait_for(r"^ready hci(\d+) (\S+) (\S+)", 30)
-    if ready is None:
-        raise SetupFailure(f"bumble_air.py did not start (exit {process.poll()}); see bumble-air.log")
-    index, gateway, dongle = int(ready[1].group(1)), ready[1].group(2), ready[1].group(3)
     figures["gateway"] = f"hci{index} {gateway}"
-    if not wait_until(lambda: controller_address(index), 30, step=0.5):
-        raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
-    if not wait_until(lambda: gateway in bluetoothctl_list(), 20, step=1):
-        raise SetupFailure(f"bluetoothd did not list Bumble's controller {gateway}")
 
     def reading_after(since, timeout):
         def first_sent():
@@ -1510,27 +1505,16 @@ def agent_impostor(stack):
     dongle.address). On an air of its own, since btvirt's has room for one
     dongle; the run's own Tether is stopped for it."""
     figures, problems = {}, []
-    stack.guest.stop("tether")
     impostor_events = OUT / "impostor-events.jsonl"
     air_sent = OUT / "impostor-air-sent.jsonl"
     air_events = OUT / "impostor-air-events.jsonl"
-    process = stack.guest.start("impostor-air", [
-        PYTHON, str(ROOT / "Tests/E2E/peripheral/bumble_air.py"), "--address", IMPOSTOR_AIR_GATEWAY,
-        "--dongle-address", IMPOSTOR_AIR_DONGLE, "--control", str(WORK / "impostor-air.sock"),
-        "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--pairing", f"passkey:{PASSKEY}",
-        "--sent-log", str(air_sent), "--event-log", str(air_events),
-        "--impostor-address", IMPOSTOR_ADDRESS, "--impostor-pairing", f"passkey:{WRONG_PASSKEY}",
-        "--impostor-event-log", str(impostor_events)], watch=True)
-    air = stack.guest.watches["impostor-air"]
     try:
-        ready = air.wait_for(r"^ready hci(\d+) (\S+) (\S+)", 30)
-        if ready is None:
-            raise SetupFailure(f"bumble_air.py did not start (exit {process.poll()}); see impostor-air.log")
-        index = int(ready[1].group(1))
-        if not wait_until(lambda: controller_address(index), 30, step=0.5):
-            raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
-        if not wait_until(lambda: IMPOSTOR_AIR_GATEWAY in bluetoothctl_list(), 20, step=1):
-            raise SetupFailure(f"bluetoothd did not list Bumble's controller {IMPOSTOR_AIR_GATEWAY}")
+        air_up(stack, "impostor-air", IMPOSTOR_AIR_GATEWAY, "--dongle-address", IMPOSTOR_AIR_DONGLE,
+               "--control", str(WORK / "impostor-air.sock"),
+               "--sleep-after", str(SLEEP_AFTER), "--rate", str(RATE), "--pairing", f"passkey:{PASSKEY}",
+               "--sent-log", str(air_sent), "--event-log", str(air_events),
+               "--impostor-address", IMPOSTOR_ADDRESS, "--impostor-pairing", f"passkey:{WRONG_PASSKEY}",
+               "--impostor-event-log", str(impostor_events))
         write_passkey(PASSKEY)
 
         # By name alone, the strongest advertiser of that name would be handed the passkey: refused.
@@ -1602,8 +1586,9 @@ BY_NAME = 'name_prefix = "Tether-E2E"'
 
 def air_up(stack, name, gateway, *options):
     """A bumble_air.py air named `name` (its log OUT/name.log), its gateway
-    controller initialised by the kernel and listed by bluetoothd; the
-    process. The run's own Tether is stopped first."""
+    controller initialised by the kernel and listed by bluetoothd: the
+    process, the controller's hciN index and the dongle's address. The
+    run's own Tether is stopped first."""
     stack.guest.stop("tether")
     stack.guest.stop(name)
     process = stack.guest.start(name, [PYTHON, str(ROOT / "Tests/E2E/peripheral/bumble_air.py"),
@@ -1616,7 +1601,7 @@ def air_up(stack, name, gateway, *options):
         raise SetupFailure(f"the kernel did not initialise Bumble's controller hci{index}")
     if not wait_until(lambda: gateway in bluetoothctl_list(), 20, step=1):
         raise SetupFailure(f"bluetoothd did not list Bumble's controller {gateway}")
-    return process
+    return process, index, ready[1].group(3)
 
 
 def street_online(stack):

@@ -33,9 +33,9 @@ public final class BlueZMonitor: @unchecked Sendable {
     private var deviceHandlerID: Int?
     private var sampleHandlerID: Int?
     private var deliver: (@Sendable (Message) -> Void)?
-    /// The one device whose Device1 property changes are heard; nil: every
-    /// device's (`watchDevice(at:)`).
-    public private(set) var watchedDevice: ObjectPath?
+    /// The devices whose Device1 property changes are heard; nil: every
+    /// device's (`watchDevices(at:)`).
+    public private(set) var watchedDevices: [ObjectPath]?
     public var samplingOtherDevices: Bool { sampleHandlerID != nil }
 
     public var currentOwner: String? { owner }
@@ -52,25 +52,25 @@ public final class BlueZMonitor: @unchecked Sendable {
     public func start(_ deliver: @escaping @Sendable (Message) -> Void) async throws(BlueZError) {
         do {
             handlerID = try await client.bus.addSignalHandler(matchingAny: Self.rules, deliver)
-            deviceHandlerID = try await client.bus.addSignalHandler(matchingAny: [Self.deviceRule(watchedDevice)], deliver)
+            deviceHandlerID = try await client.bus.addSignalHandler(matchingAny: Self.deviceRules(watchedDevices), deliver)
             self.deliver = deliver
         } catch {
             throw BlueZError(error)
         }
     }
 
-    /// Hears Device1 property changes only of the device at `path` (nil:
-    /// of every device) from now on, on the loop. The new rule is installed
-    /// before the old one goes, so nothing falls between them (a change may
-    /// come twice meanwhile: each is a state, not a count).
-    public func watchDevice(at path: ObjectPath?) {
-        guard path != watchedDevice, let deliver, let old = deviceHandlerID else { return }
-        watchedDevice = path
+    /// Hears Device1 property changes only of the devices at `paths` (nil:
+    /// of every device) from now on, on the loop. The new rules are
+    /// installed before the old ones go, so nothing falls between them (a
+    /// change may come twice meanwhile: each is a state, not a count).
+    public func watchDevices(at paths: [ObjectPath]?) {
+        guard paths != watchedDevices, let deliver, let old = deviceHandlerID else { return }
+        watchedDevices = paths
         client.bus.assumeIsolated { bus in
-            deviceHandlerID = bus.addSignalHandlerNow(matchingAny: [Self.deviceRule(path)], deliver)
+            deviceHandlerID = bus.addSignalHandlerNow(matchingAny: Self.deviceRules(paths), deliver)
             bus.removeSignalHandlerNow(old)
         }
-        if path == nil { sampleOtherDevices(false) }
+        if paths == nil { sampleOtherDevices(false) }
     }
 
     /// Lets every device's property changes in (`true`) besides the watched
@@ -82,7 +82,7 @@ public final class BlueZMonitor: @unchecked Sendable {
             if let id = sampleHandlerID {
                 bus.removeSignalHandlerNow(id)
                 sampleHandlerID = nil
-            } else if watchedDevice != nil {
+            } else if watchedDevices != nil {
                 sampleHandlerID = bus.addSignalHandlerNow(matchingAny: [Self.deviceRule(nil)]) { [self] message in
                     handleSampled(message)
                 }
@@ -91,7 +91,7 @@ public final class BlueZMonitor: @unchecked Sendable {
     }
 
     private func handleSampled(_ signal: Message) {
-        guard sampleHandlerID != nil, signal.path != watchedDevice else { return }
+        guard sampleHandlerID != nil, let path = signal.path, watchedDevices?.contains(path) != true else { return }
         handle(signal)
     }
 
@@ -158,6 +158,12 @@ public final class BlueZMonitor: @unchecked Sendable {
     /// as path_namespace rules, dbus-daemon 1.14.10's RemoveMatch of the
     /// rule for all devices removed the one device's instead and left the
     /// other (seen with `Debug.Stats.GetAllMatchRules` in `make bench`).
+    /// One rule per watched device; one for all when nil.
+    static func deviceRules(_ paths: [ObjectPath]?) -> [MatchRule] {
+        guard let paths else { return [deviceRule(nil)] }
+        return paths.map { deviceRule($0) }
+    }
+
     static func deviceRule(_ path: ObjectPath?) -> MatchRule {
         MatchRule(
             sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",

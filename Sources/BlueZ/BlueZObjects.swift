@@ -31,6 +31,8 @@ public struct Device: Sendable, Equatable {
     public var path: ObjectPath
     public var adapter: ObjectPath?
     public var address: String
+    /// "public" or "random" (BlueZ's AddressType); nil if not given.
+    public var addressType: String?
     public var name: String?
     public var alias: String?
     public var connected: Bool
@@ -47,6 +49,7 @@ public struct Device: Sendable, Equatable {
         self.path = path
         adapter = properties["Adapter"]?.objectPath
         address = properties["Address"]?.string?.uppercased() ?? ""
+        addressType = properties["AddressType"]?.string
         name = properties["Name"]?.string
         alias = properties["Alias"]?.string
         connected = properties["Connected"]?.bool ?? false

@@ -119,6 +119,10 @@ enum ControlInterface {
                     await simulator.setOtherAdvertisers(Int(try call.argument(0).int64 ?? 0))
                     return []
                 },
+                "SetBootloader": .init(in: "b") { call in
+                    await simulator.setBootloader(try call.argument(0).bool ?? false)
+                    return []
+                },
                 "ForgetKeys": .init { _ in
                     await simulator.forgetKeys()
                     return []

@@ -33,9 +33,11 @@ extension Simulator {
         if othersExportedOn != ObjectIdentifier(bus) {
             othersExported.removeAll()
             twinExported = false
+            bootloaderExported = false
             othersExportedOn = ObjectIdentifier(bus)
         }
         await reportTwin(on: bus)
+        await reportBootloader(on: bus)
         guard otherAdvertisers > 0 else { return }
         let ticksPerInterval = max(1, Int(options.otherAdvertisingInterval / options.advertisingInterval))
         let slice = max(1, (otherAdvertisers + ticksPerInterval - 1) / ticksPerInterval)
@@ -77,11 +79,60 @@ extension Simulator {
         try? await bus.export(path, [interface])
     }
 
-    private func twinConnectAsked(client: String?) {
+    private func twinConnectAsked(client: String?, reason: String = "twin") {
         log.record(.connectRequest) {
             $0.client = client
-            $0.reason = "twin"
+            $0.reason = reason
         }
+    }
+
+    /// Nordic's DFU bootloader takes the dongle's place (`true`): the
+    /// dongle's application stops (a link drops) and `DfuTarg` advertises
+    /// at the address with its last octet plus one; `false`: the updated
+    /// application starts and advertises.
+    public func setBootloader(_ on: Bool) async {
+        guard on != bootloaderAdvertising, !stopped else { return }
+        log.record(.bootloader) { $0.on = on }
+        if on {
+            bootloaderAdvertising = true
+            await sleep()
+        } else {
+            bootloaderAdvertising = false
+            await wake()
+        }
+    }
+
+    /// The bootloader's address: the last octet plus one, wrapping
+    /// (nRF5 SDK `nrf_dfu_ble`).
+    static func bootloaderAddress(of address: String) -> String {
+        var octets = address.uppercased().split(separator: ":").map(String.init)
+        guard octets.count == 6, let last = UInt8(octets[5], radix: 16) else { return address }
+        let next = String(last &+ 1, radix: 16, uppercase: true)
+        octets[5] = next.count < 2 ? "0" + next : next
+        return octets.joined(separator: ":")
+    }
+
+    /// Nordic's Secure DFU service, 0xFE59.
+    static let dfuService = "0000fe59-0000-1000-8000-00805f9b34fb"
+
+    private func reportBootloader(on bus: Bus) async {
+        guard bootloaderAdvertising else { return }
+        let address = Self.bootloaderAddress(of: options.address)
+        guard let path = try? DeviceObject.path(adapter: adapterPath, address: address) else { return }
+        let rssi: Int16 = -55
+        guard discoveryReports(uuids: [Self.dfuService], rssi: rssi, name: "DfuTarg", address: address) else { return }
+        if bootloaderExported {
+            try? await bus.setProperties(path, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
+            return
+        }
+        bootloaderExported = true
+        var interface = Self.otherInterface(address: address, name: "DfuTarg", rssi: rssi, adapter: adapterPath)
+        interface.properties["UUIDs"] = .strings([Self.dfuService])
+        interface.methods["Connect"] = .init { [weak self] call in
+            await self?.twinConnectAsked(client: call.sender, reason: "bootloader")
+            throw BlueZFault.abortByLocal
+        }
+        try? await bus.export(path, [interface])
     }
 
     /// A stranger's Device1: Tether has no business connecting to it, and a

@@ -320,6 +320,12 @@ extension Simulator {
         // (pending_paired), and answers Pair() after that.
         if pairCaller != nil { _ = await waitForServicesResolved() }
         await setDeviceProperties(["Paired": .boolean(paired), "Bonded": .boolean(bonded)])
+        // The identity address came with the keys (SMP Identity Address
+        // Information): bluetoothd moves the object's Address to it.
+        if bonded, let identity = options.identityAddress, shownAddress != identity.uppercased() {
+            shownAddress = identity.uppercased()
+            await setDeviceProperties(["Address": .string(shownAddress), "AddressType": .string("public")])
+        }
         guard paired else { return fail("link-lost", BlueZFault.authenticationCanceled) }
         return .paired
     }

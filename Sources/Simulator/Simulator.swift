@@ -105,6 +105,11 @@ public actor Simulator {
     var othersExportedOn: ObjectIdentifier?
     var othersCursor = 0
     var twinExported = false
+    /// The dongle's DFU bootloader advertises in its place (`setBootloader`).
+    var bootloaderAdvertising = false
+    var bootloaderExported = false
+    /// The address Device1 shows: the identity address once a bond gave it.
+    var shownAddress: String
     /// Other advertisers now on the air (`SimulatorOptions.otherAdvertisers`,
     /// changed by the `SetOtherAdvertisers` knob).
     var otherAdvertisers = 0
@@ -196,6 +201,7 @@ public actor Simulator {
             throw SimulatorError.invalidPasskey(passkey)
         }
         self.options = options
+        shownAddress = options.address
         otherAdvertisers = max(0, options.otherAdvertisers)
         self.busAddress = busAddress
         devicePath = try DeviceObject.path(adapter: AdapterObject.path, address: options.address)
@@ -446,7 +452,7 @@ public actor Simulator {
     func deviceInterface(rssi: Int16?) -> ExportedInterface {
         DeviceObject.interface(
             DeviceObject.Snapshot(
-                address: options.address, name: options.name, connected: dongle.state == .connected, rssi: rssi,
+                address: shownAddress, name: options.name, connected: dongle.state == .connected, rssi: rssi,
                 adapter: adapterPath, paired: paired, bonded: bonded, trusted: trusted
             ),
             simulator: self

@@ -138,6 +138,9 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         case bondRejected = "bond-rejected"
         /// How many other devices advertise on the air now (`reason`: the count).
         case otherAdvertisers = "other-advertisers"
+        /// The dongle's DFU bootloader took its place (`on` true) or the
+        /// application is back (`on` false).
+        case bootloader
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

@@ -35,6 +35,11 @@ public struct SimulatorOptions: Sendable {
     /// the event log says `connect-request` with reason `twin`): a Tether
     /// that connects to it is at fault.
     public var twinAddress: String?
+    /// The identity address a dongle using resolvable private addresses
+    /// hands over when it bonds: after a pairing that bonds, Device1.Address
+    /// becomes it (AddressType "public") on the same object, as bluetoothd
+    /// does (bleak #1737). Nil: `address` is the dongle's identity.
+    public var identityAddress: String?
     /// Whether bluetoothd knows the device from an earlier connection, so its
     /// Device1 object exists from the start; if false it appears only when
     /// discovery sees it advertising.

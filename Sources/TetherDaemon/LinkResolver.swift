@@ -20,17 +20,20 @@ struct LinkResolver: Sendable {
     /// - Parameter lastAddress: the address of the controller used last:
     ///   with no adapter configured, it is found again by it, whatever its
     ///   index now (a USB reset or replug renumbers it).
-    /// - Parameter bound: the dongle's address this gateway is bound to
-    ///   (`DongleBinding`), for a config that finds it by name or service:
-    ///   only that device is taken, however strong the others that match.
-    func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil, bound: String? = nil) -> Resolution {
+    /// - Parameter known: the address the dongle is known by when it is not
+    ///   `dongle.address`: the one this gateway is bound to (`DongleBinding`)
+    ///   for a config that finds it by name or service, or the identity
+    ///   address BlueZ moved the configured or bound one to after pairing
+    ///   (`DongleIdentity`). Only that device is taken, however strong the
+    ///   others that match.
+    func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil, known: String? = nil) -> Resolution {
         var result = Resolution()
         result.observation.bluezPresent = bluezPresent
         guard bluezPresent, let adapter = pickAdapter(tree, lastAddress: lastAddress) else { return result }
         result.adapter = adapter
         result.observation.adapterPresent = true
         result.observation.adapterPowered = adapter.powered
-        guard let device = pickDevice(tree, adapter: adapter, bound: bound) else { return result }
+        guard let device = pickDevice(tree, adapter: adapter, known: known) else { return result }
         result.device = device
         result.observation.devicePresent = true
         result.observation.deviceBonded = device.bonded
@@ -86,12 +89,12 @@ struct LinkResolver: Sendable {
         return tree.adapters.first { $0.powered } ?? tree.adapters.first
     }
 
-    private func pickDevice(_ tree: ObjectTree, adapter: Adapter, bound: String?) -> Device? {
+    private func pickDevice(_ tree: ObjectTree, adapter: Adapter, known: String?) -> Device? {
         let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
         // BlueZ spells addresses upper-case, as the config and the binding
         // are normalised: compared as they are (this runs on every change
         // of the tree, among hundreds of devices in a busy street).
-        if let address = config.dongle.address ?? bound {
+        if let address = known ?? config.dongle.address {
             return candidates.first { $0.address == address }
         }
         // A connected match first, then the strongest signal.
@@ -101,11 +104,11 @@ struct LinkResolver: Sendable {
         }
     }
 
-    /// Whether `device` could be the one `resolve` picks: the configured or
-    /// bound address, else a match of name and service. One object, not the
-    /// tree (an advertisement of a stranger in a busy street is let go).
-    func mayBeTheDongle(_ device: Device, bound: String?) -> Bool {
-        if let address = config.dongle.address ?? bound { return device.address == address }
+    /// Whether `device` could be the one `resolve` picks: the known or
+    /// configured address, else a match of name and service. One object, not
+    /// the tree (an advertisement of a stranger in a busy street is let go).
+    func mayBeTheDongle(_ device: Device, known: String?) -> Bool {
+        if let address = known ?? config.dongle.address { return device.address == address }
         return !matching([device]).isEmpty
     }
 

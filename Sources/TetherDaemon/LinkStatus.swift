@@ -57,6 +57,9 @@ public struct LinkStatus: Sendable, Equatable {
     /// The dongle this gateway is bound to, when the config finds it by
     /// name or service (`tether rebind` forgets it); nil otherwise.
     public var boundDongle: String?
+    /// While the dongle's DFU bootloader advertises (`DfuTarg`, its address
+    /// plus one) and the dongle does not: the bootloader's address.
+    public var bootloader: String?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
@@ -64,8 +67,10 @@ public struct LinkStatus: Sendable, Equatable {
         readingsError: String? = nil, reconnects: Int = 0, windowAttempt: Int = 0,
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
-        bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil, boundDongle: String? = nil
+        bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil, boundDongle: String? = nil,
+        bootloader: String? = nil
     ) {
+        self.bootloader = bootloader
         self.bondProblem = bondProblem
         self.awaySince = awaySince
         self.boundDongle = boundDongle
@@ -126,6 +131,9 @@ public struct LinkStatus: Sendable, Equatable {
         default:
             break
         }
+        if let bootloader, state != .online {
+            text += "; in its DFU bootloader (DfuTarg at \(bootloader)): a firmware update"
+        }
         // Whatever the link does: a reading that is not stored is the
         // operator's first concern (`systemctl status` shows this line).
         if let readingsError {
@@ -169,6 +177,7 @@ public struct LinkStatus: Sendable, Equatable {
             "BondProblem": .string(bondProblem ?? ""),
             "AwaySince": .uint64(Self.microseconds(awaySince)),
             "BoundDongle": .string(boundDongle ?? ""),
+            "Bootloader": .string(bootloader ?? ""),
         ]
     }
 
@@ -225,6 +234,7 @@ public struct LinkStatus: Sendable, Equatable {
         // Added after the first release: a daemon without it is never away.
         awaySince = properties["AwaySince"] == nil ? nil : try instant("AwaySince")
         boundDongle = properties["BoundDongle"] == nil ? nil : try text("BoundDongle")
+        bootloader = properties["Bootloader"] == nil ? nil : try text("Bootloader")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {

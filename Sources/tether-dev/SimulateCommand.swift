@@ -103,6 +103,9 @@ struct SimulateCommand: AsyncParsableCommand {
     @Option(help: "An identical dongle of another vehicle at this address: the same name and services, 15 dB stronger, seen by discovery; it takes no connection (the event log says connect-request, reason twin).")
     var twin: String?
 
+    @Option(help: "The identity address the dongle hands over when it bonds (a dongle using resolvable private addresses): after a pairing that bonds, Device1.Address becomes it, on the same object, as bluetoothd does. The SetBootloader(b) knob puts the dongle in its DFU bootloader (DfuTarg at the address plus one).")
+    var identityAddress: String?
+
     @Option(help: "Time a Disconnect takes (real bluetoothd: about 2s).")
     var disconnectDelay = DurationArgument(.milliseconds(100))
 
@@ -180,6 +183,12 @@ struct SimulateCommand: AsyncParsableCommand {
         if let twin {
             guard let address = BluetoothAddressText.normalize(twin) else { throw ValidationError("--twin must be a Bluetooth address, not \(twin)") }
             options.twinAddress = address
+        }
+        if let identityAddress {
+            guard let address = BluetoothAddressText.normalize(identityAddress) else {
+                throw ValidationError("--identity-address must be a Bluetooth address, not \(identityAddress)")
+            }
+            options.identityAddress = address
         }
         options.attTimeout = attTimeout.duration
         options.disconnectedSignal = disconnectedSignal

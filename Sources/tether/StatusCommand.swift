@@ -188,6 +188,9 @@ struct StatusReport {
         if let since = s.awaySince {
             row("away", "not seen since \(LinkStatus.clockTime(since)) (\(LinkStatus.age(now.timeIntervalSince(since))) ago); the controller works, so Tether waits for it to advertise")
         }
+        if let bootloader = s.bootloader {
+            row("bootloader", "the dongle's DFU bootloader advertises (DfuTarg at \(bootloader)): its firmware is being updated; Tether waits for the dongle")
+        }
         row("reconnects", "\(s.reconnects)")
         if s.windowAttempt > 0 || s.nextAttemptIn != nil {
             var window = s.windowAttempt > 0 ? "attempt \(s.windowAttempt)" : "no attempt yet"
@@ -272,6 +275,7 @@ struct StatusReport {
                 ("bond_problem", s.bondProblem.map(quote) ?? "null"),
                 ("away_since", s.awaySince.map { quote(Self.iso($0)) } ?? "null"),
                 ("bound_dongle", s.boundDongle.map(quote) ?? "null"),
+                ("bootloader", s.bootloader.map(quote) ?? "null"),
                 ("bluez_problem", s.bluezProblem.map(quote) ?? "null"),
             ]
         }

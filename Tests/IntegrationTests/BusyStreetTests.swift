@@ -38,12 +38,14 @@ import Testing
         let dongle = "path='/org/bluez/hci0/dev_\(DaemonHarness.address.replacingOccurrences(of: ":", with: "_"))'"
         await harness.simulator.sleep()
         #expect(await harness.waitForState(.away, within: .seconds(20)))
-        // Away among the 40: the dongle's own rule, and the sample shut
-        // (it closes at the first other advertisement, for 10 s).
+        // Its DFU bootloader's object: the address with its last octet plus one.
+        let bootloader = "path='/org/bluez/hci0/dev_AA_BB_CC_DD_EE_00'"
+        // Away among the 40: the dongle's own rule and its bootloader's, and
+        // the sample shut (it closes at the first other advertisement, for 10 s).
         var rules: [String] = []
         let narrowed = await eventually(timeout: .seconds(5)) {
             rules = (try? await Self.deviceRules(harness, on: bus)) ?? []
-            return rules.count == 1 && rules[0].contains(dongle)
+            return rules.count == 2 && rules.contains { $0.contains(dongle) } && rules.contains { $0.contains(bootloader) }
         }
         let lines = harness.logLines.all
         await harness.simulator.wake()

@@ -15,11 +15,22 @@ import DBus
 /// next `othersAdvertisingEvery` is due. Until the address is known (a config
 /// by name or service, not bound yet) every device is heard: any may be the
 /// dongle. InterfacesAdded and InterfacesRemoved are heard from all.
+///
+/// The dongle's path is its object's, once resolved: after pairing BlueZ
+/// moves the object's Address to the identity address and keeps its path
+/// (`DongleIdentity`), so a path made from the address would miss it. Its
+/// DFU bootloader's path (the address plus one) is watched beside it.
 enum DeviceScope {
-    /// The path `BlueZMonitor.watchDevice(at:)` gets: nil while every
+    /// The paths `BlueZMonitor.watchDevices(at:)` gets: nil while every
     /// device may be the dongle.
-    static func watchedPath(address: String?, adapter: ObjectPath?) -> ObjectPath? {
+    static func watchedPaths(address: String?, adapter: ObjectPath?, resolved: Device?) -> [ObjectPath]? {
         guard let address, let adapter else { return nil }
-        return Device.path(adapter: adapter, address: address)
+        let dongle = resolved.flatMap { $0.address == address ? $0.path : nil } ?? Device.path(adapter: adapter, address: address)
+        guard let dongle else { return nil }
+        var paths = [dongle]
+        if let bootloader = DongleIdentity.bootloaderAddress(of: address).flatMap({ Device.path(adapter: adapter, address: $0) }) {
+            paths.append(bootloader)
+        }
+        return paths
     }
 }

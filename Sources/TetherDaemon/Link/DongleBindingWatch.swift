@@ -79,6 +79,20 @@ struct DongleBindingWatch {
         return ("bound to the dongle \(new.address) (matched by \(matchedBy)); from now on Tether connects to no other device, however strong (`tether rebind` forgets it; stored in \(path))", nil)
     }
 
+    /// The bound dongle now shows `address` (its identity address, learnt
+    /// in pairing: `DongleIdentity`): the binding moves to it. The error to
+    /// log if it cannot be stored (it holds in memory all the same).
+    mutating func follow(to address: String) -> String? {
+        guard matchedBy != nil, binding != nil, let new = DongleBinding(address: address) else { return nil }
+        binding = new
+        do throws(DongleBinding.Failure) {
+            try new.store(to: path)
+        } catch {
+            return "\(error); bound to \(new.address) until Tether stops"
+        }
+        return nil
+    }
+
     /// Forgets the binding: the address it was, or nil when there was none.
     mutating func forget() throws(DongleBinding.Failure) -> String? {
         let was = binding?.address

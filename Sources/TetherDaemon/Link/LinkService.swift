@@ -59,6 +59,8 @@ public final class LinkService: @unchecked Sendable {
         var awaySince: Date?
         /// The dongle this gateway is bound to (`DongleBindingWatch`).
         var boundDongle: String?
+        /// The dongle's DFU bootloader's address while it advertises (`DongleIdentity`).
+        var bootloader: String?
         var lastReadingAt: Date?
         var lastDisconnectReason: String?
         var lastDisconnectAt: Date?
@@ -122,6 +124,13 @@ public final class LinkService: @unchecked Sendable {
     /// The dongle this gateway is bound to, for a config that finds it by
     /// name or service.
     private var binding: DongleBindingWatch
+    /// The identity address the dongle moved to after pairing, and its DFU
+    /// bootloader while that advertises.
+    private var identity = DongleIdentity()
+    /// The address the dongle is known by, nil while any matching device
+    /// may be it: the configured one, else the binding, either as followed
+    /// to its identity address.
+    private var dongleAddress: String? { identity.followed ?? config.dongle.address ?? binding.bound }
     /// Readings taken and not yet handed to the recorder: this turn's, and
     /// in a dense stream those of the turns since the last hand-off (see
     /// `handOffSpacing`).
@@ -349,7 +358,7 @@ public final class LinkService: @unchecked Sendable {
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
                         + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
                 },
-                awaySince: s.awaySince, boundDongle: s.boundDongle
+                awaySince: s.awaySince, boundDongle: s.boundDongle, bootloader: s.bootloader
             )
         }
     }
@@ -477,11 +486,15 @@ public final class LinkService: @unchecked Sendable {
         default:
             break
         }
+        followAddressChange(event)
         tree.apply(event)
         // In a crowded place discovery reports many other devices; their
         // RSSI updates cannot change which adapter, dongle or
         // characteristics we use, so they skip the re-resolution.
-        if let advertiser = advertiser(in: event), advertiser != resolution.device?.path { othersAdvertised() }
+        if let advertiser = advertiser(in: event), advertiser != resolution.device?.path {
+            othersAdvertised()
+            noticeBootloader(at: advertiser)
+        }
         if case .propertiesChanged(let path, BlueZ.deviceInterface, let changed, let invalidated) = event, path != resolution.device?.path {
             // Another device: once the dongle's object is known nothing it
             // does changes the resolution. Before (the dongle away, its
@@ -490,13 +503,13 @@ public final class LinkService: @unchecked Sendable {
             // object is looked at, not the tree.
             if resolution.device != nil { return }
             if Self.advertisementOnly(changed, invalidated), let device = tree.device(path),
-               !resolver.mayBeTheDongle(device, bound: binding.bound)
+               !resolver.mayBeTheDongle(device, known: dongleAddress)
             {
                 return
             }
         }
         let previous = resolution
-        resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: binding.bound))
+        resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, known: dongleAddress))
         if let adapter = resolution.adapter {
             for note in binding.matched(resolver.matchingDevices(tree, adapter: adapter), chosen: resolution.device?.address) {
                 report.logger.notice("\(note)", metadata: ["event": "dongle-matches"])
@@ -530,6 +543,7 @@ public final class LinkService: @unchecked Sendable {
             deliver(.characteristicsChanged)
         }
         if isAdvertisement(event, device: resolution.device?.path) {
+            dongleSeen()
             deliver(.advertising)
         }
         updateControllerCheck()
@@ -573,12 +587,61 @@ public final class LinkService: @unchecked Sendable {
     /// (config or binding) and adapter are known, and samples the others
     /// (`DeviceScope`).
     private func updateDeviceScope() {
-        let path = DeviceScope.watchedPath(address: config.dongle.address ?? binding.bound, adapter: resolution.adapter?.path)
-        guard path != monitor.watchedDevice else { return }
-        monitor.watchDevice(at: path)
+        let paths = DeviceScope.watchedPaths(address: dongleAddress, adapter: resolution.adapter?.path, resolved: resolution.device)
+        guard paths != monitor.watchedDevices else { return }
+        monitor.watchDevices(at: paths)
         if let samplingPause { loop.cancelTimer(samplingPause) }
         samplingPause = nil
-        if path != nil { monitor.sampleOtherDevices(true) }
+        if paths != nil { monitor.sampleOtherDevices(true) }
+    }
+
+    /// The dongle's own object changed its Address: BlueZ learnt its
+    /// identity address in pairing (`DongleIdentity`). Followed before the
+    /// tree takes the change, so the resolution finds the same object.
+    private func followAddressChange(_ event: BlueZEvent) {
+        guard case .propertiesChanged(let path, BlueZ.deviceInterface, let changed, _) = event,
+              let device = resolution.device, path == device.path, let address = changed["Address"]?.string
+        else { return }
+        let move = identity.addressChanged(
+            of: device, to: address, newType: changed["AddressType"]?.string, knownAs: dongleAddress,
+            configured: config.dongle.address, bound: binding.bound
+        )
+        switch move {
+        case .followConfigured(let warning):
+            report.logger.warning("\(warning)", metadata: ["event": "dongle-identity", "device": "\(address.uppercased())"])
+        case .rebind(let to, let notice):
+            report.logger.notice("\(notice)", metadata: ["event": "dongle-identity", "device": "\(to)"])
+            if let error = binding.follow(to: to) {
+                report.logger.error("\(error)", metadata: ["event": "dongle-binding-unstored"])
+            }
+            shared.withLock { $0.boundDongle = binding.bound }
+        case nil:
+            break
+        }
+    }
+
+    /// Another device advertised: if it is the dongle's DFU bootloader, said
+    /// once an episode and shown in status.
+    private func noticeBootloader(at path: ObjectPath) {
+        guard let address = dongleAddress, identity.bootloader == nil, let device = tree.device(path),
+              DongleIdentity.isBootloader(device, of: address), let line = identity.bootloaderSeen(device, of: address)
+        else { return }
+        report.logger.notice("\(line)", metadata: ["event": "dongle-in-bootloader", "device": "\(device.address)"])
+        shared.withLock { $0.bootloader = device.address }
+        metrics?.observeBootloader(true)
+        resolutionChangedSincePublish = true
+        publishIfChanged([])
+    }
+
+    /// The dongle itself advertised or came online: a bootloader episode,
+    /// if any, is over.
+    private func dongleSeen() {
+        guard identity.bootloader != nil, let address = dongleAddress, let line = identity.dongleSeen(address) else { return }
+        report.logger.notice("\(line)", metadata: ["event": "dongle-left-bootloader", "device": "\(address)"])
+        shared.withLock { $0.bootloader = nil }
+        metrics?.observeBootloader(false)
+        resolutionChangedSincePublish = true
+        publishIfChanged([])
     }
 
     /// Device1 properties bluetoothd sets from each advertisement: none of
@@ -615,7 +678,14 @@ public final class LinkService: @unchecked Sendable {
     /// service binds this gateway to it now, if nothing was bound.
     private func bindOnFirstLink(to address: String) {
         let bound = binding.online(with: address)
-        if let notice = bound.notice { report.logger.notice("\(notice)", metadata: ["event": "dongle-bound", "device": "\(address)"]) }
+        if let notice = bound.notice {
+            report.logger.notice("\(notice)", metadata: ["event": "dongle-bound", "device": "\(address)"])
+            if let device = resolution.device, device.address == address, !device.bonded, DongleIdentity.isResolvablePrivate(device) {
+                report.logger.warning(
+                    "the dongle \(address) advertises a resolvable private address, which it changes every few minutes: the binding finds it again only once BlueZ knows its identity address, which pairing gives (dongle.pair)",
+                    metadata: ["event": "dongle-private-address", "device": "\(address)"])
+            }
+        }
         if let error = bound.error { report.logger.error("\(error)", metadata: ["event": "dongle-binding-unstored"]) }
         if bound.notice != nil || bound.error != nil { shared.withLock { $0.boundDongle = binding.bound } }
         updateDeviceScope()
@@ -633,7 +703,7 @@ public final class LinkService: @unchecked Sendable {
                     report.logger.notice(
                         "\(was.map { "the binding to \($0) is forgotten" } ?? "no dongle was bound") (tether rebind); the first matching device to come online will be bound",
                         metadata: ["event": "dongle-unbound"])
-                    resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, bound: nil))
+                    resolution = annotated(resolver.resolve(tree, bluezPresent: bluezPresent, lastAddress: lastAdapterAddress, known: nil))
                     updateDeviceScope()
                     deliverObservationIfChanged()
                     continuation.resume(returning: .success(was))
@@ -663,7 +733,7 @@ public final class LinkService: @unchecked Sendable {
         if let samplingPause { loop.cancelTimer(samplingPause) }
         samplingPause = loop.schedule(after: told + Self.othersAdvertisingEvery - now) { [unowned self] in
             samplingPause = nil
-            if monitor.watchedDevice != nil { monitor.sampleOtherDevices(true) }
+            if monitor.watchedDevices != nil { monitor.sampleOtherDevices(true) }
         }
     }
 
@@ -1063,7 +1133,10 @@ public final class LinkService: @unchecked Sendable {
             case .report(.disconnected(let unexpected)):
                 dropNoticed(unexpected: unexpected)
             case .report(let item):
-                if case .connected = item, let address = resolution.device?.address { bindOnFirstLink(to: address) }
+                if case .connected = item, let address = resolution.device?.address {
+                    dongleSeen()
+                    bindOnFirstLink(to: address)
+                }
                 report.report(item, state: supervisor.state, device: resolution.device?.address, missing: lane.missingCharacteristics(), at: now)
             case .answerReconnect(.started(let attempt)):
                 requests.answerAll(.started(attempt: attempt))
@@ -1117,6 +1190,7 @@ public final class LinkService: @unchecked Sendable {
         /// Whether any reading was written since start ("no reading yet").
         var anyReading: Bool
         var adapterProblem: String?
+        var bootloader: String?
     }
 
     /// `status`: the supervisor's, if the caller has it at hand.
@@ -1128,7 +1202,8 @@ public final class LinkService: @unchecked Sendable {
         resolutionChangedSincePublish = false
         let current = PublishedFields(
             supervisor: supervisorStatus, device: resolution.device?.address ?? config.dongle.address,
-            adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten, adapterProblem: adapterProblem
+            adapter: resolution.adapter?.interfaceName, anyReading: anyReadingWritten, adapterProblem: adapterProblem,
+            bootloader: identity.bootloader
         )
         guard current != published else { return }
         published = current

@@ -36,6 +36,7 @@ public final class LinkMetrics: @unchecked Sendable {
     private let connectedSince: Meter
     private let awaySince: Meter
     private let awaySpells: CoreMetrics.Counter
+    private let inBootloader: Meter
     private let reconnects: CoreMetrics.Counter
     private let attempts: [AttemptOutcome: CoreMetrics.Counter]
     private let windowExhaustions: CoreMetrics.Counter
@@ -130,6 +131,10 @@ public final class LinkMetrics: @unchecked Sendable {
         )
         awaySpells = registry.counter(
             "tether_dongle_away_total", help: "Times the dongle was found away (a retry window found nobody while the controller worked), not escalated."
+        )
+        inBootloader = registry.gauge(
+            "tether_dongle_in_bootloader",
+            help: "1 while the dongle's Nordic DFU bootloader advertises (DfuTarg at its address plus one: a firmware update) and the dongle does not; 0 otherwise."
         )
         reconnects = registry.counter(
             "tether_reconnects_total", help: "Times the link came back after being lost (the control API's Reconnects)."
@@ -260,6 +265,7 @@ public final class LinkMetrics: @unchecked Sendable {
         connected.set(0)
         connectedSince.set(0)
         awaySince.set(0)
+        inBootloader.set(0)
         lastReading.set(0)
         for (state, gauge) in stateGauges { gauge.set(state == lastState ? 1 : 0) }
     }
@@ -360,6 +366,11 @@ public final class LinkMetrics: @unchecked Sendable {
             if status.state != .online && status.state != .waitingForData { pollStarts.removeAll() }
             lastState = status.state
         }
+    }
+
+    /// The dongle's DFU bootloader began or stopped advertising in its place.
+    func observeBootloader(_ advertising: Bool) {
+        inBootloader.set(advertising ? 1 : 0)
     }
 
     /// A drop was logged with `reason`.

@@ -50,6 +50,13 @@ enum SoakFault: String, CaseIterable, Sendable {
     /// then comes back. Tether must find it away (no controller step, no
     /// window exhaustion), and be online within 2 s of its return.
     case parked
+    /// The dongle's firmware is updated: its Nordic DFU bootloader
+    /// advertises as DfuTarg at the address plus one (the link drops) for
+    /// 40–55 s (past the retry window, after which Tether scans), then the
+    /// updated dongle advertises. Tether must say so, never
+    /// connect to the bootloader, take no controller step, and be online
+    /// after.
+    case firmwareUpdate = "firmware-update"
 
     /// Reasons a link drops with (the simulator passes them to the log).
     static let dropReasons = ["timeout", "remote", "local", "link-loss"]

@@ -243,8 +243,8 @@ final class SoakScript: @unchecked Sendable {
             let took = injected.duration(to: online)
             recoveries.append(took)
             say("\(fault.rawValue): online again after \(DurationText.rounded(took))")
-            if fault == .parked, took > Self.backAfterParking {
-                violations.append("online \(DurationText.rounded(took)) after the parked dongle advertised again (goal: \(DurationText.rounded(Self.backAfterParking)))")
+            if fault == .parked || fault == .firmwareUpdate, took > Self.backAfterParking {
+                violations.append("online \(DurationText.rounded(took)) after the \(fault == .parked ? "parked" : "updated") dongle advertised again (goal: \(DurationText.rounded(Self.backAfterParking)))")
                 say("VIOLATION: back \(DurationText.rounded(took)) after the dongle returned")
             }
             if fault == .lockup { try await checkLockupCleared() }
@@ -441,6 +441,25 @@ final class SoakScript: @unchecked Sendable {
                 say("parked: away, no controller step, \(during.count) journal lines while away")
             }
             try await remote.knob("Wake", [])
+        case .firmwareUpdate:
+            // Longer than the retry window (30 s), after which Tether scans:
+            // a DFU of a Nordic application takes about as long.
+            let seconds = Int.random(in: 40...55, using: &random)
+            say("the dongle's firmware is updated: its DFU bootloader (DfuTarg) advertises for \(seconds) s")
+            let before = daemonLogLines()
+            try await remote.knob("SetBootloader", [.boolean(true)])
+            try await Task.sleep(for: .seconds(seconds))
+            let during = daemonLogLines().dropFirst(before.count)
+            let steps = during.filter { $0.contains("→ escalating") }.count
+            let said = during.filter { $0.contains("event=dongle-in-bootloader") }.count
+            let tried = (try? SimulatorEvent.readLog(path: eventLogPath))?.filter { $0.ev == "connect-request" && $0.reason == "bootloader" }.count ?? 0
+            if steps > 0 || said != 1 || tried > 0 {
+                violations.append("firmware update: \(steps) escalations, bootloader said \(said) times, \(tried) connects to it (expected 0, 1, 0)")
+                say("VIOLATION: firmware update (\(steps) escalations, said \(said) times, \(tried) connects to the bootloader)")
+            } else {
+                say("firmware update: the bootloader said once, never connected to, no controller step")
+            }
+            try await remote.knob("SetBootloader", [.boolean(false)])
         case .lockup:
             say("the controller locks up (calls fail or hang, Powered stays true) until a power cycle")
             try await remote.knob("Lockup", [.boolean(true), .boolean(true)])

@@ -1774,7 +1774,9 @@ def busy_street(stack):
     return not problems, figures, "; ".join(problems)
 
 
-TWIN_AIR_GATEWAY, TWIN_AIR_DONGLE, TWIN_ADDRESS = "00:AA:01:08:00:01", "00:AA:01:08:00:02", "00:AA:01:08:00:03"
+TWIN_AIR_GATEWAY, TWIN_AIR_DONGLE, TWIN_ADDRESS = "00:AA:01:08:00:01", "00:AA:01:08:00:02", "00:AA:01:08:00:09"
+# The dongle's DFU bootloader: its address with the last octet plus one.
+TWIN_BOOTLOADER = "00:AA:01:08:00:03"
 TWIN_CONTROL, TWIN_TWIN_CONTROL = WORK / "twin-air.sock", WORK / "twin.sock"
 
 
@@ -1784,7 +1786,10 @@ def twin_dongle(stack):
     Tether, by name, binds to its own dongle on its first link (the twin
     asleep then); the twin wakes; the dongle's link drops, and later the
     dongle is away for 45 s: Tether comes back to its own each time and
-    never connects to the twin. Then, with no binding and both advertising,
+    never connects to the twin. Then the dongle's firmware is updated: its
+    DFU bootloader advertises as DfuTarg at its address plus one for 25 s;
+    Tether says so, never connects to it, takes no controller step, and is
+    online with the updated dongle. Then, with no binding and both advertising,
     a Tether started afresh names both and the one it chose."""
     figures, problems = {}, []
     twin_events = OUT / "twin-events.jsonl"
@@ -1828,6 +1833,34 @@ def twin_dongle(stack):
             problems.append(f"not back with its own dongle within 60 s of its return: {attempt_summary(stack, woken)}")
         elif stack.wait_reading_after(online[0], 20) is None:
             problems.append("back, but no new reading on disk")
+
+        # A firmware update: the dongle's DFU bootloader (DfuTarg, its
+        # address plus one) advertises in its place, then the updated dongle.
+        updating = time.monotonic()
+        dongle_command(TWIN_CONTROL, "bootloader on")
+        said = stack.tether_log.wait_for(r"event=dongle-in-bootloader\b.*", 60, updating)
+        figures["bootloader_said_s"] = round(said[0] - updating, 1) if said else None
+        if said is None:
+            problems.append("the DFU bootloader was never said (no event=dongle-in-bootloader within 60 s)")
+        elif TWIN_BOOTLOADER not in said[1].string:
+            problems.append(f"dongle-in-bootloader names another address: {said[1].string[:160]}")
+        time.sleep(max(0.0, updating + 25 - time.monotonic()))
+        updated = time.monotonic()
+        dongle_command(TWIN_CONTROL, "bootloader off")
+        online = stack.state_line("online", 60, updated)
+        figures["updated_back_s"] = round(online[0] - updated, 2) if online else None
+        if online is None:
+            problems.append(f"not online within 60 s of the updated dongle advertising: {attempt_summary(stack, updated)}")
+        in_bootloader = [e for e in dongle_events(updating, OUT / "twin-air-events.jsonl")
+                         if e["event"] in ("connected", "refused") and e.get("t", updated) < updated]
+        figures["bootloader_connects"] = len(in_bootloader)
+        if in_bootloader:
+            problems.append(f"the bootloader was connected to {len(in_bootloader)} times")
+        steps = stack.tether_log.matching(r"→ escalating", updating)
+        figures["update_steps"] = len(steps)
+        if steps:
+            problems.append(f"a controller step during the firmware update: {steps[0][1][:160]}")
+
         at_twin = [e for e in dongle_events(started, twin_events) if e["event"] in ("connected", "refused")]
         figures["twin_connects"] = len(at_twin)
         if at_twin:

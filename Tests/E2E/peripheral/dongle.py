@@ -63,6 +63,7 @@ NUS_SERVICE = UUID("6E400001-B5A3-F393-E0A9-E50E24DCCA9E")
 NUS_RX = UUID("6E400002-B5A3-F393-E0A9-E50E24DCCA9E")
 NUS_TX = UUID("6E400003-B5A3-F393-E0A9-E50E24DCCA9E")
 NORDIC_COMPANY_ID = 0x0059
+DFU_SERVICE_16 = 0xFE59  # Nordic's Secure DFU service, what its bootloader advertises
 
 # Remote User Terminated Connection: what the firmware puts in its own
 # disconnects (idle sleep, `disconnect`, refused connections). 0x0D is not
@@ -246,6 +247,7 @@ class Dongle:
         self.hangs = 0
         self.layout = "base"
         self.identity = None  # None: the controller's public address; else the random one advertised
+        self.bootloader_address = None  # while Nordic's DFU bootloader runs instead of the application
         self.layout_changes = 0
         self.pairing = settings.pairing
         secure = self.pairing != "none"
@@ -586,6 +588,57 @@ class Dongle:
             return {"address": self.advertised_address, "address_type": "public" if identity is None else "random",
                     "dropped": dropped}
 
+    async def bootloader(self, on):
+        """`bootloader on`: the firmware reboots into Nordic's DFU bootloader
+        (a firmware update): the link, if any, drops; the application stops
+        (asleep, so a connection is refused and logged); `DfuTarg` advertises,
+        connectable, with the DFU service (0xFE59), at the address with its
+        last octet plus one as a random address (nRF5 SDK nrf_dfu_ble:
+        addr[0] += 1). `bootloader off`: the updated application starts and
+        advertises at its own address."""
+        async with self.lock:
+            if on == (self.bootloader_address is not None):
+                return {"bootloader": self.bootloader_address}
+            if on:
+                await self.fall_asleep("bootloader")
+                raw = bytearray(bytes(self.device.public_address if self.identity is None else self.identity))
+                raw[0] = (raw[0] + 1) & 0xFF  # little-endian: the text's last octet
+                address = Address(bytes(raw), Address.RANDOM_DEVICE_ADDRESS)
+                try:
+                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=address),
+                                                   check_result=True)
+                except HCI_Error as error:
+                    self.events.write(event="random-address-refused", error=str(error))
+                self.device.random_address = address
+                self.bootloader_address = address_text(address)
+                await self.device.start_advertising(
+                    advertising_type=AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE,
+                    own_address_type=OwnAddressType.RANDOM,
+                    advertising_data=bytes(AdvertisingData([
+                        (AdvertisingData.FLAGS, bytes([
+                            AdvertisingData.LE_GENERAL_DISCOVERABLE_MODE_FLAG
+                            | AdvertisingData.BR_EDR_NOT_SUPPORTED_FLAG])),
+                        (AdvertisingData.COMPLETE_LIST_OF_16_BIT_SERVICE_CLASS_UUIDS,
+                         struct.pack("<H", DFU_SERVICE_16))])),
+                    scan_response_data=bytes(AdvertisingData([(AdvertisingData.COMPLETE_LOCAL_NAME, b"DfuTarg")])),
+                    advertising_interval_min=ADVERTISING_INTERVAL_MS,
+                    advertising_interval_max=ADVERTISING_INTERVAL_MS,
+                )
+                self.events.write(event="bootloader", on=True, address=self.bootloader_address)
+                return {"bootloader": self.bootloader_address}
+            await self.stop_advertising()
+            self.bootloader_address = None
+            if self.identity is not None:
+                try:
+                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=self.identity),
+                                                   check_result=True)
+                except HCI_Error as error:
+                    self.events.write(event="random-address-refused", error=str(error))
+                self.device.random_address = self.identity
+            self.events.write(event="bootloader", on=False)
+            await self.advertise()
+            return {"bootloader": None}
+
     # ---------------------------------------------------------- GATT layout
 
     def hook_reads(self):
@@ -865,7 +918,7 @@ class Control:
     """The control protocol: one command per line in, one JSON line out."""
 
     HELP = ("status | wake | sleep | disconnect [REASON] | refuse SECONDS [silent] | rate N | hang | resume"
-            " | gatt base|extra [drop] | address public|random [ADDRESS] | forget-keys | quit")
+            " | gatt base|extra [drop] | address public|random [ADDRESS] | bootloader on|off | forget-keys | quit")
 
     def __init__(self, dongle):
         self.dongle = dongle
@@ -902,6 +955,8 @@ class Control:
             return {"reason": reason}
         if name == "address" and len(arguments) in (1, 2):
             return await dongle.change_identity(arguments[0].lower(), arguments[1] if len(arguments) == 2 else None)
+        if name == "bootloader" and arguments in (["on"], ["off"]):
+            return await dongle.bootloader(arguments[0] == "on")
         if name == "hang" and not arguments:
             return {"was_running": await dongle.hang()}
         if name == "resume" and not arguments:

@@ -212,7 +212,7 @@ public struct TetherConfig: Sendable, Equatable {
         /// `remove_stale_device`: which device objects may be removed after a
         /// window failed with errors that point at a stale object.
         public var removeStaleDevice: StaleDeviceRemoval
-        /// `scan_stall_after`: while the dongle is away and discovery runs,
+        /// `scan_stall_after`: while the dongle is away or searched for,
         /// no advertisement from anyone for this long (where others were
         /// heard) is a stalled scan.
         public var scanStallAfter: Duration

@@ -18,7 +18,7 @@ extension Supervisor {
         /// powered off, so the supervisor powers it on again itself.
         case waitingForAdapter(offByEscalation: Bool)
         /// The dongle's device object is unknown: discovering.
-        case searching(Discovery)
+        case searching(Discovery, scan: ScanWatch)
         /// A Connect call (operation `connect`) is in flight.
         case connecting(LinkSetup, connect: Int)
         /// Connected; waiting for ServicesResolved and the characteristics.
@@ -92,9 +92,19 @@ extension Supervisor {
         /// Discovery, while searching, cooling down or away.
         var discovery: Discovery? {
             switch self {
-            case .searching(let discovery): discovery
+            case .searching(let discovery, _): discovery
             case .coolingDown(let cooldown): cooldown.discovery
             case .away(let away): away.discovery
+            default: nil
+            }
+        }
+
+        /// The scan watch of a wait on discovery: searching, or away once
+        /// confirmed (the verdict's listening has its own deadline).
+        var scanWatch: ScanWatch? {
+            switch self {
+            case .searching(_, let scan): scan
+            case .away(let away) where away.confirmed: away.scan
             default: nil
             }
         }
@@ -200,6 +210,19 @@ extension Supervisor {
         var blindAttemptAt: Duration
     }
 
+    /// A long wait on discovery (searching, or away) watches the scan:
+    /// once another device was heard, nobody heard for
+    /// `Settings.scanStallAfter` means the scan has stalled (BlueZ #1126,
+    /// #1554: `Discovering` stays true). Never heard (a quiet place):
+    /// silence proves nothing, and the discovery session is only renewed
+    /// now and then (`Settings.discoveryRenewal`).
+    struct ScanWatch: Sendable {
+        /// Another device was heard during this wait.
+        var othersHeard = false
+        /// Discovery restarts for a stall since others were last heard.
+        var stallRestarts = 0
+    }
+
     struct Away: Sendable {
         enum Phase: Sendable {
             /// The connects of `window` found nobody, and nothing shows yet
@@ -216,13 +239,8 @@ extension Supervisor {
         /// Since when it is away: when it was last seen (the link up, or an
         /// advertisement), else when Tether found it away.
         var since: Duration
-        /// Another device was heard while away: a scan that hears nobody
-        /// for `Settings.scanStallAfter` from then on has stalled. Never
-        /// heard (a quiet place): silence proves nothing, and the discovery
-        /// session is only renewed now and then.
-        var othersHeard = false
-        /// Discovery restarts for a stall since others were last heard.
-        var stallRestarts = 0
+        /// Whether the scan, once away, has stalled.
+        var scan = ScanWatch()
 
         var confirmed: Bool { if case .confirmed = phase { true } else { false } }
     }

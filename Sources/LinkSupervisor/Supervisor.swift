@@ -237,15 +237,16 @@ public struct Supervisor: Sendable {
         case .advertising: dongleAdvertising()
         case .othersAdvertising:
             history.othersHeardAt = now
-            if case .away(var away) = current, away.confirmed {
-                let quietUntilNow = !away.othersHeard
-                away.othersHeard = true
-                away.stallRestarts = 0
-                current = .away(away)
-                // Taken for a quiet place at the verdict (the window's
-                // connects ran without discovery: nobody heard yet), busy
-                // now: from here silence is a stall, not the session's
-                // renewal ten minutes on (`make e2e`'s scan-stalled).
+            if var scan = current.scanWatch {
+                let quietUntilNow = !scan.othersHeard
+                scan.othersHeard = true
+                scan.stallRestarts = 0
+                setScanWatch(scan)
+                // Taken for a quiet place so far (the window's connects ran
+                // without discovery: nobody heard yet at the verdict; a
+                // search begun where nobody was heard), busy now: from here
+                // silence is a stall, not the session's renewal ten minutes
+                // on (`make e2e`'s scan-stalled).
                 if quietUntilNow {
                     cancelTimer(.scanWatch)
                     startTimer(.scanWatch, after: settings.scanStallAfter)
@@ -997,34 +998,34 @@ public struct Supervisor: Sendable {
         startTimer(.searchCheck, after: searchCheckDelay)
         var away = Away(phase: .confirmed(evidence: evidence), discovery: discovery, since: since)
         // Heard since the dongle was last seen: this place has others.
-        away.othersHeard = history.othersHeardAt.map { $0 >= since } ?? false
-        startTimer(.scanWatch, after: away.othersHeard ? settings.scanStallAfter : settings.discoveryRenewal)
+        away.scan.othersHeard = history.othersHeardAt.map { $0 >= since } ?? false
+        startTimer(.scanWatch, after: away.scan.othersHeard ? settings.scanStallAfter : settings.discoveryRenewal)
         enter(.away(away), "the dongle is away (\(evidence)); connecting when it advertises")
     }
 
-    /// While away: a scan that heard others and now hears nobody has
-    /// stalled (discovery again, then the controller steps); in a quiet
-    /// place the discovery session is renewed. Re-armed lazily from the last
-    /// time anyone was heard.
+    /// While searching or away: a scan that heard others and now hears
+    /// nobody has stalled (discovery again, then the controller steps); in
+    /// a quiet place the discovery session is renewed. Re-armed lazily from
+    /// the last time anyone was heard.
     private mutating func scanWatchFired() {
-        guard case .away(var away) = current, away.confirmed else { return }
-        guard away.othersHeard else {
+        guard var scan = current.scanWatch, let discovery = current.discovery else { return }
+        guard scan.othersHeard, let heardAt = history.othersHeardAt else {
             // Quiet: nothing to judge; a fresh session in case it stalled.
-            if away.discovery.running {
+            if discovery.running {
                 actions.append(.stopDiscovery)
                 actions.append(.startDiscovery)
             }
             return startTimer(.scanWatch, after: settings.discoveryRenewal)
         }
-        let silentFor = now - (history.othersHeardAt ?? away.since)
+        let silentFor = now - heardAt
         if silentFor < settings.scanStallAfter {
             return startTimer(.scanWatch, after: settings.scanStallAfter - silentFor)
         }
-        if away.stallRestarts == 0 {
-            away.stallRestarts = 1
-            current = .away(away)
+        if scan.stallRestarts == 0 {
+            scan.stallRestarts = 1
+            setScanWatch(scan)
             actions.append(.report(.scanStalled(silentFor: silentFor, restarting: true)))
-            if away.discovery.running { actions.append(.stopDiscovery) }
+            if discovery.running { actions.append(.stopDiscovery) }
             setDiscovery(running: true)
             actions.append(.startDiscovery)
             return startTimer(.scanWatch, after: settings.scanStallAfter)
@@ -1033,9 +1034,9 @@ public struct Supervisor: Sendable {
         actions.append(.report(.scanStalled(silentFor: silentFor, restarting: false)))
         let steps = settings.escalation.filter { $0 != .rfkillUnblock }
         guard !steps.isEmpty else {
-            away.stallRestarts += 1
-            current = .away(away)
-            return startTimer(.scanWatch, after: pacedDelay(settings.scanStallAfter, doubled: away.stallRestarts - 1))
+            scan.stallRestarts += 1
+            setScanWatch(scan)
+            return startTimer(.scanWatch, after: pacedDelay(settings.scanStallAfter, doubled: scan.stallRestarts - 1))
         }
         stopDiscoveryIfRunning()
         escalate(steps, reconnectRequested: false, cause: "the scan stalled: nobody heard for \(silentFor.roundedText)")
@@ -1314,7 +1315,10 @@ public struct Supervisor: Sendable {
     private mutating func enterSearching(cause: String) {
         if !current.discovering { actions.append(.startDiscovery) }
         if !outstanding.timers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay) }
-        enter(.searching(Discovery(running: true)), "\(cause); the dongle is unknown to bluetoothd, discovering")
+        // Nobody heard yet in this search: quiet until someone is (then
+        // the watch is armed for a stall).
+        startTimer(.scanWatch, after: settings.discoveryRenewal)
+        enter(.searching(Discovery(running: true), scan: ScanWatch()), "\(cause); the dongle is unknown to bluetoothd, discovering")
     }
 
     /// The pause before the next controller check while searching, after
@@ -1513,7 +1517,7 @@ public struct Supervisor: Sendable {
 
     private mutating func setDiscovery(_ discovery: Discovery) {
         switch current {
-        case .searching: current = .searching(discovery)
+        case .searching(_, let scan): current = .searching(discovery, scan: scan)
         case .coolingDown(var cooldown):
             cooldown.discovery = discovery
             current = .coolingDown(cooldown)
@@ -1536,6 +1540,16 @@ public struct Supervisor: Sendable {
         }
     }
 
+    private mutating func setScanWatch(_ scan: ScanWatch) {
+        switch current {
+        case .searching(let discovery, _): current = .searching(discovery, scan: scan)
+        case .away(var away):
+            away.scan = scan
+            current = .away(away)
+        default: break
+        }
+    }
+
     private mutating func stopDiscoveryIfRunning() {
         guard current.discovering else { return }
         setDiscovery(running: false)
@@ -1544,10 +1558,10 @@ public struct Supervisor: Sendable {
 
     private mutating func enter(_ next: State, _ cause: String) {
         let previous = current.name
-        // The search's own timer goes with it (away shares it), and away's scan watch.
-        if current.waitsForAdvertisement, !next.waitsForAdvertisement { cancelTimer(.searchCheck) }
-        if case .away = current {
-            if case .away = next {} else { cancelTimer(.scanWatch) }
+        // The search's own timer goes with it (away shares it), and the scan watch.
+        if current.waitsForAdvertisement, !next.waitsForAdvertisement {
+            cancelTimer(.searchCheck)
+            cancelTimer(.scanWatch)
         }
         // A link that was up is the last time the dongle was seen.
         if previous == .online || previous == .waitingForData, next.name != previous { history.lastSeen = now }

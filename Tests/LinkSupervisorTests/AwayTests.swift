@@ -316,6 +316,69 @@ import Testing
     }
 }
 
+/// Searching (a gateway started while the vehicle is parked: the dongle
+/// never seen, unknown to bluetoothd), discovery runs for hours: its scan
+/// is watched as away's is.
+extension ScanStallTests {
+    func searchingAmongOthers() -> VirtualLink {
+        var link = ControllerCheckTests().searching(escalation: [.powerCycle])
+        #expect(link.state == .searching)
+        link.advance(by: .seconds(1))
+        link.send(.othersAdvertising)
+        return link
+    }
+
+    func answerChecks(_ link: inout VirtualLink) {
+        if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+    }
+
+    @Test func aSearchThatHearsOthersAndThenNobodyRestartsDiscoveryThenTakesTheSteps() {
+        var link = searchingAmongOthers()
+        link.clearLog()
+        for _ in 0..<13 {
+            link.advance(by: .seconds(10))
+            answerChecks(&link)
+        }
+        #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })
+        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action == .startDiscovery })
+        #expect(link.state == .searching)
+        link.clearLog()
+        for _ in 0..<13 {
+            link.advance(by: .seconds(10))
+            answerChecks(&link)
+        }
+        #expect(reports(link).contains { if case .scanStalled(_, restarting: false) = $0 { true } else { false } })
+        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+    }
+
+    @Test func aSearchAmongOthersHeardAllAlongIsNoStall() {
+        var link = searchingAmongOthers()
+        link.clearLog()
+        for _ in 0..<360 {  // an hour, others heard every 10 s
+            link.advance(by: .seconds(10))
+            link.send(.othersAdvertising)
+            answerChecks(&link)
+        }
+        #expect(link.state == .searching)
+        #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
+        #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
+    }
+
+    @Test func aQuietSearchRenewsTheSessionAndNeverCallsItAStall() {
+        var link = ControllerCheckTests().searching(escalation: [.powerCycle])
+        link.clearLog()
+        for _ in 0..<(12 * 60) {  // twelve hours, nobody heard
+            link.advance(by: .seconds(60))
+            answerChecks(&link)
+        }
+        #expect(link.state == .searching)
+        #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
+        let renewals = link.count { $0 == .startDiscovery }
+        #expect(renewals >= 70 && renewals <= 73, "renewals in twelve hours: \(renewals)")
+        #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
+    }
+}
+
 extension AwayTests {
     /// Parked right after it came back: the short session before the drop
     /// is a flap the window starts with, not a sign against the absence.

@@ -119,6 +119,14 @@ enum ControlInterface {
                     await simulator.setOtherAdvertisers(Int(try call.argument(0).int64 ?? 0))
                     return []
                 },
+                "StallScan": .init(in: "s") { call in
+                    let mode = try call.argument(0).string ?? ""
+                    guard mode == "none" || Simulator.ScanStall(rawValue: mode) != nil else {
+                        throw DBusError.remote(name: DBusErrorName.invalidArgs, message: "StallScan wants none, until-restart or until-reset, not \(mode.debugDescription)")
+                    }
+                    await simulator.stallScan(Simulator.ScanStall(rawValue: mode))
+                    return []
+                },
                 "SetBootloader": .init(in: "b") { call in
                     await simulator.setBootloader(try call.argument(0).bool ?? false)
                     return []

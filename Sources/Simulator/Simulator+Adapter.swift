@@ -58,6 +58,8 @@ extension Simulator {
             return error
         }
         powered = on
+        // Opening the controller resets it (HCI Reset): every stall ends.
+        if on, scanStall != nil { endScanStall(reason: "power-cycle") }
         log.record(.power) {
             $0.on = on
             $0.reason = reason
@@ -162,6 +164,9 @@ extension Simulator {
         let active = powered && !discoveryClients.isEmpty
         guard active != discovering else { return }
         discovering = active
+        // The kernel disables the scan when the last session ends: a stall
+        // that a new scan enable lifts is over.
+        if !active, scanStall == .untilRestart { endScanStall(reason: "discovery-restarted") }
         if active {
             scanTask = Task { await self.scan() }
             await setAdapterProperties(["Discovering": .boolean(true)])
@@ -192,6 +197,9 @@ extension Simulator {
             // bluetoothd says nothing of it: no error, `Discovering` as it
             // was (bluetoothd 5.66 in `make e2e`'s usb-search-lockup).
             guard lockup == nil else { continue }
+            // A stalled scan: the controller passes no report up while the
+            // scan stays enabled (BlueZ #1126, #1554), bluetoothd none on.
+            guard scanStall == nil else { continue }
             await reportOtherAdvertisers(on: bus)
             guard dongle.state == .advertising else { continue }
             let rssi = dongle.nextRSSI()

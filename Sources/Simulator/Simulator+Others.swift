@@ -86,6 +86,35 @@ extension Simulator {
         }
     }
 
+    /// What lifts a stalled scan: a new scan enable (discovery stopped by
+    /// every client and started again), or only a controller reset (a power
+    /// cycle of the adapter).
+    public enum ScanStall: String, Sendable {
+        case untilRestart = "until-restart"
+        case untilReset = "until-reset"
+    }
+
+    /// The scan stops delivering advertisements (nil: it delivers again),
+    /// `Discovering` unchanged and nothing said on the bus, as BlueZ's LE
+    /// scan does after hours or days in the field.
+    public func stallScan(_ stall: ScanStall?) {
+        guard let stall else { return endScanStall(reason: "control") }
+        scanStall = stall
+        log.record(.scanStall) {
+            $0.on = true
+            $0.reason = stall.rawValue
+        }
+    }
+
+    func endScanStall(reason: String) {
+        guard scanStall != nil else { return }
+        scanStall = nil
+        log.record(.scanStall) {
+            $0.on = false
+            $0.reason = reason
+        }
+    }
+
     /// Nordic's DFU bootloader takes the dongle's place (`true`): the
     /// dongle's application stops (a link drops) and `DfuTarg` advertises
     /// at the address with its last octet plus one; `false`: the updated

@@ -105,6 +105,8 @@ public actor Simulator {
     var othersExportedOn: ObjectIdentifier?
     var othersCursor = 0
     var twinExported = false
+    /// The scan delivers nothing (`stallScan`), until what lifts it.
+    var scanStall: ScanStall?
     /// The dongle's DFU bootloader advertises in its place (`setBootloader`).
     var bootloaderAdvertising = false
     var bootloaderExported = false

@@ -141,6 +141,10 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
         /// The dongle's DFU bootloader took its place (`on` true) or the
         /// application is back (`on` false).
         case bootloader
+        /// The scan stalled (`on` true; reason: until-restart or
+        /// until-reset) or delivers again (`on` false; reason: what lifted it:
+        /// discovery-restarted, power-cycle, control).
+        case scanStall = "scan-stall"
     }
 
     public var kind: Kind? { Kind(rawValue: ev) }

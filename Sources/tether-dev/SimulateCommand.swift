@@ -21,8 +21,9 @@ struct SimulateCommand: AsyncParsableCommand {
               Crash(u restart_after_ms), Restart(u restart_after_ms), Hang(u ms),
               HangApplication(b att_answers), ResumeApplication(), ChangeGattLayout(), SetStaleDevice(b),
               RemoveAdapter(), AddAdapter(s name, s address), Rfkill(s blocks), Lockup(b on, b clears_on_power_cycle),
-              ForgetKeys()
-            Hang is bluetoothd's main loop hung for that long: it keeps org.bluez but answers nothing \
+              ForgetKeys(), SetOtherAdvertisers(u count), SetBootloader(b on),
+              StallScan(s none|until-restart|until-reset)
+            SetBootloader(true) puts the dongle in Nordic's DFU bootloader (DfuTarg at its address plus             one advertises, the dongle does not); false starts the updated dongle. StallScan makes the             scan deliver no advertisement while Discovering stays true, until discovery is started again             (until-restart) or the adapter is power-cycled (until-reset).             Hang is bluetoothd's main loop hung for that long: it keeps org.bluez but answers nothing \
             (not even a D-Bus ping), sends no signal and passes no GATT traffic, so the dongle's idle \
             clock runs on. \
             HangApplication is the field fault of a dongle whose application hangs while its radio keeps \

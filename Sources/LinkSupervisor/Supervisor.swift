@@ -1086,6 +1086,11 @@ public struct Supervisor: Sendable {
     /// power cycle, which goes through the very controller that does not
     /// answer (Home Assistant's recovery skips the power-off for a frozen
     /// one too).
+    /// How long others' advertisements show that the controller works
+    /// against an unanswered check: they are told at most every 10 s
+    /// (`LinkService.othersAdvertisingEvery`), and the check waits 5 s.
+    public static let advertisementsVouchFor: Duration = .seconds(16)
+
     private mutating func controllerChecked(_ check: ControllerCheck) {
         guard outstanding.controllerCheck else { return }
         outstanding.controllerCheck = false
@@ -1094,6 +1099,16 @@ public struct Supervisor: Sendable {
             evidenceArrived("the controller answers")
         }
         guard case .unresponsive(let detail) = check else { return }
+        // Waiting on discovery, advertisements that came through the
+        // controller just now outweigh one command it answered late (a
+        // loaded gateway; Bumble's controller in a TCG guest took over 5 s
+        // once in `make e2e`'s parked): a wedged controller passes nothing
+        // up, and the next check finds it so.
+        if current.waitsForAdvertisement, let heardAt = history.othersHeardAt,
+           now - heardAt <= Self.advertisementsVouchFor
+        {
+            return actions.append(.report(.controllerSlow(detail, heardAgo: now - heardAt)))
+        }
         actions.append(.report(.controllerUnresponsive(detail)))
         let steps = settings.escalation.filter { $0 != .powerCycle }
         switch current {

@@ -217,6 +217,11 @@ public enum SupervisorReport: Sendable, Equatable {
     /// The controller did not answer a command of its own while connects
     /// failed: wedged, whatever bluetoothd's `Powered` says.
     case controllerUnresponsive(String)
+    /// The controller did not answer in time while waiting on discovery,
+    /// but other devices' advertisements came through it `heardAgo`: it
+    /// works (a command answered late under load is no lockup); the next
+    /// check asks again.
+    case controllerSlow(String, heardAgo: Duration)
     /// Device1.Pair succeeded: the dongle is bonded (and trusted).
     case paired
     /// The dongle is away: a retry window found nobody while the controller
@@ -261,6 +266,7 @@ public enum SupervisorReport: Sendable, Equatable {
         case .radioUnblocked: "rfkill-unblocked"
         case .adapterNotRecovered: "adapter-not-recovered"
         case .controllerUnresponsive: "controller-unresponsive"
+        case .controllerSlow: "controller-slow"
         case .paired: "paired"
         case .dongleAway: "away"
         case .dongleBack: "back"

@@ -221,6 +221,28 @@ import Testing
         #expect(link.log.contains { $0.action == .stopDiscovery })
     }
 
+    /// Others' advertisements came through the controller just now: one
+    /// check it answered late is no lockup; once nobody is heard either,
+    /// the next unanswered check escalates.
+    @Test func anUnansweredCheckBesideFreshAdvertisementsIsSlownessNotALockup() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        while !link.supervisor.pendingControllerCheck {
+            link.advance(by: .seconds(5))
+            link.send(.othersAdvertising)
+        }
+        link.clearLog()
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.state == .away)
+        #expect(link.log.contains { if case .report(.controllerSlow("hci0 did not answer", _)) = $0.action { true } else { false } })
+        #expect(!link.log.contains { if case .escalate = $0.action { true } else { false } })
+        // Then silence: the controller passes nothing up, and the next check goes unanswered.
+        while !link.supervisor.pendingControllerCheck { link.advance(by: .seconds(10)) }
+        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        #expect(link.state == .escalating)
+        #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci0 did not answer")) })
+    }
+
     @Test func aReconnectRequestWhileAwayTriesAtOnce() {
         var link = droppedLink()
         exhaustWindow(&link, answering: .responsive)

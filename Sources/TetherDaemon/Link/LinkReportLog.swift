@@ -95,6 +95,10 @@ struct LinkReportLog: Sendable {
             logger.error("the adapter is blocked by rfkill (soft block): \"rfkill unblock bluetooth\" clears it, or \"rfkill-unblock\" in reconnect.escalate lets Tether do it", metadata: with(["rfkill": "soft"]))
         case .controllerUnresponsive(let detail):
             logger.error("the controller does not answer (\(detail)): escalating now", metadata: with(["error": "\(detail)"]))
+        case .controllerSlow(let detail, let heardAgo):
+            logger.warning(
+                "the controller did not answer in time (\(detail)), but other devices' advertisements came through it \(heardAgo.roundedText) ago: it works; asking again at the next check, no step",
+                metadata: with(["error": "\(detail)"]))
         case .radioUnblocked:
             logger.notice("the rfkill block on the adapter lifted", metadata: with(["rfkill": "none"]))
         case .adapterNotRecovered(let rounds, let problem, let retryIn):

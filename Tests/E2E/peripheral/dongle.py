@@ -569,24 +569,26 @@ class Dongle:
                 await self.drop_link()
             self.identity = identity
             if identity is not None:
-                # The controller's own random address too, not only the
-                # advertising set's: Bumble's emulated link finds an
-                # advertiser by it. btvirt finds it by the set's and refuses
-                # this legacy command (Command Disallowed) once extended
-                # advertising commands were used.
                 await self.stop_advertising()
-                try:
-                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=identity),
-                                                   check_result=True)
-                except HCI_Error as error:
-                    self.events.write(event="random-address-refused", error=str(error))
-                self.device.random_address = identity
+                await self.use_random_address(identity)
             self.events.write(event="identity", address=self.advertised_address,
                               address_type="public" if identity is None else "random", dropped=dropped)
             if self.state is not State.ASLEEP:
                 await self.advertise()
             return {"address": self.advertised_address, "address_type": "public" if identity is None else "random",
                     "dropped": dropped}
+
+    async def use_random_address(self, address):
+        """The controller's own random address, not only the advertising
+        set's: Bumble's emulated link finds an advertiser by it. btvirt finds
+        it by the set's and refuses this legacy command (Command Disallowed)
+        once extended advertising commands were used. Under the lock."""
+        try:
+            await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=address),
+                                           check_result=True)
+        except HCI_Error as error:
+            self.events.write(event="random-address-refused", error=str(error))
+        self.device.random_address = address
 
     async def bootloader(self, on):
         """`bootloader on`: the firmware reboots into Nordic's DFU bootloader
@@ -600,16 +602,15 @@ class Dongle:
             if on == (self.bootloader_address is not None):
                 return {"bootloader": self.bootloader_address}
             if on:
-                await self.fall_asleep("bootloader")
+                # The application stops, but this is no sleep (the sleep
+                # count and causes are the keep-alive's verdict).
+                self.state = State.ASLEEP  # first, so a connection arriving meanwhile is refused
+                self.cancel_deadline()
+                await self.quiet()
                 raw = bytearray(bytes(self.device.public_address if self.identity is None else self.identity))
                 raw[0] = (raw[0] + 1) & 0xFF  # little-endian: the text's last octet
                 address = Address(bytes(raw), Address.RANDOM_DEVICE_ADDRESS)
-                try:
-                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=address),
-                                                   check_result=True)
-                except HCI_Error as error:
-                    self.events.write(event="random-address-refused", error=str(error))
-                self.device.random_address = address
+                await self.use_random_address(address)
                 self.bootloader_address = address_text(address)
                 await self.device.start_advertising(
                     advertising_type=AdvertisingType.UNDIRECTED_CONNECTABLE_SCANNABLE,
@@ -629,12 +630,7 @@ class Dongle:
             await self.stop_advertising()
             self.bootloader_address = None
             if self.identity is not None:
-                try:
-                    await self.device.send_command(HCI_LE_Set_Random_Address_Command(random_address=self.identity),
-                                                   check_result=True)
-                except HCI_Error as error:
-                    self.events.write(event="random-address-refused", error=str(error))
-                self.device.random_address = self.identity
+                await self.use_random_address(self.identity)
             self.events.write(event="bootloader", on=False)
             await self.advertise()
             return {"bootloader": None}

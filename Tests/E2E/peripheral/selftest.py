@@ -555,6 +555,27 @@ class InProcess:
         passed(f"`address random`: advertising as {random_text} (random), a connect to the public identity "
                f"{old}, telemetry on the new one; `address public`: back")
 
+    async def bootloader(self):
+        """`bootloader on`: the link drops, DfuTarg (the DFU service 0xFE59)
+        advertises at the address with its last octet plus one, the dongle's
+        own address is gone and a connect to the bootloader is refused;
+        `bootloader off`: the dongle is back."""
+        boot_text = DONGLE_ADDRESS[:-2] + f"{(int(DONGLE_ADDRESS[-2:], 16) + 1) & 0xFF:02X}"
+        reply = await self.ctl("bootloader on")
+        check(reply.get("bootloader") == boot_text, "bootloader on reply", json.dumps(reply))
+        await self.link.wait_closed(1)
+        boot = hci.Address(boot_text, hci.Address.RANDOM_DEVICE_ADDRESS)
+        ad = await self.central.scan(boot, 0.5)
+        check(ad is not None and ad.data.get(AdvertisingData.COMPLETE_LOCAL_NAME) == "DfuTarg",
+              "DfuTarg advertises at the address plus one", str(ad.data) if ad else "nothing heard")
+        check(await self.central.scan(self.address, 0.5) is None, "the dongle's own address is gone from the air")
+        reply = await self.ctl("bootloader off")
+        check(reply.get("bootloader") is None, "bootloader off reply", json.dumps(reply))
+        self.link = await self.central.open(self.address)
+        bad = await self.ctl.send("bootloader", "bootloader maybe")
+        check(all(r["ok"] is False for r in bad), "bad bootloader commands refused", json.dumps(bad))
+        passed(f"`bootloader on`: DfuTarg at {boot_text}, the dongle gone; `bootloader off`: back, telemetry again")
+
     async def central_leaves(self):
         await self.central.close(self.link)
         check(await self.status_becomes(lambda r: r["state"] == "advertising", 1), "advertising after the central left")
@@ -663,7 +684,7 @@ class InProcess:
         await self.start()
         for step in (self.advertising, self.gatt, self.writes_keep_awake, self.reads_keep_awake, self.idle_sleep,
                      self.asleep_until_woken, self.disconnect_command, self.refuse, self.hang_and_resume,
-                     self.service_changed, self.disconnect_reason, self.identity, self.central_leaves,
+                     self.service_changed, self.disconnect_reason, self.identity, self.bootloader, self.central_leaves,
                      self.refuse_silently, self.advertise_timeout, self.sleep_command, self.sent_log_matches,
                      self.control_protocol, self.robustness, self.event_log, self.quit):
             await step()

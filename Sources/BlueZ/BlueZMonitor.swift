@@ -153,17 +153,17 @@ public final class BlueZMonitor: @unchecked Sendable {
         ),
     ]
 
-    /// Device1's property changes of the device at `path`, or of all.
-    /// One device's is a `path` rule, not a `path_namespace` one: with both
-    /// as path_namespace rules, dbus-daemon 1.14.10's RemoveMatch of the
-    /// rule for all devices removed the one device's instead and left the
-    /// other (seen with `Debug.Stats.GetAllMatchRules` in `make bench`).
     /// One rule per watched device; one for all when nil.
     static func deviceRules(_ paths: [ObjectPath]?) -> [MatchRule] {
         guard let paths else { return [deviceRule(nil)] }
         return paths.map { deviceRule($0) }
     }
 
+    /// Device1's property changes of the device at `path`, or of all.
+    /// One device's is a `path` rule, not a `path_namespace` one: with both
+    /// as path_namespace rules, dbus-daemon 1.14.10's RemoveMatch of the
+    /// rule for all devices removed the one device's instead and left the
+    /// other (seen with `Debug.Stats.GetAllMatchRules` in `make bench`).
     static func deviceRule(_ path: ObjectPath?) -> MatchRule {
         MatchRule(
             sender: BlueZ.service, interface: StandardInterface.properties, member: "PropertiesChanged",

@@ -73,13 +73,14 @@ extension Simulator {
         var interface = Self.otherInterface(address: address.uppercased(), name: options.name, rssi: rssi, adapter: adapterPath)
         interface.properties["UUIDs"] = .strings(DeviceObject.uuids)
         interface.methods["Connect"] = .init { [weak self] call in
-            await self?.twinConnectAsked(client: call.sender)
+            await self?.strangerConnectAsked(client: call.sender, reason: "twin")
             throw BlueZFault.abortByLocal
         }
         try? await bus.export(path, [interface])
     }
 
-    private func twinConnectAsked(client: String?, reason: String = "twin") {
+    /// A Connect to a device that is not the dongle (`reason`: twin, bootloader).
+    private func strangerConnectAsked(client: String?, reason: String) {
         log.record(.connectRequest) {
             $0.client = client
             $0.reason = reason
@@ -158,7 +159,7 @@ extension Simulator {
         var interface = Self.otherInterface(address: address, name: "DfuTarg", rssi: rssi, adapter: adapterPath)
         interface.properties["UUIDs"] = .strings([Self.dfuService])
         interface.methods["Connect"] = .init { [weak self] call in
-            await self?.twinConnectAsked(client: call.sender, reason: "bootloader")
+            await self?.strangerConnectAsked(client: call.sender, reason: "bootloader")
             throw BlueZFault.abortByLocal
         }
         try? await bus.export(path, [interface])

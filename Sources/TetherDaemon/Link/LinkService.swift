@@ -682,7 +682,7 @@ public final class LinkService: @unchecked Sendable {
             report.logger.notice("\(notice)", metadata: ["event": "dongle-bound", "device": "\(address)"])
             if let device = resolution.device, device.address == address, !device.bonded, DongleIdentity.isResolvablePrivate(device) {
                 report.logger.warning(
-                    "the dongle \(address) advertises a resolvable private address, which it changes every few minutes: the binding finds it again only once BlueZ knows its identity address, which pairing gives (dongle.pair)",
+                    "the dongle \(address) advertises a resolvable private address, which it changes every few minutes: the binding finds it again only once BlueZ knows its identity address, which pairing gives (dongle.pairing)",
                     metadata: ["event": "dongle-private-address", "device": "\(address)"])
             }
         }

@@ -25,9 +25,7 @@ e2e.python (as for the scenarios), e2e.seed (printed only).
 """
 
 import json
-import os
 import re
-import signal
 import struct
 import subprocess
 import sys

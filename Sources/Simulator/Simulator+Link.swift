@@ -25,6 +25,8 @@ extension Simulator {
         // bluetoothd checks these before it starts a connection.
         guard powered else { throw BlueZFault.notReady }
         guard pendingConnect == nil else { throw BlueZFault.connectInProgress }
+        // The kernel stops a running scan for an LE connection.
+        if discoveryStopQueued { connectStoppedScan = true }
         // An LE Connect on a connected device succeeds (it is not
         // AlreadyConnected); bluetoothd answers it from its own state, so a
         // link only it still believes in (a locked-up controller) counts.

@@ -62,6 +62,12 @@ public actor Simulator {
     var discoveryClients: Set<String> = []
     var discoveryFilters: [String: DiscoveryFilter] = [:]
     var discovering = false
+    /// A StopDiscovery's management command is queued, not yet answered
+    /// (`managementRoundTrip`); a Connect meanwhile stops the scan in the
+    /// kernel first (`connectStoppedScan`), and the command is rejected.
+    var discoveryStopQueued = false
+    var connectStoppedScan = false
+    static let managementRoundTrip: Duration = .milliseconds(10)
 
     // MARK: Controller: rfkill and lockup
 

@@ -23,6 +23,16 @@ import Readings
 /// the loop and are turned into supervisor events through `finish`. A slow
 /// call (a 20 s Connect) therefore holds nothing up.
 ///
+/// One exception: nothing goes out while a StopDiscovery is unanswered.
+/// bluetoothd 5.66 queues the management command that stops the scan and
+/// serves the next call at once; a Connect then makes the kernel stop the
+/// scan itself, the queued command is rejected, and bluetoothd keeps
+/// `Discovering` true with no scan running: every later StartDiscovery is
+/// answered with success and starts nothing ("filters were equal"), so a
+/// dongle that comes back is never seen (`make e2e`'s `parked`, once in
+/// three clean-clone runs). Actions decided meanwhile wait, in order, for
+/// its reply (milliseconds).
+///
 /// Threading: confined to the loop; `@unchecked Sendable` only so that bus
 /// replies, which run on that loop, may capture it.
 final class ActionLane: @unchecked Sendable {
@@ -45,6 +55,9 @@ final class ActionLane: @unchecked Sendable {
     var onUnanswered: (() -> Void)?
     /// Incremented by `cancelAll`: replies to requests sent before are dropped.
     private var generation = 0
+    /// Actions decided while a StopDiscovery is unanswered, in decision
+    /// order; nil when none is.
+    private var heldForStopDiscovery: [SupervisorAction]?
     private var escalation: EscalationInFlight?
     /// The keep-alive's call (its write, or its read), marshalled for this
     /// characteristic object.
@@ -75,6 +88,7 @@ final class ActionLane: @unchecked Sendable {
     /// Stops reporting replies (the service is ending).
     func cancelAll() {
         generation += 1
+        heldForStopDiscovery = nil
         if let deadline = escalation?.deadline { loop.cancelTimer(deadline) }
         escalation = nil
     }
@@ -107,6 +121,35 @@ final class ActionLane: @unchecked Sendable {
     }
 
     func perform(_ action: SupervisorAction) {
+        // A step the service runs itself (off the bus) is only marked here,
+        // and its result may come at once: it is not held.
+        if heldForStopDiscovery != nil, !Self.isMarkOnly(action) {
+            heldForStopDiscovery?.append(action)
+            return
+        }
+        carryOut(action)
+    }
+
+    private static func isMarkOnly(_ action: SupervisorAction) -> Bool {
+        if case .escalate(let step) = action { return step != .powerCycle }
+        return false
+    }
+
+    /// The actions held for a StopDiscovery, once it is answered; a second
+    /// StopDiscovery among them holds the rest again.
+    private func releaseHeldActions() {
+        guard var queue = heldForStopDiscovery else { return }
+        heldForStopDiscovery = nil
+        while !queue.isEmpty {
+            carryOut(queue.removeFirst())
+            if heldForStopDiscovery != nil {
+                heldForStopDiscovery?.append(contentsOf: queue)
+                return
+            }
+        }
+    }
+
+    private func carryOut(_ action: SupervisorAction) {
         switch action {
         case .connect(let id, let timeout):
             guard let device = resolution.device?.path else {
@@ -150,8 +193,10 @@ final class ActionLane: @unchecked Sendable {
             }
         case .stopDiscovery:
             guard let adapter = resolution.adapter?.path else { return }
-            send(.stopDiscovery(adapter)) { [logger] result in
+            heldForStopDiscovery = []
+            send(.stopDiscovery(adapter)) { [weak self, logger] result in
                 if case .failure(let error) = result { logger.debug("StopDiscovery: \(error)") }
+                self?.releaseHeldActions()
             }
         case .powerOn:
             guard let adapter = resolution.adapter?.path else { return }

@@ -453,15 +453,19 @@ interval = "1s"
         process = self.guest.children.get("bluetoothd")
         if process is None or process.poll() is None or len(self.oops_revivals) >= OOPS_REVIVALS:
             return
-        oopses = kernel_log(OOPS)
-        if len(oopses) <= self.oopses_seen:
+        lines = kernel_log(rf"{OOPS}|RIP: 0010:|list_del corruption")
+        if sum(1 for line in lines if re.search(OOPS, line)) <= self.oopses_seen:
             return
-        self.oopses_seen = len(oopses)
-        bug = kernel_log(r"RIP: 0010:|kernel BUG at|list_del corruption")
         note = (f"bluetoothd killed by a kernel oops (exit {process.returncode}; "
-                f"{bug[-1].split('] ', 1)[-1].strip() if bug else oopses[-1].split('] ', 1)[-1].strip()}), started again")
+                f"{lines[-1].split('] ', 1)[-1].strip()}), started again")
         say(f"stack: {note}")
         self.oops_revivals.append(note)
+        self.restart_dead_bluetoothd()
+
+    def restart_dead_bluetoothd(self):
+        """bluetoothd, which died, started again; the kernel's oopses so far
+        count as answered (revive_after_oops acts on a new one only)."""
+        self.oopses_seen = len(kernel_log(OOPS))
         self.guest.children.pop("bluetoothd", None)
         self.start_bluetoothd()
 
@@ -2909,10 +2913,8 @@ def revive_bluetoothd(stack, deaths):
     if process is None or process.poll() is None or len(deaths) >= REVIVALS:
         return False
     bug = kernel_log(r"list_del corruption|kernel BUG|hci_chan_del")
-    stack.oopses_seen = len(kernel_log(OOPS))  # answered here, not by revive_after_oops
     deaths.append(f"{time.monotonic():.1f}: exit {process.returncode}; kernel: {bug[-1].split('] ', 1)[-1] if bug else 'nothing'}")
-    stack.guest.children.pop("bluetoothd", None)
-    stack.start_bluetoothd()
+    stack.restart_dead_bluetoothd()
     return True
 
 

@@ -216,8 +216,10 @@ dst: deps
 # Planted bugs for `make dst-selftest`: each is compiled in by
 # -DDST_BUG_<NAME> (an `#if` in the file named) and must be caught by the
 # default seed budget. Adding one: a line here and an `#if DST_BUG_<NAME>`.
-DST_BUGS += INPROGRESS_NOT_CANCELLED      # Sources/BlueZLinkFailure/LinkFailure+BlueZError.swift
-DST_BUGS += WINDOW_WITHOUT_ATTEMPT_BOUND  # Sources/LinkSupervisor/ReconnectPolicy.swift
+DST_BUGS += INPROGRESS_NOT_CANCELLED      # Sources/LinkCore/LinkFailure+BlueZError.swift
+DST_BUGS += STARTNOTIFY_INPROGRESS_FAILS  # Sources/LinkCore/BlueZReplies.swift
+DST_BUGS += ESCALATION_WITHOUT_DEADLINE   # Sources/LinkCore/EscalationRun.swift
+DST_BUGS += WINDOW_WITHOUT_ATTEMPT_BOUND  # Sources/LinkPolicy/ReconnectPolicy.swift
 DST_BUGS += LINK_READY_IGNORES_GATT       # Sources/LinkSupervisor/LinkObservation.swift
 DST_BUGS += CONNECTS_REMOVED_OBJECT       # Sources/LinkSupervisor/Supervisor.swift
 DST_BUGS += WRITE_NOT_ROLLED_BACK         # Sources/Readings/ReadingLog.swift

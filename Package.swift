@@ -13,16 +13,22 @@ import PackageDescription
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
 //   BlueZ               a typed client for org.bluez
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
-//   LinkSupervisor      the supervisor state machine and retry policy: standard library only
-//   Configuration       the config file (TOML) and its value types; maps onto the supervisor's settings
+//   Pacing              one backoff for everything Tether repeats, the generator its jitter draws from (SplitMix64),
+//                       durations as logs print them: standard library only
+//   LinkPolicy          what an operator decides about the link, as values (ReconnectPolicy, EscalationStep), which
+//                       the config produces and the supervisor obeys: standard library only
+//   LinkSupervisor      the supervisor state machine: standard library only
+//   Configuration       the config file (TOML) and its value types (knows nothing of the supervisor)
 //   Readings            the readings log: records, recorder (on an EventLoop thread), reader, follower
 //   DurableFile         small files read and replaced whole, atomically and durably (cursor, status, metrics)
 //   MetricsTextfile     swift-metrics instruments on a swift-prometheus registry, written for node_exporter
 //   Forwarding          `tether forward`: the readings log to MQTT, at least once, from a durable cursor
 //   Simulator           a simulated bluetoothd (BlueZ's D-Bus API) for tests, the demo and the soak
 //   Systemd             sd_notify and journald's native protocol (a swift-log backend)
-//   BlueZLinkFailure    BlueZ errors as the supervisor's LinkFailures: the adapter layer's one mapping
-//   DeterministicSimulation  the supervisor, the error mapping and the readings log on a virtual clock
+//   LinkCore            the link's pure decisions below the supervisor, which ActionLane and `make dst` both run:
+//                       what bluetoothd's answer to each call means (BlueZReplies: InProgress that is success,
+//                       errors as LinkFailures, who can fix a refusal) and an escalation step's run (EscalationRun)
+//   DeterministicSimulation  the supervisor, the reply rules and the readings log on a virtual clock
 //                       against a model of bluetoothd, the adapter, the dongle and the disk (`make dst`)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
 //   CommandLineArguments  what the two executables share: argument types (durations), `main` (CommandMain)
@@ -47,6 +53,7 @@ let package = Package(
         // For the libFuzzer targets in Fuzz/, a separate package that depends on this one.
         .library(name: "DBus", targets: ["DBus"]),
         .library(name: "BlueZ", targets: ["BlueZ"]),
+        .library(name: "LinkPolicy", targets: ["LinkPolicy"]),
         .library(name: "LinkSupervisor", targets: ["LinkSupervisor"]),
         .library(name: "Configuration", targets: ["Configuration"]),
         .library(name: "Readings", targets: ["Readings"]),
@@ -83,8 +90,12 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
         .target(name: "Hex", swiftSettings: productSettings),
-        .target(name: "LinkSupervisor", swiftSettings: productSettings),
-        .target(name: "Configuration", dependencies: ["Hex", "LinkSupervisor", .product(name: "TOMLKit", package: "TOMLKit")], swiftSettings: productSettings),
+        .target(name: "Pacing", swiftSettings: productSettings),
+        .target(name: "LinkPolicy", dependencies: ["Pacing"], swiftSettings: productSettings),
+        .target(name: "LinkSupervisor", dependencies: ["LinkPolicy", "Pacing"], swiftSettings: productSettings),
+        .target(
+            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", .product(name: "TOMLKit", package: "TOMLKit")],
+            swiftSettings: productSettings),
         .target(name: "Readings", dependencies: ["Hex", "EventLoop"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
@@ -96,11 +107,11 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
         ),
-        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop", "Rfkill"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop", "Rfkill", "Pacing"]),
         .target(
             name: "Forwarding",
             dependencies: [
-                "MQTT", "EventLoop", "Readings", "Configuration", "DurableFile", "MetricsTextfile",
+                "MQTT", "EventLoop", "Readings", "Configuration", "DurableFile", "MetricsTextfile", "Pacing",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
@@ -109,15 +120,18 @@ let package = Package(
             name: "Systemd",
             dependencies: ["CSystemd", "EventLoop", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
         ),
-        .target(name: "BlueZLinkFailure", dependencies: ["BlueZ", "LinkSupervisor"], swiftSettings: productSettings),
+        .target(
+            name: "LinkCore", dependencies: ["DBus", "BlueZ", "LinkPolicy", "LinkSupervisor", "Configuration"],
+            swiftSettings: productSettings),
         .target(
             name: "DeterministicSimulation",
-            dependencies: ["LinkSupervisor", "BlueZ", "DBus", "BlueZLinkFailure", "Readings"]
+            dependencies: ["Pacing", "LinkPolicy", "LinkSupervisor", "BlueZ", "DBus", "LinkCore", "Readings"]
         ),
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "EventLoop", "BlueZ", "BlueZLinkFailure", "HCI", "Rfkill", "USBDevice", "LinkSupervisor", "Configuration",
+                "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "USBDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
+                "Configuration",
                 "Readings", "Systemd", "MetricsTextfile", "DurableFile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
@@ -143,7 +157,7 @@ let package = Package(
         .executableTarget(
             name: "tether-dev",
             dependencies: [
-                "TetherDaemon", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments",
+                "TetherDaemon", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "Pacing",
                 "DBus", "ChildProcess", "EventLoop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
@@ -157,12 +171,15 @@ let package = Package(
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
-        .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor"]),
+        .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor", "LinkPolicy", "Pacing"]),
+        .testTarget(name: "PacingTests", dependencies: ["Pacing"]),
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
         .testTarget(name: "HCITests", dependencies: ["HCI"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
         .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
-        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkSupervisor", "TestSupport"]),
+        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "TestSupport"]),
+        .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
+        .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),

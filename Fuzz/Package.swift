@@ -31,7 +31,7 @@ let package = Package(
             name: "FuzzConfig",
             dependencies: [
                 "FuzzSupport",
-                .product(name: "Configuration", package: "Tether"), .product(name: "LinkSupervisor", package: "Tether"),
+                .product(name: "Configuration", package: "Tether"), .product(name: "LinkPolicy", package: "Tether"),
             ]
         ),
         .executableTarget(

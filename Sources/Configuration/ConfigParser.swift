@@ -1,5 +1,5 @@
 import Hex
-import LinkSupervisor
+import LinkPolicy
 import TOMLKit
 
 extension TetherConfig {

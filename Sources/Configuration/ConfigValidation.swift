@@ -1,4 +1,5 @@
-import LinkSupervisor
+import LinkPolicy
+
 extension TetherConfig {
     /// Cross-field and range checks that individual typed reads cannot make.
     /// When a rule involves two keys, the error names the one actually in the file,

@@ -1,4 +1,4 @@
-import LinkSupervisor
+import LinkPolicy
 
 /// The daemon's configuration: which dongle to keep connected, how to keep it awake,
 /// how to reconnect, and where to log readings. Build one from TOML with `load`/`parse`,
@@ -200,7 +200,7 @@ public struct TetherConfig: Sendable, Equatable {
     }
 
     /// The supervisor's escalation steps, spelled as in `reconnect.escalate`.
-    public typealias EscalationStep = LinkSupervisor.EscalationStep
+    public typealias EscalationStep = LinkPolicy.EscalationStep
 
     /// `[reconnect]`: the retry policy's keys, plus the escalation steps.
     /// The policy's fields read and write through this section

@@ -1,5 +1,6 @@
 import BlueZ
 import LinkSupervisor
+import Pacing
 
 /// Checks the invariants (`Invariant`) as the run goes: around each event the
 /// supervisor handles, before each action is carried out, and after every

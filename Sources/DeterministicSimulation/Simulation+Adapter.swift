@@ -1,19 +1,20 @@
 import BlueZ
-import BlueZLinkFailure
 import DBus
+import LinkCore
+import LinkPolicy
 import LinkSupervisor
 
 /// The adapter layer, restated for the model: each supervisor action becomes
-/// the BlueZ call `ActionLane.perform` would make, the model answers it, and
-/// the answer comes back as a supervisor event through the real error
-/// mapping (`LinkFailure(BlueZError)`). The rules mirror `ActionLane`'s: a
-/// Connect's D-Bus timeout is the attempt's plus 1 s; StartNotify's
-/// `InProgress` is success (our own session); a subscribe with nothing to
-/// subscribe to succeeds at once; a poll without the characteristic fails at
-/// once; discovery's `InProgress` is ignored; an escalation's result is
-/// reported once the adapter shows powered again (or after 10 s).
+/// the BlueZ call `ActionLane.perform` would make, the model answers it as
+/// bluetoothd would (errors by name), and the answer comes back as a
+/// supervisor event through the daemon's own reply rules (`BlueZReplies`:
+/// StartNotify's and StartDiscovery's `InProgress` are success, the error
+/// mapping). What is still restated here, each with ActionLane's reason: a
+/// Connect's D-Bus timeout is the attempt's plus 1 s; a subscribe with
+/// nothing to subscribe to succeeds at once; a poll without the
+/// characteristic fails at once; an escalation's result is reported once the
+/// adapter shows powered again (or after 10 s).
 extension Simulation {
-    func mapped(_ error: BlueZError) -> LinkFailure { LinkFailure(error) }
 
     func perform(_ action: SupervisorAction) {
         switch action {
@@ -25,7 +26,7 @@ extension Simulation {
             guard world.deviceObject else {
                 // Removed, and Tether has not heard so yet.
                 let error = BlueZError(name: DBusErrorName.unknownObject, message: "Method \"Connect\" with signature \"\" on interface \"org.bluez.Device1\" doesn't exist")
-                return deliver(.connectFinished(attempt: id, .failure(mapped(error))))
+                return deliver(.connectFinished(attempt: id, BlueZReplies.connect(.failure(error))))
             }
             connect(id, dbusTimeout: timeout + .seconds(1))
         case .disconnect:
@@ -159,7 +160,7 @@ extension Simulation {
         if case .failure(let error) = result {
             checker.connectAnswered(id: id, error: error, self)
         }
-        deliver(.connectFinished(attempt: id, result.mapError { mapped($0) }))
+        deliver(.connectFinished(attempt: id, BlueZReplies.connect(result)))
     }
 
     func linkUp() {
@@ -197,10 +198,14 @@ extension Simulation {
     private func startNotify(_ id: Int) {
         guard world.connected else {
             let error = BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected)
-            return deliver(.subscribeFinished(attempt: id, .failure(mapped(error))))
+            return deliver(.subscribeFinished(attempt: id, subscribeResult(.failure(error))))
         }
-        // Our own session still registered (bluetoothd re-arms it on reconnect): InProgress, success for us.
-        if world.notifySession { return deliver(.subscribeFinished(attempt: id, .success(()))) }
+        // Our own session still registered (bluetoothd re-arms it on
+        // reconnect): bluetoothd answers InProgress at once.
+        if world.notifySession {
+            let error = BlueZError(name: BlueZ.ErrorName.inProgress, message: "In Progress")
+            return deliver(.subscribeFinished(attempt: id, subscribeResult(.failure(error))))
+        }
         var latency = random.duration(.milliseconds(5) ... .milliseconds(120))
         if world.slowReplies { latency += random.duration(.zero ... .seconds(8)) }
         schedule(.subscribeOutcome(id: id, incarnation: incarnation, linkToken: linkToken, gattGeneration: world.gattGeneration), after: latency)
@@ -211,11 +216,19 @@ extension Simulation {
             && world.characteristicsReady
         if ok, tetherAlive, incarnation == self.incarnation { world.notifySession = true }
         guard tetherAlive, incarnation == self.incarnation else { return }
-        let result: Result<Void, LinkFailure> = ok
+        let answer: Result<Void, BlueZError> = ok
             ? .success(())
-            : .failure(mapped(BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected)))
-        deliver(.subscribeFinished(attempt: id, result))
+            : .failure(BlueZError(name: BlueZ.ErrorName.failed, message: BlueZ.FailedMessage.notConnected))
+        deliver(.subscribeFinished(attempt: id, subscribeResult(answer)))
     }
+
+    /// StartNotify's answer as ActionLane reports it (one characteristic, the model's).
+    private func subscribeResult(_ answer: Result<Void, BlueZError>) -> Result<Void, LinkFailure> {
+        BlueZReplies.startNotify(answer, characteristic: Self.notifyCharacteristic).map { .failure($0) } ?? .success(())
+    }
+
+    /// The model dongle's notify characteristic (Nordic UART's TX), for messages.
+    static let notifyCharacteristic = "6e400003-b5a3-f393-e0a9-e50e24dcca9e"
 
     private func writeValue(_ id: Int, timeout: Duration) {
         guard world.connected else {
@@ -237,37 +250,97 @@ extension Simulation {
 
     private func startDiscovery() {
         guard world.adapterUsable else {
-            let error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
-            return deliver(.discoveryFailed(mapped(error)))
+            return discoveryAnswered(.failure(BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")))
         }
-        guard !world.discovering else { return }  // InProgress: already discovering for us
+        guard !world.discovering else {
+            // Already discovering for us.
+            return discoveryAnswered(.failure(BlueZError(name: BlueZ.ErrorName.inProgress, message: "Operation already in progress")))
+        }
         world.discovering = true
         advertisementGeneration += 1
         schedule(.advertisement(generation: advertisementGeneration), after: random.duration(.milliseconds(200) ... .seconds(3)))
     }
 
-    /// power-cycle: Powered=false, 500 ms, Powered=true; hci-reset: the
-    /// controller resets (the link goes) and comes back powered.
+    /// StartDiscovery's answer, through ActionLane's rule.
+    private func discoveryAnswered(_ answer: Result<Void, BlueZError>) {
+        if let failure = BlueZReplies.startDiscovery(answer) { deliver(.discoveryFailed(failure)) }
+    }
+
+    // MARK: Escalation, through the daemon's own run (EscalationRun)
+
+    /// The adapter's object path in the model (one adapter, hci0).
+    static let adapterPath: ObjectPath = "/org/bluez/hci0"
+
+    /// power-cycle: EscalationRun's calls, which the model answers;
+    /// hci-reset: the controller resets (the link goes) and comes back
+    /// powered, and the reset's call returns; either way EscalationRun waits
+    /// for the adapter and gives the verdict, as in the daemon.
     private func escalate(_ step: EscalationStep) {
         guard world.observation.adapterPresent else {
             return deliver(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
         }
+        carryOut(escalation.begin(step, adapterPath: Self.adapterPath, adapter: escalationAdapter))
+        guard step != .powerCycle else { return }
         adapterOff("escalation: \(step.rawValue)")
-        let delay: Duration = step == .powerCycle ? .milliseconds(500) : random.duration(.milliseconds(300) ... .seconds(2))
-        schedule(.escalationPowerOn(step, incarnation: incarnation), after: delay)
+        schedule(.escalationStepReturns(step, incarnation: incarnation), after: random.duration(.milliseconds(300) ... .seconds(2)))
     }
 
-    func escalationPowerOn(_ step: EscalationStep, incarnation: Int) {
-        guard tetherAlive, incarnation == self.incarnation else { return }
-        if world.adapterPresent, world.bluezUp {
+    /// A step the daemon runs off the loop (hci-reset) returns: the
+    /// controller is back, and bluetoothd powers it.
+    func escalationStepReturns(_ step: EscalationStep, incarnation: Int) {
+        let back = world.adapterPresent && world.bluezUp
+        if back {
             world.adapterPowered = true
             record(.world("adapter powered on (\(step.rawValue))"))
-            publishObservation()
-            deliver(.escalationFinished(step, .success(())))
+        }
+        guard tetherAlive, incarnation == self.incarnation else { return }
+        publishObservation()
+        let result: Result<Void, LinkFailure> = back ? .success(()) : .failure(LinkFailure(.fatal, "hci0: no such device"))
+        carryOut(escalation.stepCallsDone(step, result))
+    }
+
+    /// Adapter1.Powered from the run, answered by the model.
+    func escalationPowered(_ on: Bool, incarnation: Int) {
+        guard tetherAlive, incarnation == self.incarnation else { return }
+        let answer: Result<Void, BlueZError>
+        if world.adapterPresent, world.bluezUp {
+            if on, !world.adapterPowered {
+                world.adapterPowered = true
+                record(.world("adapter powered on (power-cycle)"))
+                publishObservation()
+            } else if !on, world.adapterPowered {
+                adapterOff("escalation: power-cycle")
+            }
+            answer = .success(())
         } else {
-            // Three tries a second apart, then the step's failure.
-            let error = BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")
-            deliver(.escalationFinished(step, .failure(mapped(error))))
+            answer = .failure(BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready"))
+        }
+        carryOut(escalation.poweredAnswered(BlueZReplies.setPowered(answer)))
+    }
+
+    func escalationTimerFired(generation: UInt64) {
+        guard tetherAlive, generation == escalationTimerGeneration else { return }
+        carryOut(escalation.timerFired())
+    }
+
+    /// What EscalationRun sees of the model's adapter.
+    var escalationAdapter: EscalationRun.Adapter {
+        EscalationRun.Adapter(powered: world.observation.adapterPowered, blocked: world.observation.radioBlock != .none)
+    }
+
+    func carryOut(_ effects: [EscalationRun.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .setPowered(_, let on):
+                schedule(.escalationPowered(on, incarnation: incarnation), after: random.duration(.milliseconds(1) ... .milliseconds(20)))
+            case .startTimer(let delay):
+                escalationTimerGeneration += 1
+                schedule(.escalationTimer(generation: escalationTimerGeneration), after: delay)
+            case .cancelTimer:
+                escalationTimerGeneration += 1
+            case .finished(let step, let result):
+                deliver(.escalationFinished(step, result))
+            }
         }
     }
 
@@ -284,7 +357,7 @@ extension Simulation {
         world.removalUnsignalled = true
         record(.world("device object removed (Tether); InterfacesRemoved to follow"))
         publishObservation()  // the link's end, if there was one
-        deliver(.removeDeviceFinished(.success(())))
+        deliver(.removeDeviceFinished(BlueZReplies.removeDevice(.success(()))))
         schedule(.removalSignalled, after: random.duration(.milliseconds(1) ... .seconds(1)))
     }
 

@@ -1,4 +1,5 @@
 import Foundation
+import LinkCore
 import LinkSupervisor
 @_spi(FaultInjection) import Readings
 
@@ -26,6 +27,8 @@ extension Simulation {
         audit.check(self)
         tetherAlive = true
         recorder = RecorderState()
+        escalation = EscalationRun()
+        escalationTimerGeneration += 1
         lastObservation = nil
         lastConnectID = 0
         checker.processStarted(self)
@@ -128,6 +131,7 @@ extension Simulation {
         guard observation != lastObservation else { return }
         lastObservation = observation
         deliver(.observed(observation))
+        carryOut(escalation.adapterChanged(escalationAdapter))
     }
 
     // MARK: Timers (`SupervisorTimers`: one of each at a time)

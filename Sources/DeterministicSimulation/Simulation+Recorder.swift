@@ -46,7 +46,7 @@ struct RecorderState {
 }
 
 /// The recorder's policy on the virtual clock, restated from
-/// `ReadingRecorder` (whose queue and timers are Dispatch's, on real time):
+/// `ReadingRecorder` (whose thread is its own event loop, `tether-disk`, on real time):
 /// the turn's readings go to the real `ReadingLog` at once (the daemon hands
 /// them to the recorder's queue at the turn's end, in a dense stream at most
 /// every `LinkService.handOffSpacing`, and the queue writes them microseconds

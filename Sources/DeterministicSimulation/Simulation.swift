@@ -1,17 +1,20 @@
 import BlueZ
 import Foundation
+import LinkCore
 import LinkSupervisor
 @_spi(FaultInjection) import Readings
 
-/// One seed's run: the real `Supervisor`, the real BlueZ error mapping and
-/// the real `ReadingLog` (on a tmpfs directory) on a virtual monotonic
-/// clock, against the model in `World` and `DiskModel`, with faults the
-/// seed chooses. One thread; no real time, no sockets, no D-Bus.
+/// One seed's run: the real `Supervisor`, the real rules for bluetoothd's
+/// answers (`BlueZReplies`, ActionLane's own) and the real `ReadingLog` (on
+/// a tmpfs directory) on a virtual monotonic clock, against the model in
+/// `World` and `DiskModel`, with faults the seed chooses. One thread; no
+/// real time, no sockets, no D-Bus.
 ///
-/// The parts of the daemon that cannot run here (`LinkService`,
-/// `ActionLane`, `ReadingRecorder`: bound to the event loop, libdbus and
-/// Dispatch timers) are restated in `Simulation+Adapter.swift` and
-/// `Simulation+Recorder.swift`, each rule with the daemon's own reason.
+/// The parts of the daemon that cannot run here yet (`LinkService`,
+/// `ActionLane`'s sequencing, `ReadingRecorder`: bound to the event loop's
+/// descriptors and timers and to libdbus) are restated in
+/// `Simulation+Adapter.swift` and `Simulation+Recorder.swift`, each rule
+/// with the daemon's own reason (issue 44 moves the seam to the bus).
 ///
 /// Invariants:
 /// - the virtual clock never goes back; events at one instant run in the order scheduled;
@@ -45,6 +48,11 @@ final class Simulation {
     var lastObservation: LinkObservation?
     var log: ReadingLog?
     var recorder = RecorderState()
+    /// The escalation step in flight in this process (the daemon's own
+    /// `EscalationRun`), and its timer's generation (a cancelled timer's
+    /// event finds it moved on).
+    var escalation = EscalationRun()
+    var escalationTimerGeneration: UInt64 = 0
     /// The last connect id this process sent (to tell its reply from a stale one).
     var lastConnectID = 0
     /// Connects bluetoothd has yet to answer: by token, the connect's id and process.
@@ -140,7 +148,7 @@ final class Simulation {
             subscribeOutcome(id: id, incarnation: incarnation, linkToken: linkToken, gattGeneration: gattGeneration)
         case .pollOutcome(let id, let incarnation, let result):
             guard tetherAlive, incarnation == self.incarnation else { return }
-            deliver(.pollFinished(poll: id, result.mapError { mapped($0) }))
+            deliver(.pollFinished(poll: id, BlueZReplies.poll(result)))
         case .servicesResolved(let token):
             guard token == linkToken, world.connected else { return }
             world.servicesResolved = true
@@ -152,8 +160,12 @@ final class Simulation {
             world.characteristicsReady = true
             record(.world("the new GATT objects are exported"))
             publishObservation()
-        case .escalationPowerOn(let step, let incarnation):
-            escalationPowerOn(step, incarnation: incarnation)
+        case .escalationStepReturns(let step, let incarnation):
+            escalationStepReturns(step, incarnation: incarnation)
+        case .escalationPowered(let on, let incarnation):
+            escalationPowered(on, incarnation: incarnation)
+        case .escalationTimer(let generation):
+            escalationTimerFired(generation: generation)
         case .dongleBurst:
             dongleBurst()
         case .advertisement(let generation):

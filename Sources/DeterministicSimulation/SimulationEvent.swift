@@ -1,4 +1,5 @@
 import BlueZ
+import LinkPolicy
 import LinkSupervisor
 
 /// What can happen next in a simulation: the agenda's entries. Events meant
@@ -16,7 +17,11 @@ enum SimulationEvent {
     case pollOutcome(id: Int, incarnation: Int, Result<Void, BlueZError>)
     case servicesResolved(linkToken: UInt64)
     case characteristicsBack(gattGeneration: Int)
-    case escalationPowerOn(EscalationStep, incarnation: Int)
+    /// An escalation step the daemon runs off the loop (hci-reset) returns.
+    case escalationStepReturns(EscalationStep, incarnation: Int)
+    /// bluetoothd answers EscalationRun's Adapter1.Powered.
+    case escalationPowered(Bool, incarnation: Int)
+    case escalationTimer(generation: UInt64)
     case dongleBurst
     case advertisement(generation: UInt64)
     /// bluetoothd's InterfacesRemoved for the device object it removed.

@@ -1,4 +1,5 @@
 import LinkSupervisor
+import Pacing
 
 /// The simulation's one source of choices, seeded: every fault, its timing
 /// and its duration, every reply's latency and outcome comes from here, so a

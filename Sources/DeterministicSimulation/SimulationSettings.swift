@@ -1,3 +1,4 @@
+import LinkPolicy
 import LinkSupervisor
 
 /// What one seed simulates: the daemon's settings (drawn from the seed

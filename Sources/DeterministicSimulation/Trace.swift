@@ -1,4 +1,5 @@
 import LinkSupervisor
+import Pacing
 
 /// One thing that happened in a simulation, kept as data and turned into
 /// text only when printed (a seed makes millions of them).

@@ -3,6 +3,7 @@ import EventLoop
 import FoundationEssentials
 import Logging
 import MQTT
+import Pacing
 @_spi(FaultInjection) import Readings
 import Synchronization
 #if canImport(Glibc)
@@ -125,7 +126,12 @@ public final class Forwarder: @unchecked Sendable {
     private var lastDurableSync: MonotonicInstant?
     private var durableSyncTimer: EventLoop.TimerID?
     private var turnEndHook: Int?
-    private var retryDelay: Duration
+    /// Failed connects since the last that succeeded: the retry's place in `retryBackoff`.
+    private var connectFailures = 0
+    /// `retryInitial` doubling to `retryMax`, each retry spread by ±20 %
+    /// (a fleet that lost its broker together does not come back in step).
+    private var retryBackoff: Backoff { Backoff(first: settings.retryInitial, cap: settings.retryMax) }
+    private var random = SplitMix64.seededBySystem()
     private var retryTimer: EventLoop.TimerID?
     private var lastRetryLog: MonotonicInstant?
     private var stopping = false
@@ -147,7 +153,6 @@ public final class Forwarder: @unchecked Sendable {
         self.settings = settings
         self.loop = loop
         self.logger = logger
-        retryDelay = settings.retryInitial
     }
 
     public var status: Status { statusValue.withLock { $0 } }
@@ -298,7 +303,7 @@ public final class Forwarder: @unchecked Sendable {
     private func handle(_ event: MQTTClient.Event) {
         switch event {
         case .connected:
-            retryDelay = settings.retryInitial
+            connectFailures = 0
             lastRetryLog = nil
             updateStatus { $0.connected = true; $0.lastError = nil }
             connectionSince = Date()
@@ -327,6 +332,7 @@ public final class Forwarder: @unchecked Sendable {
         if wasConnected { connectionSince = Date() }
         writeStatusFile()
         let now = MonotonicInstant.now
+        let retryDelay = retryBackoff.delay(afterFailures: connectFailures)
         let retrying = "retrying in \(DurationText.rounded(retryDelay)), then at most every \(DurationText.rounded(settings.retryMax))"
         if wasConnected {
             logger.warning("lost the broker: \(why)", metadata: ["event": "broker-lost"])
@@ -343,9 +349,8 @@ public final class Forwarder: @unchecked Sendable {
             }
         }
         restartReading()
-        let jitter = Double.random(in: 0.8...1.2)
-        let delay = retryDelay * jitter
-        retryDelay = min(settings.retryMax, retryDelay * 2)
+        let delay = Backoff.jittered(retryDelay, by: 0.2, unit: random.nextUnit())
+        connectFailures += 1
         if let retryTimer { loop.cancelTimer(retryTimer) }
         retryTimer = loop.schedule(after: delay) { [unowned self] in
             retryTimer = nil

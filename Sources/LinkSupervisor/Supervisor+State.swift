@@ -1,3 +1,5 @@
+import LinkPolicy
+
 extension Supervisor {
     /// Where the supervisor is, with exactly the data that place needs.
     ///

@@ -1,3 +1,6 @@
+import LinkPolicy
+import Pacing
+
 /// The supervisor: keeps the dongle connected, subscribed and polled.
 ///
 /// Pure logic with no I/O and no clock of its own: the adapter layer feeds it
@@ -1254,10 +1257,7 @@ public struct Supervisor: Sendable {
     /// `adapterRecoveryDelayCap`): the pace of whatever Tether keeps doing
     /// for something that stays broken.
     private func pacedDelay(_ first: Duration, doubled times: Int, cap: Duration? = nil) -> Duration {
-        let cap = cap ?? settings.adapterRecoveryDelayCap
-        var delay = first
-        for _ in 0..<min(times, 32) where delay < cap { delay = delay * 2 }
-        return min(delay, cap)
+        Backoff(first: first, cap: cap ?? settings.adapterRecoveryDelayCap).delay(afterFailures: times)
     }
 
     private mutating func recoveryStepFinished(_ escalation: Escalation) {

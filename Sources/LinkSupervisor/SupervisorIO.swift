@@ -1,3 +1,5 @@
+import LinkPolicy
+
 /// A failed operation, as the adapter layer reports it to the supervisor.
 ///
 /// Its kinds mirror `BlueZError.Disposition` on purpose: the supervisor is
@@ -164,26 +166,6 @@ public enum ControllerCheck: Sendable, Equatable {
     case unknown(String)
 }
 
-/// Escalation steps after an exhausted window (`reconnect.escalate` in the
-/// config); raw values are the config's spellings.
-public enum EscalationStep: String, Sendable, Equatable, CaseIterable {
-    /// Adapter1.Powered off and on again through bluetoothd.
-    case powerCycle = "power-cycle"
-    /// HCIDEVDOWN and HCIDEVUP on the controller (CAP_NET_ADMIN).
-    case hciReset = "hci-reset"
-    /// USBDEVFS_RESET on the controller's USB device: the kernel re-probes it.
-    case usbReset = "usb-reset"
-    /// btusb unbound from the controller's USB interface and bound again.
-    case usbRebind = "usb-rebind"
-    /// Clears an rfkill soft block on the controller. Listed, it also runs
-    /// at once whenever a soft block holds the adapter off.
-    case rfkillUnblock = "rfkill-unblock"
-
-    /// Steps that need no adapter in bluetoothd, only the kernel's
-    /// controller: they can recover one that failed its initialisation.
-    public var reprobesController: Bool { self == .usbReset || self == .usbRebind }
-}
-
 /// Something notable for the logs and metrics (journald's TETHER_EVENT).
 public enum SupervisorReport: Sendable, Equatable {
     case connected(attempt: Int)
@@ -339,17 +321,4 @@ public enum ReconnectAnswer: Sendable, Equatable {
     case started(attempt: Int)
     /// Nothing to connect with; says why.
     case notReady(String)
-}
-
-/// `reconnect.remove_stale_device`: which device objects Tether may remove
-/// (Adapter1.RemoveDevice) when a retry window failed with errors pointing at
-/// a stale object. Raw values are the config's spellings.
-public enum StaleDeviceRemoval: String, Sendable, Equatable, CaseIterable {
-    /// Never remove it.
-    case never
-    /// Only a device without a bond: removing a bonded one throws its keys
-    /// away. Unless Tether pairs (`dongle.pairing`): it pairs again after.
-    case unbonded
-    /// Also a bonded one (its keys are lost; it must pair again).
-    case always
 }

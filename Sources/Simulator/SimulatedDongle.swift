@@ -1,4 +1,5 @@
 import Foundation
+import Pacing
 
 /// The dongle's firmware state, free of any D-Bus concern: connection state,
 /// the notification sequence, injected connect failures, idle tracking and
@@ -109,18 +110,5 @@ struct SimulatedDongle: Sendable {
     /// Battery level in percent, sagging one point per ten connects.
     var batteryLevel: UInt8 {
         UInt8(max(5, 97 - Int(connects / 10)))
-    }
-}
-
-/// A tiny deterministic generator, so RSSI walks are reproducible.
-struct SplitMix64: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-    init(seed: UInt64) { state = seed }
-    mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
     }
 }

@@ -10,6 +10,7 @@ import Musl
 #endif
 import Logging
 import MetricsTextfile
+import Pacing
 import Readings
 import Rfkill
 import Synchronization
@@ -226,7 +227,9 @@ private final class Session: Sendable {
     /// bus if it goes away, until cancelled. Returns an exit code when the
     /// daemon cannot go on (its name is taken or forbidden).
     func serve() async -> Int32? {
-        var delay: Duration = .milliseconds(500)
+        // The bus's return is tried 500 ms after it went, doubling to 10 s.
+        let busBackoff = Backoff(first: .milliseconds(500), cap: .seconds(10))
+        var failures = 0
         var lastWarning: ContinuousClock.Instant?
         var ready = false
         while !Task.isCancelled {
@@ -245,13 +248,13 @@ private final class Session: Sendable {
                     logger.error("\(what); retrying")
                     lastWarning = .now
                 }
-                try? await loop.sleep(for: delay)
-                delay = min(delay * 2, .seconds(10))
+                try? await loop.sleep(for: busBackoff.delay(afterFailures: failures))
+                failures += 1
                 continue
             }
             if lastWarning != nil { logger.notice("connected to D-Bus") }
             lastWarning = nil
-            delay = .milliseconds(500)
+            failures = 0
 
             let service = LinkService(
                 config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics, rfkill: rfkill, blockingWork: io,

@@ -1,6 +1,7 @@
 import Configuration
 import DBus
 import FoundationEssentials
+import Pacing
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

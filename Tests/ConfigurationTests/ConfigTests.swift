@@ -1,6 +1,7 @@
 @testable import Configuration
 import Foundation
-@testable import LinkSupervisor
+import LinkPolicy
+import Pacing
 import Testing
 
 private let file = "/etc/tether/tether.toml"
@@ -80,12 +81,11 @@ struct ConfigParsingTests {
         #expect(config == expected)
     }
 
-    @Test func scanStallAfterReachesTheSupervisor() throws {
+    @Test func scanStallAfterIsReadWithItsDefault() throws {
         let configured = try TetherConfig.parse(minimal + "[reconnect]\nscan_stall_after = \"45s\"\n", file: file)
-        #expect(Supervisor.Settings(config: configured).scanStallAfter == .seconds(45))
+        #expect(configured.reconnect.scanStallAfter == .seconds(45))
         let omitted = try TetherConfig.parse(minimal, file: file)
         #expect(omitted.reconnect.scanStallAfter == .seconds(120))
-        #expect(Supervisor.Settings(config: omitted).scanStallAfter == .seconds(120))
     }
 
     @Test func omittedKeysTakeDefaults() throws {
@@ -581,4 +581,4 @@ struct ValueSyntaxTests {
     }
 }
 
-// The fuzz test uses LinkSupervisor's SplitMix64 (the supervisor's jitter source).
+// The fuzz test draws from Pacing's SplitMix64 (the generator every jitter uses).

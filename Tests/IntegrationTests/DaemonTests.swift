@@ -2,6 +2,7 @@ import BlueZ
 import Configuration
 import DBus
 import Foundation
+import LinkPolicy
 import LinkSupervisor
 import Simulator
 import TestSupport

@@ -235,19 +235,31 @@ import Testing
         let harness = try await DaemonHarness(simulator: options)
         try await harness.startDaemon()
         #expect(await harness.waitForState(.online))
+        // bluetoothd sends Device1.Disconnected after Connected=false, and
+        // Tether learns that it sends any only from the first: that drop's
+        // line says unavailable, and the reason follows as its own line.
         await harness.simulator.dropLink(reason: "remote")
-        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnected") && $0.contains("reason=remote") } })
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnect-reason") && $0.contains("reason=remote") } })
         #expect(await harness.waitForState(.online))
-        #expect(harness.service?.status.lastDisconnectReason == "remote")
+        #expect(await eventually { harness.service?.status.lastDisconnectReason == "remote" })
         #expect(harness.service?.status.lastDisconnectAt != nil)
+        // From then on a drop's line says its reason is to follow, and it does.
         await harness.simulator.dropLink(reason: "timeout")
-        #expect(await eventually { harness.logLines.all.contains { $0.contains("reason=connection-timeout") } })
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnect-reason") && $0.contains("reason=connection-timeout") } })
         #expect(await harness.waitForState(.online))
         _ = await harness.service?.reconnect()
-        #expect(await eventually { harness.logLines.all.contains { $0.contains("reason=local") } })
+        #expect(await eventually { harness.logLines.all.contains { $0.contains("event=disconnect-reason") && $0.contains("reason=local") } })
         let log = harness.logLines.all
         await harness.stop()
-        #expect(!log.contains { $0.contains("reason=unavailable") }, "every drop had its reason")
+        let drops = log.filter { $0.contains("event=disconnected") }
+        #expect(drops.count == 3, "\(drops)")
+        #expect(drops.dropFirst().allSatisfy { $0.contains("reason=pending") && $0.contains("reason to follow from bluetoothd's Device1.Disconnected") }, "\(drops)")
+        #expect(!log.contains { $0.contains("event=disconnect-reason") && $0.contains("reason=unavailable") }, "every drop had its reason")
+        // Each drop's reason line comes after the drop's own line.
+        let order = log.compactMap { line in
+            line.contains("event=disconnected") ? "drop" : line.contains("event=disconnect-reason") ? "reason" : nil
+        }
+        #expect(order == ["drop", "reason", "drop", "reason", "drop", "reason"], "\(order)")
     }
 
     @Test func aControllerFollowedByAddressIsFollowedToItsNewIndex() async throws {

@@ -1,4 +1,5 @@
 import Foundation
+import LinkPolicy
 import LinkSupervisor
 import Rfkill
 import TestSupport

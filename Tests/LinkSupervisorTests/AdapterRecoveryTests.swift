@@ -1,3 +1,4 @@
+import LinkPolicy
 import Testing
 
 @testable import LinkSupervisor

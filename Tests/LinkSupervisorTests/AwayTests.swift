@@ -1,3 +1,4 @@
+import LinkPolicy
 @testable import LinkSupervisor
 import Testing
 

@@ -1,4 +1,6 @@
+import LinkPolicy
 @testable import LinkSupervisor
+import Pacing
 import Testing
 
 @Suite struct ReconnectPolicyTests {

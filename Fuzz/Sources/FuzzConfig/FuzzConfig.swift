@@ -1,6 +1,6 @@
 import Configuration
 import FuzzSupport
-import LinkSupervisor
+import LinkPolicy
 
 // Config file text → TetherConfig.parse, the daemon's parser (TetherConfig.load
 // reads the file, refuses invalid UTF-8, and calls it). parse promises a
@@ -72,8 +72,6 @@ func checkAccepted(_ config: TetherConfig, text: String) {
     }
 
     checkPolicy(config.reconnect.policy)
-    let settings = Supervisor.Settings(config: config)
-    require(settings.policy == config.reconnect.policy, "Supervisor.Settings lost the policy")
     for duration in [k.interval, k.timeout, k.sleepAfter, config.reconnect.cooldown, config.reconnect.window] {
         _ = DurationText.rounded(duration)
     }

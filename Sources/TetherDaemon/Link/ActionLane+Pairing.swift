@@ -1,6 +1,6 @@
 import BlueZ
-import BlueZLinkFailure
 import Configuration
+import LinkCore
 import LinkSupervisor
 import Logging
 
@@ -11,7 +11,7 @@ extension ActionLane {
     /// whenever bluetoothd appears: its agents die with it.
     func registerAgent(_ agent: PairingAgent) {
         send(.registerAgent(PairingAgent.path, capability: agent.capability)) { [self] result in
-            if case .failure(let error) = result, error.name != BlueZ.ErrorName.alreadyExists {
+            if let error = BlueZReplies.registerAgent(result.map { _ in () }) {
                 logger.error(
                     "cannot register Tether's pairing agent: \(error); pairing will fail",
                     metadata: ["event": "agent-registered", "error": "\(error)"])
@@ -29,15 +29,10 @@ extension ActionLane {
         }
     }
 
-    /// Device1.Pair, then Trusted = true. `AlreadyExists`: bonded already
-    /// (the Paired change not seen yet), which is what was wanted.
-    ///
-    /// With a passkey configured, a pairing the agent gave no passkey to is
-    /// not the dongle's proof: bluetoothd accepts Just Works for the caller
-    /// of Pair without asking any agent, so a device (or an impostor at its
-    /// address) with no keyboard nor display gets an unauthenticated bond.
-    /// That is a failure the supervisor drops the link for and removes the
-    /// bond (`LinkFailure.unauthenticatedBond`); it is never trusted.
+    /// Device1.Pair, then Trusted = true once its answer (by
+    /// `BlueZReplies.pair`'s rules, which refuse a bond the passkey did not
+    /// make) says the dongle is bonded; an unauthenticated bond is never
+    /// trusted.
     func pair(_ id: Int, timeout: Duration) {
         guard let device = resolution.device?.path else {
             return finish(.pairFinished(attempt: id, .failure(LinkFailure(.transient, "the dongle is not known"))))
@@ -46,36 +41,18 @@ extension ActionLane {
         // A little longer than the supervisor's deadline, which cancels
         // the pairing properly (Disconnect) when it fires.
         send(.pair(device, timeout: timeout + .seconds(1))) { [self] result in
-            switch result {
-            case .failure(let error) where error.name != BlueZ.ErrorName.alreadyExists:
-                finish(.pairFinished(attempt: id, .failure(Self.pairingFailure(error, config.dongle.pairing))))
-            case .success, .failure:
-                if case .passkey = config.dongle.pairing, agent?.passkeyGiven(device) != true {
-                    let failure = LinkFailure(
-                        .fatal,
-                        "the dongle paired without asking for the passkey (Just Works: unauthenticated; dongle.pairing is \"passkey-file\"): a device without a passkey, or not the dongle, answered at \(config.dongle.address ?? "its address")",
-                        unauthenticatedBond: true)
-                    return finish(.pairFinished(attempt: id, .failure(failure)))
-                }
+            let answer = BlueZReplies.pair(
+                result.map { _ in () }, pairing: config.dongle.pairing, passkeyGiven: agent?.passkeyGiven(device) == true,
+                address: config.dongle.address)
+            switch answer {
+            case .failure(let failure):
+                finish(.pairFinished(attempt: id, .failure(failure)))
+            case .success:
                 send(.setTrusted(device, true)) { [logger] result in
                     if case .failure(let error) = result { logger.warning("cannot mark the dongle trusted: \(error)") }
                 }
                 finish(.pairFinished(attempt: id, .success(())))
             }
         }
-    }
-
-    /// A refused pairing names what to check.
-    static func pairingFailure(_ error: BlueZError, _ pairing: TetherConfig.Pairing) -> LinkFailure {
-        let failure = LinkFailure(error)
-        guard error.name == BlueZ.ErrorName.authenticationFailed || error.name == BlueZ.ErrorName.authenticationRejected else {
-            return failure
-        }
-        let hint = switch pairing {
-        case .passkey(let source): "is the passkey in \(source) the dongle's?"
-        case .justWorks: "the dongle may want a passkey (dongle.pairing = \"passkey-file\")"
-        case .never: "dongle.pairing is \"never\""
-        }
-        return LinkFailure(failure.kind, "\(failure.description) (\(hint))", staleDevice: failure.staleDevice)
     }
 }

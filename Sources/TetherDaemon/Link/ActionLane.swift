@@ -1,9 +1,10 @@
 import BlueZ
-import BlueZLinkFailure
 import Configuration
 import DBus
 import EventLoop
 import FoundationEssentials
+import LinkCore
+import LinkPolicy
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -58,21 +59,12 @@ final class ActionLane: @unchecked Sendable {
     /// Actions decided while a StopDiscovery is unanswered, in decision
     /// order; nil when none is.
     private var heldForStopDiscovery: [SupervisorAction]?
-    private var escalation: EscalationInFlight?
+    /// The escalation step in flight (`EscalationRun`'s rules), and its one timer.
+    private var escalation = EscalationRun()
+    private var escalationTimer: EventLoop.TimerID?
     /// The keep-alive's call (its write, or its read), marshalled for this
     /// characteristic object.
     private var keepAliveCall: (characteristic: ObjectPath, call: PreparedCall)?
-
-    /// An escalation step between its last call and the adapter showing powered again.
-    private struct EscalationInFlight {
-        var step: EscalationStep
-        var result: Result<Void, LinkFailure>?
-        var deadline: EventLoop.TimerID?
-        /// The adapter was seen unpowered or gone since the step began. A
-        /// USB step's adapter must go and come back (the kernel re-probes the
-        /// controller): the old one, still listed for a moment, proves nothing.
-        var adapterWentAway: Bool
-    }
 
     init(
         client: BlueZClient, loop: EventLoop, config: TetherConfig, logger: Logger,
@@ -89,8 +81,7 @@ final class ActionLane: @unchecked Sendable {
     func cancelAll() {
         generation += 1
         heldForStopDiscovery = nil
-        if let deadline = escalation?.deadline { loop.cancelTimer(deadline) }
-        escalation = nil
+        carryOut(escalation.cancel())
     }
 
     /// Sends `request` now; `completion` runs on the loop with its reply,
@@ -158,7 +149,7 @@ final class ActionLane: @unchecked Sendable {
             // A little longer than the supervisor's own deadline, which
             // cancels the attempt properly (Disconnect) when it fires.
             send(.connect(device, timeout: timeout + .seconds(1))) { [finish] result in
-                finish(.connectFinished(attempt: id, result.map { _ in () }.mapError(Self.failure)))
+                finish(.connectFinished(attempt: id, BlueZReplies.connect(result.map { _ in () })))
             }
         case .disconnect:
             guard let device = resolution.device?.path else { return }
@@ -185,11 +176,7 @@ final class ActionLane: @unchecked Sendable {
                 if case .failure(let error) = result { logger.warning("SetDiscoveryFilter: \(error); discovering unfiltered") }
             }
             send(.startDiscovery(adapter)) { [finish] result in
-                switch result {
-                case .success: break
-                case .failure(let error) where error.name == BlueZ.ErrorName.inProgress: break  // already discovering for us
-                case .failure(let error): finish(.discoveryFailed(Self.failure(error)))
-                }
+                if let failure = BlueZReplies.startDiscovery(result.map { _ in () }) { finish(.discoveryFailed(failure)) }
             }
         case .stopDiscovery:
             guard let adapter = resolution.adapter?.path else { return }
@@ -212,7 +199,7 @@ final class ActionLane: @unchecked Sendable {
                 return finish(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))
             }
             send(.removeDevice(adapter: adapter, device: device)) { [finish] result in
-                finish(.removeDeviceFinished(result.map { _ in () }.mapError(Self.failure)))
+                finish(.removeDeviceFinished(BlueZReplies.removeDevice(result.map { _ in () })))
             }
         case .startTimer, .cancelTimer, .transition, .report, .answerReconnect, .checkController:
             break  // the service's
@@ -262,30 +249,11 @@ final class ActionLane: @unchecked Sendable {
         }
     }
 
-    /// StartNotify. `InProgress` is our own earlier StartNotify still being
-    /// served: success for us.
+    /// StartNotify (its answer's rules: `BlueZReplies.startNotify`).
     private func startNotify(_ characteristic: GattCharacteristic, _ done: @escaping (LinkFailure?) -> Void) {
         send(.startNotify(characteristic.path)) { result in
-            if case .failure(let error) = result, error.name != BlueZ.ErrorName.inProgress {
-                return done(Self.notifyFailure(error, characteristic))
-            }
-            done(nil)
+            done(BlueZReplies.startNotify(result.map { _ in () }, characteristic: characteristic.uuid))
         }
-    }
-
-    /// `NotPermitted "Notify acquired"` names who can fix it: another client
-    /// holds the socket, or bluetoothd before 5.84 kept a stale acquisition
-    /// after a link loss during an AcquireNotify (its commit 476ae809a),
-    /// which only a bluetoothd restart clears. Transient: an attempt that
-    /// raced the release of our own earlier socket succeeds next time.
-    static func notifyFailure(_ error: BlueZError, _ characteristic: GattCharacteristic) -> LinkFailure {
-        if error.name == BlueZ.ErrorName.notPermitted, error.message == "Not paired" {
-            return LinkFailure(.fatal, "the notifications of \(characteristic.uuid) need an encrypted link and bluetoothd could not pair (NotPermitted \"Not paired\"): set dongle.pairing, or pair the dongle by hand (bluetoothctl pair)")
-        }
-        guard error.name == BlueZ.ErrorName.notPermitted, error.description.contains("Notify acquired") else {
-            return failure(error)
-        }
-        return LinkFailure(.transient, "bluetoothd says the notifications of \(characteristic.uuid) are acquired (NotPermitted \"Notify acquired\") and Tether does not hold them: another D-Bus client does, or bluetoothd (before BlueZ 5.84) kept a stale AcquireNotify after a link dropped during one, which neither AcquireNotify nor StartNotify can get past until bluetoothd restarts (systemctl restart bluetooth)")
     }
 
     /// AcquireNotify. Its socket lives for this link only: bluetoothd closes
@@ -305,15 +273,14 @@ final class ActionLane: @unchecked Sendable {
                 } catch {
                     done(Self.failure(error))
                 }
-            case .failure(let error) where error.name == BlueZ.ErrorName.inProgress:
-                // Another D-Bus client holds a notify session on it.
-                guard fallBack else {
-                    return done(LinkFailure(.fatal, "another D-Bus client holds a notify session on \(characteristic.uuid), so AcquireNotify is refused (InProgress); set dongle.notify_path to \"auto\" or \"start-notify\""))
-                }
-                logger.info("another D-Bus client holds a notify session on \(characteristic.uuid): receiving through StartNotify")
-                startNotify(characteristic, done)
             case .failure(let error):
-                done(Self.notifyFailure(error, characteristic))
+                switch BlueZReplies.acquireNotifyRefused(error, characteristic: characteristic.uuid, mayUseStartNotify: fallBack) {
+                case .useStartNotify:
+                    logger.info("another D-Bus client holds a notify session on \(characteristic.uuid): receiving through StartNotify")
+                    startNotify(characteristic, done)
+                case .failed(let failure):
+                    done(failure)
+                }
             }
         }
     }
@@ -334,7 +301,7 @@ final class ActionLane: @unchecked Sendable {
         }
         if config.keepalive.write != nil {
             send(call, timeout: timeout) { [finish] result in
-                finish(.pollFinished(poll: id, result.map { _ in () }.mapError(Self.failure)))
+                finish(.pollFinished(poll: id, BlueZReplies.poll(result.map { _ in () })))
             }
         } else {
             send(call, timeout: timeout) { [finish, weak self] result in
@@ -349,7 +316,7 @@ final class ActionLane: @unchecked Sendable {
                     ))
                     finish(.pollFinished(poll: id, .success(())))
                 case .failure(let error):
-                    finish(.pollFinished(poll: id, .failure(Self.failure(error))))
+                    finish(.pollFinished(poll: id, BlueZReplies.poll(.failure(error))))
                 }
             }
         }
@@ -394,79 +361,49 @@ final class ActionLane: @unchecked Sendable {
     // MARK: Escalation
 
     private func escalate(_ step: EscalationStep) {
-        escalation = EscalationInFlight(step: step, adapterWentAway: !resolution.observation.adapterPowered)
-        switch step {
-        case .powerCycle:
-            guard let adapter = resolution.adapter else {
-                escalation = nil
-                return finish(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
-            }
+        let adapter = resolution.adapter
+        if step == .powerCycle, let adapter {
             logger.warning("escalating: power-cycle on \(adapter.interfaceName)", metadata: ["event": "escalation"])
-            send(.setPowered(adapter.path, false)) { [self] off in
-                loop.schedule(after: .milliseconds(500)) { [self] in
-                    powerOn(adapter.path, attempt: 1, offResult: off.map { _ in () }.mapError(Self.failure))
-                }
-            }
-        case .hciReset, .usbReset, .usbRebind, .rfkillUnblock:
-            break  // run by the service (off the loop when it blocks), which calls `escalationStepDone`
         }
+        // The other steps are run by the service (off the loop when they
+        // block), which calls `escalationStepDone`.
+        carryOut(escalation.begin(step, adapterPath: adapter?.path, adapter: Self.adapterView(resolution.observation)))
     }
 
-    /// Whatever happened, the adapter must end up on: a wedged controller is
-    /// why we are here, so try more than once.
-    private func powerOn(_ adapter: ObjectPath, attempt: Int, offResult: Result<Void, LinkFailure>) {
-        send(.setPowered(adapter, true)) { [self] result in
-            switch result {
-            case .success:
-                escalationStepDone(.powerCycle, offResult)
-            case .failure where attempt < 3:
-                loop.schedule(after: .seconds(1)) { [self] in powerOn(adapter, attempt: attempt + 1, offResult: offResult) }
-            case .failure(let error):
-                escalationStepDone(.powerCycle, .failure(Self.failure(error)))
-            }
-        }
-    }
-
-    /// The step's calls are done; report once bluetoothd shows the adapter
-    /// powered again (or after 10 s), so the supervisor judges the result,
-    /// not a race.
+    /// The service's calls for `step` are done.
     func escalationStepDone(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
-        guard escalation?.step == step else { return }
-        escalation?.result = result
-        // A USB step or an unblock that failed changed nothing to wait for.
-        if case .failure = result, step.reprobesController || step == .rfkillUnblock { return reportEscalation() }
-        if adapterBack { return reportEscalation() }
-        escalation?.deadline = loop.schedule(after: step.reprobesController ? Self.reprobeWait : .seconds(10)) { [self] in
-            reportEscalation()
-        }
-    }
-
-    /// How long a USB step waits for the controller to come back: the
-    /// kernel's re-probe, bluetoothd's Index Added and its power-on take
-    /// 1 to 4 s in `make e2e`.
-    static let reprobeWait: Duration = .seconds(15)
-
-    /// The step in flight has its adapter powered again, and a USB step's
-    /// adapter went away first.
-    private var adapterBack: Bool {
-        guard let escalation, resolution.observation.adapterPowered, resolution.observation.radioBlock == .none else {
-            return false
-        }
-        return !escalation.step.reprobesController || escalation.adapterWentAway
+        carryOut(escalation.stepCallsDone(step, result))
     }
 
     /// Called on every change of the observation.
     func observationChanged(_ observation: LinkObservation) {
-        if !observation.adapterPowered { escalation?.adapterWentAway = true }
-        if adapterBack { reportEscalation() }
+        carryOut(escalation.adapterChanged(Self.adapterView(observation)))
     }
 
-    /// Reports the step in flight, once its calls are done.
-    private func reportEscalation() {
-        guard let pending = escalation, let result = pending.result else { return }
-        if let deadline = pending.deadline { loop.cancelTimer(deadline) }
-        escalation = nil
-        finish(.escalationFinished(pending.step, result))
+    private static func adapterView(_ observation: LinkObservation) -> EscalationRun.Adapter {
+        EscalationRun.Adapter(powered: observation.adapterPowered, blocked: observation.radioBlock != .none)
+    }
+
+    private func carryOut(_ effects: [EscalationRun.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .setPowered(let adapter, let on):
+                send(.setPowered(adapter, on)) { [self] result in
+                    carryOut(escalation.poweredAnswered(BlueZReplies.setPowered(result.map { _ in () })))
+                }
+            case .startTimer(let delay):
+                if let escalationTimer { loop.cancelTimer(escalationTimer) }
+                escalationTimer = loop.schedule(after: delay) { [self] in
+                    escalationTimer = nil
+                    carryOut(escalation.timerFired())
+                }
+            case .cancelTimer:
+                if let escalationTimer { loop.cancelTimer(escalationTimer) }
+                escalationTimer = nil
+            case .finished(let step, let result):
+                finish(.escalationFinished(step, result))
+            }
+        }
     }
 
     /// The configured characteristics the connected dongle does not export,
@@ -480,7 +417,7 @@ final class ActionLane: @unchecked Sendable {
         return missing
     }
 
-    /// The shared mapping (`BlueZLinkFailure`), which the deterministic simulation runs too.
+    /// The shared mapping (`BlueZReplies`), which the deterministic simulation runs too.
     static func failure(_ error: BlueZError) -> LinkFailure {
         LinkFailure(error)
     }

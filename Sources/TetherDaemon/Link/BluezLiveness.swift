@@ -1,4 +1,5 @@
 import EventLoop
+import Pacing
 
 /// Whether bluetoothd answers at all, asked only when a call to it went
 /// unanswered.
@@ -14,8 +15,8 @@ import EventLoop
 /// Invariants:
 /// - at most one ping is in flight; none is sent while bluetoothd answers and
 ///   no call went unanswered (an idle daemon sends none);
-/// - while bluetoothd does not answer, it is asked again `recheck` after the
-///   last ping ended (doubling up to `recheckCap`), and at once when it sends
+/// - while bluetoothd does not answer, it is asked again after the
+///   last ping ended (`recheck`: 5 s doubling to 10 s), and at once when it sends
 ///   anything, so its return is seen within that;
 /// - `changed` runs once per change of the verdict, never for a ping that a
 ///   `reset` (bluetoothd left or came back on the bus) made stale.
@@ -31,10 +32,10 @@ final class BluezLiveness {
     /// resumes, dropping the notifications it still holds (`make e2e`'s
     /// bluetoothd-hang at 5 s: 77 of them).
     static let pingTimeout: Duration = .seconds(3)
-    static let recheck: Duration = .seconds(5)
-    /// Low: a dongle left without keep-alives sleeps for good, so its
-    /// bluetoothd's return must be seen soon; a ping costs nothing.
-    static let recheckCap: Duration = .seconds(10)
+    /// 5 s, doubling to 10 s: low, because a dongle left without
+    /// keep-alives sleeps for good, so its bluetoothd's return must be seen
+    /// soon; a ping costs nothing.
+    static let recheck = Backoff(first: .seconds(5), cap: .seconds(10))
 
     /// Since when bluetoothd has not answered (nil: it answers).
     private(set) var unansweredSince: MonotonicInstant?
@@ -98,7 +99,7 @@ final class BluezLiveness {
                 changed(nil)
             } else {
                 unansweredPings += 1
-                let delay = min(Self.recheck * (1 << min(unansweredPings - 1, 8)), Self.recheckCap)
+                let delay = Self.recheck.delay(afterFailures: unansweredPings - 1)
                 timer = loop.schedule(at: .now + delay) { [self] in
                     timer = nil
                     send()

@@ -1,4 +1,5 @@
 import HCI
+import Pacing
 
 /// Tells "no adapter" apart from a controller that failed its initialisation.
 ///
@@ -15,8 +16,8 @@ import HCI
 /// found: no timer runs once one is.
 struct ControllerInitCheck {
     static let confirmAfter: Duration = .seconds(3)
-    /// The re-checks' delays, the last repeated.
-    static let delays: [Duration] = [.seconds(1), .seconds(3), .seconds(5), .seconds(10), .seconds(30), .seconds(60)]
+    /// The re-checks' pace: 1 s doubling to a minute while no adapter is found.
+    static let recheck = Backoff(first: .seconds(1), cap: .seconds(60))
 
     /// The configured controller: by index name, by address, or any.
     let name: String?
@@ -81,6 +82,6 @@ struct ControllerInitCheck {
 
     /// How long to wait before the next look.
     var nextDelay: Duration {
-        Self.delays[min(max(checks - 1, 0), Self.delays.count - 1)]
+        Self.recheck.delay(afterFailures: checks - 1)
     }
 }

@@ -5,8 +5,8 @@
 /// exists, and which the kernel sends only to sockets bound with
 /// CAP_NET_ADMIN), and BlueZ ≥ 5.83's `Device1.Disconnected` signal. Either
 /// may arrive before or after bluetoothd's `Connected=false`, so reasons
-/// heard are kept for a short while and a drop noticed first waits briefly
-/// for its reason (`LinkService`).
+/// heard are kept for a short while, and a drop noticed first has its
+/// reason follow it (`DropAccount`).
 ///
 /// Loop-confined (the link service's loop); time is the service's monotonic clock.
 struct DisconnectReasons {

@@ -1,9 +1,11 @@
 import FoundationEssentials
+import Pacing
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import LinkPolicy
 import LinkSupervisor
 import Logging
 
@@ -28,17 +30,39 @@ struct LinkReportLog: Sendable {
         logger.info("\(from.rawValue) → \(to.rawValue): \(cause)", metadata: metadata)
     }
 
-    /// A drop, with why the kernel or bluetoothd says it happened (the
-    /// `reason` field) or, when it is unavailable, `why` not.
-    func disconnected(unexpected: Bool, reason: String, why: String?, state: SupervisorState, device: String?) {
-        var metadata: Logger.Metadata = ["event": "disconnected", "state": "\(state.rawValue)", "reason": "\(reason)"]
+    /// A drop, at the moment it is noticed, with why the kernel or
+    /// bluetoothd says it happened (the `reason` field), or that the reason
+    /// is to follow from `toFollowFrom` (`reason=pending`; a
+    /// `disconnect-reason` line brings it, `dropReason`), or, when it is
+    /// unavailable, `why` not.
+    func disconnected(
+        unexpected: Bool, reason: String?, toFollowFrom source: String? = nil, why: String?, state: SupervisorState,
+        device: String?
+    ) {
+        var metadata: Logger.Metadata = ["event": "disconnected", "state": "\(state.rawValue)", "reason": "\(reason ?? "pending")"]
         if let device { metadata["device"] = "\(device)" }
-        let text = reason == DisconnectReasons.Reason.unavailable.rawValue
-            ? "reason unavailable\(why.map { ": \($0)" } ?? "")" : "reason: \(reason)"
+        let text = switch reason {
+        case nil: "reason to follow from \(source ?? "bluetoothd")"
+        case DisconnectReasons.Reason.unavailable.rawValue?: "reason unavailable\(why.map { ": \($0)" } ?? "")"
+        case let reason?: "reason: \(reason)"
+        }
         if unexpected {
             logger.warning("link lost (\(text))", metadata: metadata)
         } else {
             logger.info("disconnected (\(text))", metadata: metadata)
+        }
+    }
+
+    /// The reason of the drop logged at `droppedAt` (wall clock), heard
+    /// after that drop's line: its own line, in the order it came.
+    func dropReason(_ reason: String, why: String?, droppedAt: Date, state: SupervisorState, device: String?) {
+        var metadata: Logger.Metadata = ["event": "disconnect-reason", "state": "\(state.rawValue)", "reason": "\(reason)"]
+        if let device { metadata["device"] = "\(device)" }
+        let when = LinkStatus.clockTime(droppedAt)
+        if reason == DisconnectReasons.Reason.unavailable.rawValue {
+            logger.info("the link lost at \(when): reason unavailable\(why.map { ": \($0)" } ?? "")", metadata: metadata)
+        } else {
+            logger.info("the link lost at \(when): reason \(reason)", metadata: metadata)
         }
     }
 

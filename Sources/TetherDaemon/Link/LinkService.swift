@@ -3,6 +3,8 @@ import Configuration
 import DBus
 import EventLoop
 import FoundationEssentials
+import LinkPolicy
+import Pacing
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -145,20 +147,13 @@ public final class LinkService: @unchecked Sendable {
     /// once, at the turn's end (its silence limit looks at the last one).
     private var notifiedThisTurn = false
     private var stopping = false
-    /// Why links dropped, heard from the kernel or bluetoothd (see `DisconnectReasons`).
-    private var reasons = DisconnectReasons()
+    /// Each drop and why it happened, told in order (`DropAccount`), with
+    /// the wall time of the last drop logged and the wait for its reason.
+    private var drops = DropAccount()
+    private var lastDropAt: Date?
+    private var dropWait: EventLoop.TimerID?
     /// bluetoothd was seen sending `Device1.Disconnected` (BlueZ ≥ 5.83).
     private var bluezSendsReasons = false
-    /// A drop noticed before its reason: logged when the reason comes, or
-    /// after `reasonWait` without one.
-    private var pendingDrop: PendingDrop?
-    private struct PendingDrop {
-        var unexpected: Bool
-        var state: SupervisorState
-        var device: String?
-        var timer: EventLoop.TimerID
-    }
-    private static let reasonWait: Duration = .seconds(1)
     /// The kernel's management socket, when this process may hear Device
     /// Disconnected on it (CAP_NET_ADMIN); why not, when it may not.
     private var management: ManagementSocket?
@@ -284,7 +279,7 @@ public final class LinkService: @unchecked Sendable {
 
     private func tearDown() {
         stopping = true
-        flushPendingDrop(why: "the daemon stopped before the kernel said why")
+        carryOut(drops.stopping())
         closeNotifyReaders()
         writeTurnReadings()
         if let handOffTimer { loop.cancelTimer(handOffTimer) }
@@ -460,8 +455,7 @@ public final class LinkService: @unchecked Sendable {
             bluezSendsReasons = true
             if path == resolution.device?.path {
                 let heard = DisconnectReasons.Reason(bluezReason: reason)
-                reasons.heard(heard, address: deviceAddress, at: start.duration(to: .now))
-                resolvePendingDrop()
+                reasonHeard(heard, address: deviceAddress)
                 if heard == .authenticationFailure { deliver(.bondRejected("bluetoothd: \(reason)")) }
             }
             return
@@ -790,8 +784,7 @@ public final class LinkService: @unchecked Sendable {
         for case .deviceDisconnected(let controller, let address, _, let code) in socket.readEvents() {
             guard index == nil || Int(controller) == index, address == deviceAddress.uppercased() else { continue }
             let heard = DisconnectReasons.Reason(managementCode: code)
-            reasons.heard(heard, address: address, at: start.duration(to: .now))
-            resolvePendingDrop()
+            reasonHeard(heard, address: address)
             if heard == .authenticationFailure {
                 deliver(.bondRejected("the kernel ended the link for an authentication failure (Device Disconnected reason 4)"))
             }
@@ -982,50 +975,48 @@ public final class LinkService: @unchecked Sendable {
         publishIfChanged([])
     }
 
-    /// The supervisor reported a drop: log it with its reason, now if the
-    /// reason was heard already, else once it comes (or `reasonWait` later).
+    /// The supervisor reported a drop: logged now, its reason with it or
+    /// after it (`DropAccount`).
     private func dropNoticed(unexpected: Bool) {
-        flushPendingDrop(why: "another drop came first")
         let device = resolution.device?.address ?? config.dongle.address
-        if let reason = reasons.take(for: deviceAddress, near: start.duration(to: .now)) {
-            return logDrop(unexpected: unexpected, reason: reason, why: nil, state: supervisor.state, device: device)
-        }
-        // Even with no source known, a BlueZ ≥ 5.83 may send its first
-        // Device1.Disconnected just after Connected=false: wait for it too.
-        let timer = loop.schedule(after: Self.reasonWait) { [unowned self] in
-            flushPendingDrop(
-                why: reasonSource.map { "no reason from \($0) within \(Self.reasonWait.roundedText)" } ?? reasonUnavailableWhy
-            )
-        }
-        pendingDrop = PendingDrop(unexpected: unexpected, state: supervisor.state, device: device, timer: timer)
+        carryOut(drops.dropNoticed(
+            unexpected: unexpected, address: deviceAddress, device: device, at: start.duration(to: .now),
+            source: reasonSource, unavailableWhy: reasonUnavailableWhy))
     }
 
-    /// A reason arrived: the drop waiting for it is logged with it.
-    private func resolvePendingDrop() {
-        guard let pending = pendingDrop,
-              let reason = reasons.take(for: deviceAddress, near: start.duration(to: .now))
-        else { return }
-        pendingDrop = nil
-        loop.cancelTimer(pending.timer)
-        logDrop(unexpected: pending.unexpected, reason: reason, why: nil, state: pending.state, device: pending.device)
+    /// The kernel or bluetoothd said why the dongle's link dropped.
+    private func reasonHeard(_ reason: DisconnectReasons.Reason, address: String) {
+        carryOut(drops.reasonHeard(reason, address: address, at: start.duration(to: .now)))
     }
 
-    private func flushPendingDrop(why: String) {
-        guard let pending = pendingDrop else { return }
-        pendingDrop = nil
-        loop.cancelTimer(pending.timer)
-        logDrop(unexpected: pending.unexpected, reason: .unavailable, why: why, state: pending.state, device: pending.device)
-    }
-
-    private func logDrop(
-        unexpected: Bool, reason: DisconnectReasons.Reason, why: String?, state: SupervisorState, device: String?
-    ) {
-        report.disconnected(unexpected: unexpected, reason: reason.rawValue, why: why, state: state, device: device)
-        metrics?.disconnected(reason: reason)
-        let now = Date()
-        shared.withLock { s in
-            s.lastDisconnectReason = reason.rawValue
-            s.lastDisconnectAt = now
+    private func carryOut(_ effects: [DropAccount.Effect]) {
+        for effect in effects {
+            switch effect {
+            case .logDrop(let unexpected, let reason, let source, let why, let device):
+                lastDropAt = Date()
+                report.disconnected(
+                    unexpected: unexpected, reason: reason?.rawValue, toFollowFrom: source, why: why, state: supervisor.state,
+                    device: device)
+            case .logReason(let reason, let why, _, let device):
+                // The drop awaiting its reason is the last one logged.
+                report.dropReason(reason.rawValue, why: why, droppedAt: lastDropAt ?? Date(), state: supervisor.state, device: device)
+            case .count(let reason):
+                metrics?.disconnected(reason: reason)
+                let at = lastDropAt ?? Date()
+                shared.withLock { s in
+                    s.lastDisconnectReason = reason.rawValue
+                    s.lastDisconnectAt = at
+                }
+            case .startWait(let wait):
+                if let dropWait { loop.cancelTimer(dropWait) }
+                dropWait = loop.schedule(after: wait) { [unowned self] in
+                    dropWait = nil
+                    carryOut(drops.waitEnded())
+                }
+            case .cancelWait:
+                if let dropWait { loop.cancelTimer(dropWait) }
+                dropWait = nil
+            }
         }
     }
 

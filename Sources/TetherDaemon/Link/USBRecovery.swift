@@ -1,3 +1,4 @@
+import LinkPolicy
 import LinkSupervisor
 import USBDevice
 

@@ -1,5 +1,6 @@
 import CoreMetrics
 import FoundationEssentials
+import LinkPolicy
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)

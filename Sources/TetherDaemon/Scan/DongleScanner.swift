@@ -7,6 +7,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import LinkCore
 
 /// A dongle found by `tether scan`.
 public struct ScanResult: Sendable, Equatable {
@@ -135,10 +136,10 @@ public struct DongleScanner: Sendable {
             // No UUID filter: a dongle may advertise only its manufacturer data.
             try await client.setDiscoveryFilter(adapter.path)
             try await client.startDiscovery(adapter.path)
-        } catch where error.name == BlueZ.ErrorName.inProgress {
-            // Someone (the daemon) is already discovering on this adapter: we still hear it.
         } catch {
-            throw await explain(error)
+            // InProgress: someone (the daemon) is already discovering on this
+            // adapter, and we still hear it (BlueZReplies.startDiscovery).
+            if BlueZReplies.startDiscovery(.failure(error)) != nil { throw await explain(error) }
         }
 
         let collector = Task { () -> [ScanResult] in

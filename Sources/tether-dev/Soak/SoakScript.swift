@@ -3,6 +3,7 @@ import Configuration
 import DBus
 import Foundation
 import LinkSupervisor
+import Pacing
 import Readings
 import Simulator
 import TetherDaemon

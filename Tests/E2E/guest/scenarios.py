@@ -171,6 +171,12 @@ def log_field(line, name):
     return match.group(1).strip('"') if match else None
 
 
+# The line with a drop's final reason: the drop's own (the reason was heard
+# first), or the `disconnect-reason` line that follows a drop logged with
+# reason=pending (heard after it).
+DROP_REASON = r"^(?!.*\breason=pending\b).*\bevent=(?:disconnected|disconnect-reason)\b"
+
+
 def disconnect_counts():
     """tether_disconnects_total by reason, from Tether's metrics textfile."""
     try:
@@ -1033,7 +1039,7 @@ def disconnect_reasons(stack):
         counts = disconnect_counts() or {}
         wall, injected = time.time(), time.monotonic()
         fault()
-        line = stack.tether_log.wait_for(r"event=disconnected\b", 30, injected)
+        line = stack.tether_log.wait_for(DROP_REASON, 30, injected)
         online = stack.state_line("online", 120, injected)
         stack.loss_windows.append((injected, online[0] if online else time.monotonic(), f"disconnect {name}"))
         logged = log_field(line[1].string, "reason") if line else None
@@ -1499,7 +1505,7 @@ def adapter_renumbered(stack):
     if air.wait_for(r"^unplugged", 10, unplugged) is None or not wait_until(
             lambda: not Path(f"/sys/class/bluetooth/hci{index}").exists(), 20):
         return False, figures, f"hci{index} did not go"
-    drop = stack.tether_log.wait_for(r"event=disconnected\b", 10, unplugged)
+    drop = stack.tether_log.wait_for(DROP_REASON, 10, unplugged)
     figures["drop_reason"] = log_field(drop[1].string, "reason") if drop else None
     filler = start_vhci(stack, "vhci-filler", "--address", VHCI_ADDRESS)
     figures["filler"] = f"hci{filler}"

@@ -442,6 +442,14 @@ def journal_fields(c):
     if not entries:
         return False, {}, "journalctl -u tether TETHER_EVENT=disconnected found nothing new"
     entry = entries[0]
+    # Its reason: in the drop's entry, or (heard after the drop, which that
+    # entry then says with TETHER_REASON=pending) in the disconnect-reason
+    # entry that follows it.
+    if entry.get("TETHER_REASON") == "pending":
+        stamp = int(entry["__MONOTONIC_TIMESTAMP"])
+        reasons = wait_until(lambda: [e for e in journal("TETHER_EVENT=disconnect-reason", unit="tether.service")
+                                      if int(e["__MONOTONIC_TIMESTAMP"]) >= stamp], 5) or []
+        entry = dict(entry, TETHER_REASON=reasons[0].get("TETHER_REASON") if reasons else "pending")
     noticed = int(entry["__MONOTONIC_TIMESTAMP"]) / 1e6 - injected
     figures = {"noticed_ms": round(noticed * 1000), "online_again_s": round(c.quiet_since - injected, 2) if back else None,
                "TETHER_DEVICE": entry.get("TETHER_DEVICE"), "TETHER_REASON": entry.get("TETHER_REASON"),

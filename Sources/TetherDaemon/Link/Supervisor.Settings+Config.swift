@@ -1,8 +1,9 @@
+import Configuration
 import LinkSupervisor
 
 extension Supervisor.Settings {
     /// The supervisor's settings from a config's `[keepalive]` and `[reconnect]`
-    /// (here, so that the supervisor knows nothing of the config file).
+    /// (in the daemon: the supervisor knows nothing of the config file, and the config nothing of the supervisor).
     public init(config: TetherConfig) {
         self.init(
             policy: config.reconnect.policy, keepaliveEnabled: config.keepalive.enabled,

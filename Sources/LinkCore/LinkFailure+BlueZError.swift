@@ -8,7 +8,7 @@ extension LinkFailure {
     /// a stale device object, or at one bluetoothd no longer has, travels
     /// with it.
     ///
-    /// Its own module so that the daemon's adapter layer (`ActionLane`) and
+    /// Here (BlueZReplies) so that the daemon's adapter layer (`ActionLane`) and
     /// the deterministic simulation run the same mapping.
     public init(_ error: BlueZError) {
         let kind: LinkFailure.Kind = switch error.disposition {

@@ -1,3 +1,5 @@
+import Pacing
+
 /// When to try connecting again after the link is lost: the `[reconnect]` keys.
 ///
 /// A retry window opens at the drop (or when the dongle is seen again). Its
@@ -34,16 +36,14 @@ public struct ReconnectPolicy: Sendable, Equatable {
         self.cooldown = cooldown
     }
 
+    /// The pace of a window's attempts after its second.
+    public var backoff: Backoff { Backoff(first: initialBackoff, cap: maxBackoff) }
+
     /// The un-jittered delay before attempt `n` (1-based) of a window.
     public func baseDelay(beforeAttempt n: Int) -> Duration {
         guard n > 1 else { return firstDelay }
-        // initialBackoff · 2^(n−2), computed without overflow for any n.
-        var delay = initialBackoff
-        for _ in 0..<min(n - 2, 62) {
-            if delay >= maxBackoff { break }
-            delay = delay * 2
-        }
-        return min(delay, maxBackoff)
+        // initialBackoff · 2^(n−2), at most maxBackoff.
+        return backoff.delay(afterFailures: n - 2)
     }
 
     /// The delay before attempt `n`, jittered with `unit`, a value in [0, 1).
@@ -51,9 +51,8 @@ public struct ReconnectPolicy: Sendable, Equatable {
     /// `firstDelay`) because the dongle is most likely still advertising.
     public func delay(beforeAttempt n: Int, unit: Double) -> Duration {
         let base = baseDelay(beforeAttempt: n)
-        guard n > 1, jitter > 0 else { return base }
-        let factor = 1 + jitter * (2 * min(max(unit, 0), 1) - 1)
-        return base * factor
+        guard n > 1 else { return base }
+        return Backoff.jittered(base, by: jitter, unit: unit)
     }
 
     /// Whether a window that opened at `start` has room for another attempt
@@ -64,26 +63,5 @@ public struct ReconnectPolicy: Sendable, Equatable {
         #else
         attempts < windowAttempts && time - start < window
         #endif
-    }
-}
-
-/// A small deterministic generator (SplitMix64), so a supervisor's jitter is
-/// reproducible from its seed in tests.
-public struct SplitMix64: RandomNumberGenerator, Sendable {
-    private var state: UInt64
-
-    public init(seed: UInt64) { state = seed }
-
-    public mutating func next() -> UInt64 {
-        state &+= 0x9E37_79B9_7F4A_7C15
-        var z = state
-        z = (z ^ (z >> 30)) &* 0xBF58_476D_1CE4_E5B9
-        z = (z ^ (z >> 27)) &* 0x94D0_49BB_1331_11EB
-        return z ^ (z >> 31)
-    }
-
-    /// A value in [0, 1).
-    public mutating func nextUnit() -> Double {
-        Double(next() >> 11) / Double(1 << 53)
     }
 }

@@ -1,8 +1,8 @@
 extension Duration {
     /// This duration for people reading logs: rounded to milliseconds, e.g.
     /// "0ms", "539ms", "1.1s", "12.35s", "3m05s". Not meant to be parsed back
-    /// (the config's `DurationText.format` is). Standard library only, like
-    /// the rest of the supervisor; `DurationText.rounded` is the same text.
+    /// (the config's `DurationText.format` is). Standard library only; the
+    /// supervisor's messages and the config's `DurationText.rounded` alike.
     public var roundedText: String {
         let (seconds, attoseconds) = components
         // Durations beyond ±292 million years do not fit in milliseconds; nobody waits that long.

@@ -1,0 +1,19 @@
+/// Escalation steps after an exhausted window (`reconnect.escalate` in the
+/// config); raw values are the config's spellings.
+public enum EscalationStep: String, Sendable, Equatable, CaseIterable {
+    /// Adapter1.Powered off and on again through bluetoothd.
+    case powerCycle = "power-cycle"
+    /// HCIDEVDOWN and HCIDEVUP on the controller (CAP_NET_ADMIN).
+    case hciReset = "hci-reset"
+    /// USBDEVFS_RESET on the controller's USB device: the kernel re-probes it.
+    case usbReset = "usb-reset"
+    /// btusb unbound from the controller's USB interface and bound again.
+    case usbRebind = "usb-rebind"
+    /// Clears an rfkill soft block on the controller. Listed, it also runs
+    /// at once whenever a soft block holds the adapter off.
+    case rfkillUnblock = "rfkill-unblock"
+
+    /// Steps that need no adapter in bluetoothd, only the kernel's
+    /// controller: they can recover one that failed its initialisation.
+    public var reprobesController: Bool { self == .usbReset || self == .usbRebind }
+}

@@ -1,0 +1,78 @@
+import BlueZ
+import Configuration
+import DBus
+import EventLoop
+import FoundationEssentials
+import LinkPolicy
+import Pacing
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+import HCI
+import LinkSupervisor
+import Logging
+import Readings
+import Rfkill
+import Synchronization
+import USBDevice
+
+/// A controller that never came up, and the adapter problems status shows.
+extension LinkService {
+    /// While bluetoothd is there but no adapter is found, looks at the
+    /// kernel's controllers (now, then with a growing delay); stops once one is.
+    func updateControllerCheck() {
+        if bluezPresent, resolution.adapter == nil {
+            if initCheckTimer == nil { checkControllers() }
+            return
+        }
+        if let initCheckTimer { loop.cancelTimer(initCheckTimer) }
+        initCheckTimer = nil
+        if let change = initCheck.reset() { controllerCheckChanged(change) }
+    }
+
+    func checkControllers() {
+        initCheckTimer = nil
+        let listed = Set(tree.adapters.map(\.interfaceName))
+        if let change = initCheck.check(kernel: KernelControllers.list(), listed: listed, at: start.duration(to: .now)) {
+            controllerCheckChanged(change)
+        }
+        initCheckTimer = loop.schedule(after: initCheck.nextDelay) { [unowned self] in checkControllers() }
+    }
+
+    func controllerCheckChanged(_ change: ControllerInitCheck.Change) {
+        switch change {
+        case .failed(let controller):
+            report.logger.error(
+                "\(ControllerInitCheck.problem(controller))",
+                metadata: ["event": "controller-init-failed", "controller": "\(controller.name)"]
+            )
+        case .cleared(let controller):
+            report.logger.notice(
+                "\(controller.name) no longer looks like a controller that failed its initialisation",
+                metadata: ["event": "controller-init-cleared", "controller": "\(controller.name)"]
+            )
+        }
+        metrics?.controllerInitFailed(initCheck.failed != nil)
+        kernelViewChanged()
+    }
+
+    /// What status shows of an adapter problem only the kernel sees.
+    func updateAdapterProblem() {
+        let problem: String?
+        switch resolution.observation.radioBlock {
+        case .hard:
+            problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by a hardware switch (rfkill); waiting for it to lift"
+        case .soft:
+            problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by rfkill (soft block)"
+                + (config.reconnect.escalate.contains(.rfkillUnblock) ? "; Tether unblocks it (rfkill-unblock)" : "; \"rfkill unblock bluetooth\" clears it")
+        case .none:
+            problem = initCheck.failed.map(ControllerInitCheck.problem)
+        }
+        guard problem != adapterProblem else { return }
+        adapterProblem = problem
+        shared.withLock { $0.adapterProblem = problem }
+        publishIfChanged([])
+    }
+}

@@ -9,6 +9,13 @@ import Synchronization
 /// One thread, one epoll set: an executor for Swift concurrency and a
 /// reactor for file descriptors and monotonic timers.
 ///
+/// A virtual loop (`init(virtualNamed:startingAt:)`, EventLoop+Virtual.swift)
+/// has no thread: the thread that made it drives it (`runUntilIdle`,
+/// `advance(to:)`) and counts as the loop's, and its `now` moves only when
+/// driven forward. The deterministic simulation runs the daemon's link
+/// layer on one. Everything below holds for both, except where
+/// EventLoop+Virtual.swift says otherwise (no sleeping, no moderation).
+///
 /// Threading rules:
 /// - `enqueue` (Swift jobs) and `execute` may be called from any thread; the
 ///   work runs on the loop's thread, in the order it was submitted.
@@ -48,23 +55,23 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     public struct WatchID: Hashable, Sendable { let raw: UInt64 }
     public struct TimerID: Hashable, Sendable { let raw: UInt64 }
 
-    private struct Watch {
+    struct Watch {
         var fd: Int32
         var interest: Readiness
         var handler: Handler
     }
 
-    private struct Timer {
+    struct Timer {
         var deadline: MonotonicInstant
         var handler: () -> Void
     }
 
-    private enum Work {
+    enum Work {
         case job(UnownedJob)
         case closure(@Sendable () -> Void)
     }
 
-    private struct Inbox {
+    struct Inbox {
         var work: [Work] = []
         /// The loop is in (or about to enter) epoll_wait.
         var sleeping = false
@@ -74,29 +81,49 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     }
 
     public let name: String
-    private let epollFD: Int32
-    private let wakeFD: Int32
-    private let inbox = Mutex(Inbox())
+    /// Driven by its caller on virtual time, not run by a thread of its own.
+    public let isVirtual: Bool
+    let epollFD: Int32
+    /// -1 on a virtual loop, which never sleeps and so is never woken.
+    let wakeFD: Int32
+    let inbox = Mutex(Inbox())
     private let threadID = Atomic<UInt>(0)
+    /// A virtual loop's `now`, in nanoseconds: written by its driving thread,
+    /// read from any (a recorder's stall check). Unused on a real loop.
+    let virtualNanoseconds = Atomic<UInt64>(0)
 
     // Loop-thread state.
-    private var watches: [UInt64: Watch] = [:]
+    var watches: [UInt64: Watch] = [:]
     /// Watches per descriptor: epoll registers a descriptor once, libdbus may watch it twice (read, write).
-    private var watchesByFD: [Int32: [UInt64]] = [:]
-    private var timers: [UInt64: Timer] = [:]
+    var watchesByFD: [Int32: [UInt64]] = [:]
+    var timers: [UInt64: Timer] = [:]
     private var nextID: UInt64 = 1
-    private var turnEndHooks: [(id: Int, hook: () -> Void)] = []
-    private var busyThisTurn = false
+    var turnEndHooks: [(id: Int, hook: () -> Void)] = []
+    var busyThisTurn = false
+    /// A virtual loop is being driven (`runUntilIdle`): work it runs must not drive it again.
+    var driving = false
     private var lastBusyTurn: MonotonicInstant?
     /// See the type's note on load moderation; zero turns it off.
     public var moderation: Duration = .zero
 
     /// Starts a loop on a new thread.
-    public init(name: String) {
+    public convenience init(name: String) {
+        self.init(name: name, virtualStart: nil)
+    }
+
+    /// A real loop on a new thread, or (`virtualStart` set) a virtual one at
+    /// that instant, driven by the calling thread.
+    init(name: String, virtualStart: MonotonicInstant?) {
         self.name = name
+        isVirtual = virtualStart != nil
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
-        wakeFD = eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
-        precondition(epollFD >= 0 && wakeFD >= 0, "epoll_create1/eventfd failed: errno \(errno)")
+        wakeFD = isVirtual ? -1 : eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
+        precondition(epollFD >= 0 && (isVirtual || wakeFD >= 0), "epoll_create1/eventfd failed: errno \(errno)")
+        if let virtualStart {
+            virtualNanoseconds.store(virtualStart.nanoseconds, ordering: .releasing)
+            threadID.store(Self.currentThread, ordering: .releasing)
+            return
+        }
         var event = epoll_event()
         event.events = ceventloop_epoll_in
         event.data.u64 = 0
@@ -104,12 +131,28 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         startThread()
     }
 
+    deinit {
+        // A real loop's thread closes its descriptors when it ends (and holds
+        // the loop until then); a virtual loop has no thread.
+        if isVirtual { close(epollFD) }
+    }
+
     /// The process-wide loop for connections that were not given one (the
     /// command-line clients, tests, the simulator).
     public static let shared = EventLoop(name: "event-loop")
 
-    /// Whether the caller runs on this loop's thread.
-    public var inLoop: Bool { threadID.load(ordering: .acquiring) == UInt(bitPattern: Int(bitPattern: pthread_self())) }
+    /// Whether the caller runs on this loop's thread (a virtual loop's: the
+    /// thread that made it).
+    public var inLoop: Bool { threadID.load(ordering: .acquiring) == Self.currentThread }
+
+    private static var currentThread: UInt { UInt(bitPattern: Int(bitPattern: pthread_self())) }
+
+    /// The loop's clock: CLOCK_MONOTONIC, or a virtual loop's virtual time.
+    /// What its timers run on, and what code on the loop reads the time
+    /// from, so that a simulation can drive it. Any thread.
+    public var now: MonotonicInstant {
+        isVirtual ? MonotonicInstant(nanoseconds: virtualNanoseconds.load(ordering: .acquiring)) : .now
+    }
 
     // MARK: Executor
 
@@ -134,13 +177,14 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         submit(.closure(body))
     }
 
-    /// Asks the loop to end after the current turn; its thread exits.
+    /// Asks the loop to end after the current turn; its thread exits. A
+    /// virtual loop runs nothing more.
     public func stop() {
         let wake = inbox.withLock { inbox -> Bool in
             inbox.stopRequested = true
             return !inbox.wakeSent
         }
-        if wake { signalWake() }
+        if wake, !isVirtual { signalWake() }
     }
 
     private func submit(_ work: Work) {
@@ -219,7 +263,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     // MARK: Timers (loop thread only)
 
-    /// Runs `handler` on the loop at `deadline` (monotonic clock).
+    /// Runs `handler` on the loop at `deadline` (the loop's clock, `now`).
     @discardableResult
     public func schedule(at deadline: MonotonicInstant, _ handler: @escaping () -> Void) -> TimerID {
         checkIsolated()
@@ -231,7 +275,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     @discardableResult
     public func schedule(after delay: Duration, _ handler: @escaping () -> Void) -> TimerID {
-        schedule(at: .now + delay, handler)
+        schedule(at: now + delay, handler)
     }
 
     public func cancelTimer(_ timer: TimerID) {
@@ -289,29 +333,17 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
         let taskExecutor = asUnownedTaskExecutor()
         while true {
             // 1. Submitted work, including what it submits in turn.
-            while true {
-                let batch = inbox.withLock { inbox -> [Work] in
-                    defer { inbox.work.removeAll(keepingCapacity: true) }
-                    return inbox.work
-                }
-                if batch.isEmpty { break }
-                for work in batch {
-                    switch work {
-                    case .job(let job): job.runSynchronously(isolatedTo: executor, taskExecutor: taskExecutor)
-                    case .closure(let body): body()
-                    }
-                }
-            }
+            runSubmittedWork(executor, taskExecutor)
             // 2. Due timers, earliest first.
             runDueTimers()
             // 3. Turn-end hooks (a turn's readings are written here, in one batch).
-            for entry in turnEndHooks { entry.hook() }
+            runTurnEndHooks()
 
             // Moderation: a dense stream is read in batches.
             let turnStart = MonotonicInstant.now
             if busyThisTurn {
                 if let last = lastBusyTurn, moderation > .zero, last.duration(to: turnStart) < moderation {
-                    let until = min(last + moderation, nextTimerDeadline() ?? (last + moderation))
+                    let until = min(last + moderation, earliestTimerDeadline() ?? (last + moderation))
                     MonotonicInstant.sleep(until: until)
                 }
                 lastBusyTurn = .now
@@ -330,7 +362,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
             let timeout: Int32
             if next == .poll {
                 timeout = 0  // work arrived: only look at the descriptors
-            } else if let deadline = nextTimerDeadline() {
+            } else if let deadline = earliestTimerDeadline() {
                 timeout = MonotonicInstant.now.millisecondsUntil(deadline)
             } else {
                 timeout = -1
@@ -343,44 +375,11 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
                 inbox.wakeSent = false
             }
             guard count > 0 else { continue }
-            for index in 0..<Int(count) {
-                let event = events[index]
-                let key = event.data.u64
-                if key == 0 {
-                    var value: UInt64 = 0
-                    _ = withUnsafeMutableBytes(of: &value) { read(wakeFD, $0.baseAddress, 8) }
-                    continue
-                }
-                let fd = Int32(bitPattern: UInt32(truncatingIfNeeded: key - 1))
-                let ready = Readiness(rawValue: event.events)
-                // A handler may remove watches (its own or others'): look each up again.
-                for id in watchesByFD[fd] ?? [] {
-                    guard let watch = watches[id], !watch.interest.isEmpty else { continue }
-                    let relevant = ready.intersection(watch.interest.union(.hangup))
-                    if !relevant.isEmpty { watch.handler(relevant) }
-                }
-            }
+            // 5. The ready descriptors' handlers.
+            handleReady(events, count: Int(count))
         }
         close(wakeFD)
         close(epollFD)
         threadID.store(0, ordering: .releasing)
-    }
-
-    /// A plain loop: a key path here (`map(\.deadline)`) went through the
-    /// runtime's generic key-path projection and metadata cache on every turn.
-    private func nextTimerDeadline() -> MonotonicInstant? {
-        var earliest: MonotonicInstant?
-        for timer in timers.values where earliest.map({ timer.deadline < $0 }) ?? true {
-            earliest = timer.deadline
-        }
-        return earliest
-    }
-
-    /// A handler may schedule or cancel timers: pick the earliest again each time.
-    private func runDueTimers() {
-        while let (id, timer) = timers.min(by: { $0.value.deadline < $1.value.deadline }), timer.deadline <= .now {
-            timers[id] = nil
-            timer.handler()
-        }
     }
 }

@@ -4,9 +4,10 @@ import Glibc
 import Musl
 #endif
 
-/// A point on CLOCK_MONOTONIC, in nanoseconds: what the loop's timers run on.
+/// A point on CLOCK_MONOTONIC, in nanoseconds: what the loop's timers run on
+/// (a virtual loop's: a point in its virtual time, `EventLoop.now`).
 /// Wall-clock changes (NTP, an admin's `date`) never move it.
-public struct MonotonicInstant: Comparable, Hashable, Sendable {
+public struct MonotonicInstant: InstantProtocol, Hashable, Sendable {
     public let nanoseconds: UInt64
 
     public init(nanoseconds: UInt64) { self.nanoseconds = nanoseconds }
@@ -23,6 +24,8 @@ public struct MonotonicInstant: Comparable, Hashable, Sendable {
         let ns = d.nanosecondsClamped
         return MonotonicInstant(nanoseconds: ns >= 0 ? a.nanoseconds &+ UInt64(ns) : a.nanoseconds &- min(a.nanoseconds, UInt64(-ns)))
     }
+
+    public func advanced(by duration: Duration) -> MonotonicInstant { self + duration }
 
     public func duration(to other: MonotonicInstant) -> Duration {
         other.nanoseconds >= nanoseconds

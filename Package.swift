@@ -8,6 +8,7 @@ import PackageDescription
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers;
 //                       the root task and task sleeps on it, so the daemon needs no libdispatch thread
+//                       (or a virtual loop on virtual time, driven by its caller: `make dst`)
 //   DBus                a small, general D-Bus binding
 //   HCI                 raw HCI device control (reset) through libbluetooth
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
@@ -180,8 +181,9 @@ let package = Package(
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
         .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor"]),
-        // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs.
-        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "LinkSupervisor", "Configuration"]),
+        // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
+        // recorder on a virtual loop.
+        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
         .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(

@@ -72,6 +72,11 @@ public final class ReadingLog {
     /// fail, the simulation to leave a torn tail (a process killed mid-write).
     @_spi(FaultInjection) public var truncateCall: @Sendable (_ fd: Int32, _ size: Int64) -> Int32 =
         LogFileSystem.systemTruncate
+    /// The fsync(2) of a log file (`sync()`, a rotation); tests replace it to
+    /// see when the data is made durable.
+    @_spi(FaultInjection) public var syncCall: @Sendable (_ fd: Int32, _ path: String) throws -> Void = { fd, path in
+        try LogFileSystem.sync(fd, path: path)
+    }
 
     /// Opens (creating with mode 0750 if needed) and recovers the log in `directory`.
     public init(directory: String, rotateSize: Int64, retainSize: Int64) throws {
@@ -224,12 +229,12 @@ public final class ReadingLog {
         deferredSyncError = nil
         do { try restoreIfRemoved() } catch { firstError = firstError ?? error }
         for file in unsyncedFinished {
-            do { try LogFileSystem.sync(file.fd, path: file.path) } catch { firstError = firstError ?? error }
+            do { try syncCall(file.fd, file.path) } catch { firstError = firstError ?? error }
             LogFileSystem.closeFile(file.fd)
         }
         unsyncedFinished = []
         if let file = current {
-            do { try LogFileSystem.sync(file.fd, path: file.path) } catch { firstError = firstError ?? error }
+            do { try syncCall(file.fd, file.path) } catch { firstError = firstError ?? error }
         }
         if directoryNeedsSync {
             do {
@@ -354,7 +359,7 @@ public final class ReadingLog {
         finished.append((file.path, file.size))
         while unsyncedFinished.count > 8 {
             let oldest = unsyncedFinished.removeFirst()
-            do { try LogFileSystem.sync(oldest.fd, path: oldest.path) } catch { deferredSyncError = deferredSyncError ?? error }
+            do { try syncCall(oldest.fd, oldest.path) } catch { deferredSyncError = deferredSyncError ?? error }
             LogFileSystem.closeFile(oldest.fd)
         }
     }

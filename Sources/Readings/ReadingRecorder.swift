@@ -26,7 +26,10 @@ import Musl
 ///   disk works again;
 /// - a write or fsync that has not returned after `stallLimit` is reported
 ///   once (`onStall`, by the thread that hands in the next readings) and
-///   shown by `stats.lastError` while it lasts.
+///   shown by `stats.lastError` while it lasts;
+/// - every time it reads (the flush and retry timers, stalls, the report
+///   interval) is its loop's clock (`EventLoop.now`), so that on a virtual
+///   loop the fsync comes at the virtual flush deadline.
 public final class ReadingRecorder: @unchecked Sendable {
     /// A write or fsync that does not return, and its end.
     public enum DiskStall: Sendable, Equatable {
@@ -43,7 +46,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     }
 
     // @unchecked: `state` is a `Mutex`; `log`, the timers and
-    // `lastReport` are only touched on `queue`.
+    // `lastReport` are only touched on `queue`'s thread.
 
     public struct Stats: Sendable, Equatable {
         /// Readings written (gap records not counted).
@@ -85,7 +88,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         var drainScheduled = false
         var waitingForRetry = false
         /// A write or fsync is running on the queue, since then.
-        var diskBusySince: ContinuousClock.Instant?
+        var diskBusySince: MonotonicInstant?
         /// The running write or fsync was reported as stalled.
         var stallReported = false
         var closed = false
@@ -106,16 +109,19 @@ public final class ReadingRecorder: @unchecked Sendable {
     private let onError: @Sendable (String) -> Void
     private let onRestored: (@Sendable (String) -> Void)?
     private let onStall: (@Sendable (DiskStall) -> Void)?
-    /// The recorder's own thread: every write and fsync, and its timers.
-    /// An event loop rather than a dispatch queue: a dispatch worker thread,
-    /// once started, brings libdispatch's once-a-second pool monitor with it
-    /// for the life of the process.
-    private let queue = EventLoop(name: "tether-disk")
+    /// Where every write and fsync runs, and its timers: the recorder's own
+    /// thread, unless the caller gave it a loop (the deterministic
+    /// simulation: its virtual loop). An event loop rather than a dispatch
+    /// queue: a dispatch worker thread, once started, brings libdispatch's
+    /// once-a-second pool monitor with it for the life of the process.
+    private let queue: EventLoop
+    /// `queue` is the recorder's own (stopped with it), not the caller's.
+    private let ownsQueue: Bool
     private let state: Mutex<State>
 
     private var syncTimer: EventLoop.TimerID?
     private var retryTimer: EventLoop.TimerID?
-    private var lastReport: ContinuousClock.Instant?
+    private var lastReport: MonotonicInstant?
     /// `log.restoredFiles` already told through `onError`.
     private var restorationsReported = 0
     private var logClosed = false
@@ -136,21 +142,28 @@ public final class ReadingRecorder: @unchecked Sendable {
     ///     nil: told through `onError`.
     ///   - onError: called (on the recorder's queue) with a description of a write
     ///     or sync failure, at most once a minute.
+    ///   - loop: where the writes, the fsyncs and their timers run, and whose
+    ///     clock the recorder reads; nil: a thread of its own
+    ///     (`tether-disk`), which the daemon needs so that a hung disk never
+    ///     holds up its link. A given loop (a virtual one, in the
+    ///     simulation) is not stopped by the recorder.
     public convenience init(
         log: ReadingLog, flushInterval: Duration, maxBacklog: Int, onRestored: (@Sendable (String) -> Void)? = nil,
-        onStall: (@Sendable (DiskStall) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
+        onStall: (@Sendable (DiskStall) -> Void)? = nil, loop: EventLoop? = nil, onError: @escaping @Sendable (String) -> Void
     ) {
         self.init(
             log: log, flushInterval: flushInterval, maxBacklog: maxBacklog, retryInterval: .seconds(1),
-            stallLimit: Self.defaultStallLimit, onRestored: onRestored, onStall: onStall, onError: onError)
+            stallLimit: Self.defaultStallLimit, onRestored: onRestored, onStall: onStall, loop: loop, onError: onError)
     }
 
     /// `retryInterval` and `stallLimit` are adjustable so tests need not wait seconds.
     init(
         log: ReadingLog, flushInterval: Duration, maxBacklog: Int, retryInterval: Duration,
         stallLimit: Duration = ReadingRecorder.defaultStallLimit, onRestored: (@Sendable (String) -> Void)? = nil,
-        onStall: (@Sendable (DiskStall) -> Void)? = nil, onError: @escaping @Sendable (String) -> Void
+        onStall: (@Sendable (DiskStall) -> Void)? = nil, loop: EventLoop? = nil, onError: @escaping @Sendable (String) -> Void
     ) {
+        queue = loop ?? EventLoop(name: "tether-disk")
+        ownsQueue = loop == nil
         self.log = log
         self.flushInterval = flushInterval
         self.retryInterval = retryInterval
@@ -164,7 +177,7 @@ public final class ReadingRecorder: @unchecked Sendable {
 
     deinit {
         // Its timers go with it (they hold the recorder weakly).
-        queue.stop()
+        if ownsQueue { queue.stop() }
     }
 
     public var stats: Stats {
@@ -184,7 +197,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// (the clock is read only while one runs: not on every hand-in).
     private func stalled(_ state: State) -> Duration? {
         guard let since = state.diskBusySince else { return nil }
-        let duration = ContinuousClock.now - since
+        let duration = since.duration(to: queue.now)
         return duration >= stallLimit ? duration : nil
     }
 
@@ -261,7 +274,8 @@ public final class ReadingRecorder: @unchecked Sendable {
     // MARK: - On the queue
 
     /// Runs `body` on the queue and waits for it; at once when called from
-    /// the queue (an `onError` handler calling `flush`), which must not wait for itself.
+    /// the queue's thread (an `onError` handler calling `flush`, which must not
+    /// wait for itself; a virtual loop's driver, which runs it synchronously).
     private func onQueue(_ body: @escaping () -> Void) {
         if queue.inLoop {
             body()
@@ -373,7 +387,7 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// one reported as stalled returns.
     @discardableResult
     private func onDisk<T>(_ body: () throws -> T) rethrows -> T {
-        let started = ContinuousClock.now
+        let started = queue.now
         state.withLock { state in state.diskBusySince = started }
         defer {
             let (wasReported, pending) = state.withLock { (state: inout State) -> (Bool, Int) in
@@ -383,7 +397,7 @@ public final class ReadingRecorder: @unchecked Sendable {
                 return (wasReported, state.backlog.count)
             }
             if wasReported {
-                let seconds = (ContinuousClock.now - started).components.seconds
+                let seconds = started.duration(to: queue.now).components.seconds
                 tellStall(.answered("the disk answered again after \(seconds)s; \(pending) readings waiting are written next"))
             }
         }
@@ -434,8 +448,8 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// Reports through `onError`, at most once per `reportInterval` (monotonic clock,
     /// so wall-clock jumps cannot cause a flood or a long silence).
     private func report(_ message: String) {
-        let now = ContinuousClock.now
-        if let lastReport, now - lastReport < reportInterval { return }
+        let now = queue.now
+        if let lastReport, lastReport.duration(to: now) < reportInterval { return }
         lastReport = now
         onError(message)
     }

@@ -42,6 +42,8 @@ final class ActionLane: @unchecked Sendable {
     let config: TetherConfig
     let finish: (SupervisorEvent) -> Void
     let logger: Logger
+    /// The wall clock a read-mode poll's reading is stamped with.
+    let wallClock: @Sendable () -> Date
     /// What bluetoothd's tree resolves to now; set by the service on every change.
     var resolution = LinkResolver.Resolution()
     /// Tether's Agent1, when it pairs: `pair` asks it whether the passkey went out.
@@ -68,9 +70,10 @@ final class ActionLane: @unchecked Sendable {
 
     init(
         client: BlueZClient, loop: EventLoop, config: TetherConfig, logger: Logger,
-        finish: @escaping (SupervisorEvent) -> Void
+        wallClock: @escaping @Sendable () -> Date, finish: @escaping (SupervisorEvent) -> Void
     ) {
         self.logger = logger
+        self.wallClock = wallClock
         self.client = client
         self.loop = loop
         self.config = config
@@ -304,14 +307,14 @@ final class ActionLane: @unchecked Sendable {
                 finish(.pollFinished(poll: id, BlueZReplies.poll(result.map { _ in () })))
             }
         } else {
-            send(call, timeout: timeout) { [finish, weak self] result in
+            send(call, timeout: timeout) { [finish, wallClock, weak self] result in
                 switch result {
                 case .success(let body):
                     guard let bytes = body.first?.bytes else {
                         return finish(.pollFinished(poll: id, .failure(LinkFailure(.transient, "ReadValue reply is not ay"))))
                     }
                     self?.onReading?(Reading(
-                        receivedAt: Date(), device: device.address, characteristic: characteristic.uuid, source: .read,
+                        receivedAt: wallClock(), device: device.address, characteristic: characteristic.uuid, source: .read,
                         payload: bytes
                     ))
                     finish(.pollFinished(poll: id, .success(())))

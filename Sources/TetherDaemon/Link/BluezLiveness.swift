@@ -88,7 +88,7 @@ final class BluezLiveness {
     private func send() {
         inFlight = true
         let sent = generation
-        let started = MonotonicInstant.now
+        let started = loop.now
         ping(Self.pingTimeout) { [self] answered in
             guard sent == generation else { return }
             inFlight = false
@@ -100,7 +100,7 @@ final class BluezLiveness {
             } else {
                 unansweredPings += 1
                 let delay = Self.recheck.delay(afterFailures: unansweredPings - 1)
-                timer = loop.schedule(at: .now + delay) { [self] in
+                timer = loop.schedule(after: delay) { [self] in
                     timer = nil
                     send()
                 }

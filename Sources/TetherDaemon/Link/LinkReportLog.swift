@@ -16,6 +16,8 @@ struct LinkReportLog: Sendable {
     let logger: Logger
     /// How Tether pairs (`dongle.pairing`), named in the `paired` line.
     var pairingMethod = "just-works"
+    /// The wall clock, for the clock time a line names (`dongleAway`).
+    var wallClock: @Sendable () -> Date = { Date() }
 
     /// Seconds with millisecond precision, for machine-read fields.
     static func seconds(_ duration: Duration) -> String {
@@ -151,7 +153,7 @@ struct LinkReportLog: Sendable {
         case .dongleAway(let lastSeen, let evidence):
             let seen = lastSeen.map { seen -> String in
                 let ago = now - seen
-                let date = Date(timeIntervalSinceNow: -Double(ago.components.seconds))
+                let date = wallClock().addingTimeInterval(-Double(ago.components.seconds))
                 return "not seen since \(LinkStatus.clockTime(date)) (\(ago.roundedText) ago)"
             } ?? "not seen since Tether started"
             logger.notice(

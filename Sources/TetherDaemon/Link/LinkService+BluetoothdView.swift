@@ -160,7 +160,7 @@ extension LinkService {
 
     func takeNotification(_ bytes: [UInt8], characteristic uuid: String) {
         notifiedThisTurn = true
-        take(Reading(receivedAt: Date(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
+        take(Reading(receivedAt: wallClock(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
     }
 
     /// Hears Device1 changes of the dongle's object alone once its address
@@ -302,7 +302,7 @@ extension LinkService {
     /// air (`Supervisor.controllerEvidence`). Told at most every
     /// `othersAdvertisingEvery`: in a busy street they come many a second.
     func othersAdvertised() {
-        let now = start.duration(to: .now)
+        let now = start.duration(to: loop.now)
         if othersAdvertisingToldAt.map({ now - $0 >= Self.othersAdvertisingEvery }) ?? true {
             othersAdvertisingToldAt = now
             deliver(.othersAdvertising)

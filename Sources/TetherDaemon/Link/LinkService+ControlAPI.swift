@@ -44,7 +44,7 @@ extension LinkService {
 
     public var status: Status {
         let stats = recorder.stats
-        let sinceStart = start.duration(to: .now)
+        let sinceStart = start.duration(to: loop.now)
         return shared.withLock { s in
             Status(
                 state: s.supervisor.state, device: s.device, adapter: s.adapter, connectedSince: s.connectedSince,

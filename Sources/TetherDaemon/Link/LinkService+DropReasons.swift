@@ -108,7 +108,7 @@ extension LinkService {
             )
         } else if let previous {
             report.logger.notice(
-                "bluetoothd answers again after \(previous.duration(to: .now).roundedText)", metadata: ["event": "bluez-answers"]
+                "bluetoothd answers again after \(previous.duration(to: loop.now).roundedText)", metadata: ["event": "bluez-answers"]
             )
         }
         kernelViewChanged()
@@ -142,29 +142,29 @@ extension LinkService {
     func dropNoticed(unexpected: Bool) {
         let device = resolution.device?.address ?? config.dongle.address
         carryOut(drops.dropNoticed(
-            unexpected: unexpected, address: deviceAddress, device: device, at: start.duration(to: .now),
+            unexpected: unexpected, address: deviceAddress, device: device, at: start.duration(to: loop.now),
             source: reasonSource, unavailableWhy: reasonUnavailableWhy))
     }
 
     /// The kernel or bluetoothd said why the dongle's link dropped.
     func reasonHeard(_ reason: DisconnectReasons.Reason, address: String) {
-        carryOut(drops.reasonHeard(reason, address: address, at: start.duration(to: .now)))
+        carryOut(drops.reasonHeard(reason, address: address, at: start.duration(to: loop.now)))
     }
 
     func carryOut(_ effects: [DropAccount.Effect]) {
         for effect in effects {
             switch effect {
             case .logDrop(let unexpected, let reason, let source, let why, let device):
-                lastDropAt = Date()
+                lastDropAt = wallClock()
                 report.disconnected(
                     unexpected: unexpected, reason: reason?.rawValue, toFollowFrom: source, why: why, state: supervisor.state,
                     device: device)
             case .logReason(let reason, let why, _, let device):
                 // The drop awaiting its reason is the last one logged.
-                report.dropReason(reason.rawValue, why: why, droppedAt: lastDropAt ?? Date(), state: supervisor.state, device: device)
+                report.dropReason(reason.rawValue, why: why, droppedAt: lastDropAt ?? wallClock(), state: supervisor.state, device: device)
             case .count(let reason):
                 metrics?.disconnected(reason: reason)
-                let at = lastDropAt ?? Date()
+                let at = lastDropAt ?? wallClock()
                 shared.withLock { s in
                     s.lastDisconnectReason = reason.rawValue
                     s.lastDisconnectAt = at

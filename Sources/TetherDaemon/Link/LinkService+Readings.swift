@@ -77,7 +77,7 @@ extension LinkService {
 
     func handOffReadings() {
         guard !turnReadings.isEmpty else { return }
-        let now = MonotonicInstant.now
+        let now = loop.now
         if !stopping, let previous = lastHandOff, previous.duration(to: now) < Self.handOffSpacing {
             if handOffTimer == nil {
                 // Its turn ends with this hook, which then hands them in.

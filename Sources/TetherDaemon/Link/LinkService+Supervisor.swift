@@ -50,7 +50,7 @@ extension LinkService {
         guard !handlingEvent, queuedEvents.isEmpty, supervisor.state == .online else {
             return deliver(.dataReceived)
         }
-        let now = start.duration(to: .now)
+        let now = start.duration(to: loop.now)
         let actions = supervisor.handle(.dataReceived, at: now)
         guard !actions.isEmpty || supervisor.state != .online else { return }
         handlingEvent = true
@@ -60,7 +60,7 @@ extension LinkService {
     }
 
     func process(_ event: SupervisorEvent) {
-        let now = start.duration(to: .now)
+        let now = start.duration(to: loop.now)
         carryOut(supervisor.handle(event, at: now), of: event, at: now)
         followLinkWithManagementSocket()
     }
@@ -99,12 +99,12 @@ extension LinkService {
             shared.withLock { s in
                 s.supervisor = status
                 if let since = status.awaySince {
-                    if s.awaySince == nil { s.awaySince = Date(timeIntervalSinceNow: -Double((now - since).components.seconds)) }
+                    if s.awaySince == nil { s.awaySince = wallClock().addingTimeInterval(-Double((now - since).components.seconds)) }
                 } else {
                     s.awaySince = nil
                 }
                 if status.state == .online {
-                    if s.connectedSince == nil { s.connectedSince = Date() }
+                    if s.connectedSince == nil { s.connectedSince = wallClock() }
                 } else {
                     s.connectedSince = nil
                 }

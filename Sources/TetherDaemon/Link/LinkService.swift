@@ -47,7 +47,11 @@ import USBDevice
 ///   completes at once) waits for it: actions are never interleaved;
 /// - every task is a child of `run()`'s task group: cancelling `run()` ends
 ///   them all, after the signals that already reached the socket have been
-///   recorded (see `run`).
+///   recorded (see `run`);
+/// - the link reads the time only from its loop (`loop.now`, the loop's
+///   timers) and from `wallClock` (the wall time readings, drops and
+///   "connected since" carry), so that the deterministic simulation runs it
+///   on a virtual loop and a virtual wall clock that may jump.
 public final class LinkService: @unchecked Sendable {
     // @unchecked: the loop-confined state below is touched on `loop` only;
     // `shared` is a Mutex.
@@ -90,7 +94,10 @@ public final class LinkService: @unchecked Sendable {
     let resolver: LinkResolver
     let metrics: LinkMetrics?
     let shared = Mutex(Shared())
-    let start = MonotonicInstant.now
+    /// When the service was made, on the loop's clock: the supervisor's time is since then.
+    let start: MonotonicInstant
+    /// The wall clock: readings' arrival, drops, "connected since".
+    let wallClock: @Sendable () -> Date
     /// When `.othersAdvertising` was last told to the supervisor.
     var othersAdvertisingToldAt: Duration?
     /// When other devices are let in again (`DeviceScope`).
@@ -200,9 +207,11 @@ public final class LinkService: @unchecked Sendable {
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
         kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
         seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor,
-        passkey: Passkey? = nil
+        passkey: Passkey? = nil, wallClock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.blockingWork = blockingWork
+        self.wallClock = wallClock
+        start = bus.loop.now
         self.kernelReasons = kernelReasons
         rfkillSource = rfkill
         initCheck = ControllerInitCheck(name: config.bluez.adapter, address: config.bluez.adapterAddress)
@@ -211,7 +220,7 @@ public final class LinkService: @unchecked Sendable {
         self.config = config
         client = BlueZClient(bus: bus)
         self.recorder = recorder
-        report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.method)
+        report = LinkReportLog(logger: logger, pairingMethod: config.dongle.pairing.method, wallClock: wallClock)
         resolver = LinkResolver(config: config)
         binding = DongleBindingWatch(config: config, matchedBy: resolver.matchDescription)
         let loaded = binding.load()
@@ -230,7 +239,9 @@ public final class LinkService: @unchecked Sendable {
             $0.boundDongle = bound
         }
         agent = config.dongle.pairing.pairs
-            ? PairingAgent(pairing: config.dongle.pairing, passkey: passkey, address: config.dongle.address, logger: logger) : nil
+            ? PairingAgent(
+                pairing: config.dongle.pairing, passkey: passkey, address: config.dongle.address, logger: logger,
+                now: { [loop = bus.loop] in loop.now }) : nil
     }
 
     // MARK: Running
@@ -240,7 +251,9 @@ public final class LinkService: @unchecked Sendable {
     /// answer, so every notification the bus routed to it before is recorded.
     public func run() async throws(BlueZError) {
         await onLoop { [self] in
-            lane = ActionLane(client: client, loop: loop, config: config, logger: report.logger) { [unowned self] event in
+            lane = ActionLane(
+                client: client, loop: loop, config: config, logger: report.logger, wallClock: wallClock
+            ) { [unowned self] event in
                 deliver(event)
             }
             lane.onReading = { [unowned self] reading in take(reading) }

@@ -1,6 +1,7 @@
 import BlueZ
 import Configuration
 import DBus
+import EventLoop
 import Logging
 import Synchronization
 
@@ -41,6 +42,8 @@ final class PairingAgent: Sendable {
     /// (`dev_AA_BB_CC_DD_EE_FF`), when configured.
     private let addressElement: String?
     private let logger: Logger
+    /// The monotonic clock the refusals are paced by: the service's loop's.
+    private let now: @Sendable () -> MonotonicInstant
     private let state = Mutex(State())
 
     private struct State {
@@ -53,7 +56,11 @@ final class PairingAgent: Sendable {
 
     /// - Parameter passkey: what `tether run` read (`loadPasskey`); nil
     ///   refuses every passkey request.
-    init(pairing: TetherConfig.Pairing, passkey: Passkey? = nil, address: String? = nil, logger: Logger) {
+    init(
+        pairing: TetherConfig.Pairing, passkey: Passkey? = nil, address: String? = nil, logger: Logger,
+        now: @escaping @Sendable () -> MonotonicInstant = { MonotonicInstant.now }
+    ) {
+        self.now = now
         self.pairing = pairing
         self.passkey = passkey
         self.logger = logger
@@ -174,9 +181,10 @@ final class PairingAgent: Sendable {
     /// Refuses a caller that is not bluetoothd (org.bluez's current owner).
     private func requireBluez(_ call: MethodCall, _ method: String) throws(DBusError) {
         let sender = call.sender
+        let at = now()
         let report: Int? = state.withLock { state in
             if let owner = state.bluezOwner, !sender.isEmpty, sender == owner { return nil }
-            return state.foreign.record(at: .now)
+            return state.foreign.record(at: at)
         }
         guard let report else { return }
         if report >= 0 {
@@ -217,12 +225,12 @@ final class PairingAgent: Sendable {
 /// journal (unique names are cheap, so the limit is on lines, not senders).
 struct ForeignCalls {
     static let interval: Duration = .seconds(60)
-    private var lastLine: ContinuousClock.Instant?
+    private var lastLine: MonotonicInstant?
     private var suppressed = 0
 
     /// A refused call at `now`: the number of calls left untold since the
     /// last line when this one is to be told, -1 when it is not.
-    mutating func record(at now: ContinuousClock.Instant) -> Int {
+    mutating func record(at now: MonotonicInstant) -> Int {
         if let lastLine, lastLine.duration(to: now) < Self.interval {
             suppressed += 1
             return -1

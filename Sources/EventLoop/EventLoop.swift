@@ -38,7 +38,8 @@ import Synchronization
 /// stream is taken in batches instead of one wake-up per message. It never
 /// delays timers, and a quiet stream is never delayed at all.
 public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // @unchecked: `inbox` is a Mutex; everything else is touched on the loop's thread only.
+    // @unchecked: `inbox` is a Mutex, `threadID` and `virtualNanoseconds` atomics; everything else
+    // is touched on the loop's thread only.
 
     public typealias Handler = (Readiness) -> Void
 

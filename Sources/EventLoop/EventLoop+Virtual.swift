@@ -45,7 +45,14 @@ extension EventLoop {
     /// Keep it alive while tasks prefer it: a task holds its executor
     /// unowned.
     public convenience init(virtualNamed name: String, startingAt start: MonotonicInstant = MonotonicInstant(nanoseconds: 0)) {
-        self.init(name: name, virtualStart: start)
+        self.init(name: name, virtualClock: VirtualClock(start: start))
+    }
+
+    /// A virtual loop on `clock`, which other virtual loops may share
+    /// (`VirtualLoops` drives such a group: drive the loops of a shared clock
+    /// through it, not with `advance`, which moves the clock under the others).
+    public convenience init(virtualNamed name: String, clock: VirtualClock) {
+        self.init(name: name, virtualClock: clock)
     }
 
     /// The earliest deadline of the timers scheduled, nil when there are
@@ -109,13 +116,13 @@ extension EventLoop {
         earliestTimerDeadline().map { $0 <= now } ?? false
     }
 
-    private var isStopped: Bool {
+    var isStopped: Bool {
         inbox.withLock { $0.stopRequested }
     }
 
     /// Forward only.
     private func moveNow(to instant: MonotonicInstant) {
-        if instant > now { virtualNanoseconds.store(instant.nanoseconds, ordering: .releasing) }
+        virtualClock?.move(to: instant)
     }
 
     /// Looks at the watched descriptors without waiting and calls the

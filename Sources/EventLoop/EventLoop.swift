@@ -38,7 +38,7 @@ import Synchronization
 /// stream is taken in batches instead of one wake-up per message. It never
 /// delays timers, and a quiet stream is never delayed at all.
 public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable {
-    // @unchecked: `inbox` is a Mutex, `threadID` and `virtualNanoseconds` atomics; everything else
+    // @unchecked: `inbox` is a Mutex, `threadID` an atomic, `virtualClock` one of its own; everything else
     // is touched on the loop's thread only.
 
     public typealias Handler = (Readiness) -> Void
@@ -89,9 +89,10 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     let wakeFD: Int32
     let inbox = Mutex(Inbox())
     private let threadID = Atomic<UInt>(0)
-    /// A virtual loop's `now`, in nanoseconds: written by its driving thread,
-    /// read from any (a recorder's stall check). Unused on a real loop.
-    let virtualNanoseconds = Atomic<UInt64>(0)
+    /// A virtual loop's time, which several virtual loops may share
+    /// (`VirtualLoops`): written by the driving thread, read from any (a
+    /// recorder's stall check). Nil on a real loop.
+    let virtualClock: VirtualClock?
 
     // Loop-thread state.
     var watches: [UInt64: Watch] = [:]
@@ -109,19 +110,19 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
 
     /// Starts a loop on a new thread.
     public convenience init(name: String) {
-        self.init(name: name, virtualStart: nil)
+        self.init(name: name, virtualClock: nil)
     }
 
-    /// A real loop on a new thread, or (`virtualStart` set) a virtual one at
-    /// that instant, driven by the calling thread.
-    init(name: String, virtualStart: MonotonicInstant?) {
+    /// A real loop on a new thread, or (`virtualClock` set) a virtual one on
+    /// that clock, driven by the calling thread.
+    init(name: String, virtualClock: VirtualClock?) {
         self.name = name
-        isVirtual = virtualStart != nil
+        self.virtualClock = virtualClock
+        isVirtual = virtualClock != nil
         epollFD = epoll_create1(Int32(EPOLL_CLOEXEC))
         wakeFD = isVirtual ? -1 : eventfd(0, Int32(EFD_CLOEXEC) | Int32(EFD_NONBLOCK))
         precondition(epollFD >= 0 && (isVirtual || wakeFD >= 0), "epoll_create1/eventfd failed: errno \(errno)")
-        if let virtualStart {
-            virtualNanoseconds.store(virtualStart.nanoseconds, ordering: .releasing)
+        if isVirtual {
             threadID.store(Self.currentThread, ordering: .releasing)
             return
         }
@@ -152,7 +153,7 @@ public final class EventLoop: SerialExecutor, TaskExecutor, @unchecked Sendable 
     /// What its timers run on, and what code on the loop reads the time
     /// from, so that a simulation can drive it. Any thread.
     public var now: MonotonicInstant {
-        isVirtual ? MonotonicInstant(nanoseconds: virtualNanoseconds.load(ordering: .acquiring)) : .now
+        virtualClock?.now ?? .now
     }
 
     // MARK: Executor

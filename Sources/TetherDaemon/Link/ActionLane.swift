@@ -432,10 +432,3 @@ final class LoopBound<Value>: @unchecked Sendable {
     let value: Value
     init(_ value: Value) { self.value = value }
 }
-
-/// An HCI reset through libbluetooth, as an escalation result.
-enum HCIReset {
-    static func run(_ interfaceName: String) -> Result<Void, LinkFailure> {
-        HCIController.reset(interfaceName).mapError { LinkFailure(.fatal, $0.description) }
-    }
-}

@@ -39,14 +39,14 @@ extension LinkService {
         for await job in blockingJobs {
             switch job {
             case .hciReset(let name):
-                let result = HCIReset.run(name)
+                let result = await kernel.reset(name)
                 loop.execute { [self] in lane.escalationStepDone(.hciReset, result) }
             case .usb(let step, let controller):
-                let result = USBRecovery.run(step, controller: controller)
+                let result = await kernel.recoverUSB(step, controller: controller)
                 loop.execute { [self] in lane.escalationStepDone(step, result) }
             case .checkController(let name):
                 let check: ControllerCheck
-                switch HCIController.askVersion(name, timeout: Self.controllerCheckTimeout) {
+                switch await kernel.askVersion(name, timeout: Self.controllerCheckTimeout) {
                 case .answered: check = .responsive
                 case .silent: check = .unresponsive("\(name) did not answer HCI Read Local Version within \(Self.controllerCheckTimeout.roundedText)")
                 case .notAsked(let why): check = .unknown(why)

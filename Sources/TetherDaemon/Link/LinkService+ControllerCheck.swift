@@ -35,7 +35,7 @@ extension LinkService {
     func checkControllers() {
         initCheckTimer = nil
         let listed = Set(tree.adapters.map(\.interfaceName))
-        if let change = initCheck.check(kernel: KernelControllers.list(), listed: listed, at: start.duration(to: loop.now)) {
+        if let change = initCheck.check(kernel: kernel.controllers(), listed: listed, at: start.duration(to: loop.now)) {
             controllerCheckChanged(change)
         }
         initCheckTimer = loop.schedule(after: initCheck.nextDelay) { [unowned self] in checkControllers() }

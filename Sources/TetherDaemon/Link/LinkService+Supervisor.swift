@@ -51,7 +51,9 @@ extension LinkService {
             return deliver(.dataReceived)
         }
         let now = start.duration(to: loop.now)
+        let before = decisionObserver.map { _ in supervisor.status }
         let actions = supervisor.handle(.dataReceived, at: now)
+        if let before { decisionObserver?(SupervisorDecision(event: .dataReceived, statusBefore: before, actions: actions, status: supervisor.status)) }
         guard !actions.isEmpty || supervisor.state != .online else { return }
         handlingEvent = true
         defer { handlingEvent = false }
@@ -61,7 +63,10 @@ extension LinkService {
 
     func process(_ event: SupervisorEvent) {
         let now = start.duration(to: loop.now)
-        carryOut(supervisor.handle(event, at: now), of: event, at: now)
+        let before = decisionObserver.map { _ in supervisor.status }
+        let actions = supervisor.handle(event, at: now)
+        if let before { decisionObserver?(SupervisorDecision(event: event, statusBefore: before, actions: actions, status: supervisor.status)) }
+        carryOut(actions, of: event, at: now)
         followLinkWithManagementSocket()
     }
 

@@ -106,6 +106,9 @@ public final class LinkService: @unchecked Sendable {
     let blockingInput: AsyncStream<BlockingJob>.Continuation
     /// Where the blocking jobs run: the daemon's io thread.
     let blockingWork: any TaskExecutor
+    /// The controllers' kernel side (`ControllerKernel`): resets, the
+    /// controller check, the kernel's controller list.
+    let kernel: any ControllerKernel
     let blockingJobs: AsyncStream<BlockingJob>
 
     /// Every change of state, attempt, error or schedule, newest kept if the
@@ -202,14 +205,20 @@ public final class LinkService: @unchecked Sendable {
     /// A reading was written since start (loop-confined twin of `lastReadingAt`).
     var anyReadingWritten = false
     var resolutionChangedSincePublish = true
+    /// Told every decision of the supervisor, before it is carried out:
+    /// what the deterministic simulation's invariants judge. Nil in the
+    /// daemon (then nothing of it is computed). Loop-confined.
+    @_spi(Simulation) public var decisionObserver: ((SupervisorDecision) -> Void)?
 
     public init(
         config: TetherConfig, bus: Bus, recorder: ReadingRecorder, logger: Logger, metrics: LinkMetrics? = nil,
         kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
         seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor,
+        kernel: any ControllerKernel = SystemControllerKernel(),
         passkey: Passkey? = nil, wallClock: @escaping @Sendable () -> Date = { Date() }
     ) {
         self.blockingWork = blockingWork
+        self.kernel = kernel
         self.wallClock = wallClock
         start = bus.loop.now
         self.kernelReasons = kernelReasons
@@ -341,4 +350,13 @@ func waitForCancellation() async {
     } onCancel: {
         continuation.finish()
     }
+}
+
+/// One decision of the supervisor, as `LinkService.decisionObserver` sees it.
+@_spi(Simulation) public struct SupervisorDecision: Sendable {
+    public var event: SupervisorEvent
+    /// The supervisor's status before and after the event.
+    public var statusBefore: Supervisor.Status
+    public var actions: [SupervisorAction]
+    public var status: Supervisor.Status
 }

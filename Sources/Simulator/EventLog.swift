@@ -1,19 +1,24 @@
+import EventLoop
 import Foundation
 
 /// The simulator's record of what happened: kept in memory for in-process
 /// tests and, when a path is given, appended to a JSON-lines file as each
-/// event happens (tests and the demo read it while the simulator runs).
+/// event happens (tests and the demo read it while the simulator runs). Its
+/// timestamps are the simulator's loop's clock (virtual time on a virtual loop).
 struct EventLog {
     /// In-memory events are capped so a long demo run at a high notify rate
     /// does not grow without bound; the oldest half goes when the cap is hit.
     static let memoryLimit = 500_000
 
-    private let startedAt: ContinuousClock.Instant
+    private let clock: EventLoopClock
+    private let startedAt: MonotonicInstant
     private var file: FileHandle?
     private(set) var events: [SimulatorEvent] = []
 
-    init(path: String?, startedAt: ContinuousClock.Instant) throws {
-        self.startedAt = startedAt
+    /// Times events from `clock.now` on.
+    init(path: String?, clock: EventLoopClock) throws {
+        self.clock = clock
+        startedAt = clock.now
         guard let path else { return }
         // open(2) rather than FileManager.createFile, which on Linux writes
         // atomically and leaves a /tmp/TemporaryDirectory.* behind each time.
@@ -22,9 +27,9 @@ struct EventLog {
         file = FileHandle(fileDescriptor: fd, closeOnDealloc: true)
     }
 
-    /// Milliseconds since the simulator started, on the monotonic clock.
-    func timestamp(_ now: ContinuousClock.Instant = .now) -> Double {
-        let elapsed = now - startedAt
+    /// Milliseconds since the simulator started, on its loop's clock.
+    func timestamp() -> Double {
+        let elapsed = startedAt.duration(to: clock.now)
         return Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
     }
 

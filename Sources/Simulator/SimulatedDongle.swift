@@ -1,3 +1,4 @@
+import EventLoop
 import Foundation
 import Pacing
 
@@ -5,6 +6,7 @@ import Pacing
 /// the notification sequence, injected connect failures, idle tracking and
 /// the values it produces (telemetry payloads, RSSI, battery level). The
 /// `Simulator` actor drives it and turns its transitions into bus traffic.
+/// It reads no clock: the instants it is given are the simulator's loop's.
 struct SimulatedDongle: Sendable {
     struct InjectedFailure: Sendable, Equatable {
         var errorName: String
@@ -17,13 +19,13 @@ struct SimulatedDongle: Sendable {
     /// Successful connects since the simulator started.
     private(set) var connects: UInt32 = 0
     /// The last GATT read or write (or the connect): the idle clock's origin.
-    private(set) var lastActivity: ContinuousClock.Instant
+    private(set) var lastActivity: MonotonicInstant
     private var pendingFailures = 0
     private var failure = InjectedFailure(errorName: "", message: "")
     private var rssi: Int16 = -62
     private var rng = SplitMix64(seed: 0x7e7_4e2)
 
-    init(now: ContinuousClock.Instant) {
+    init(now: MonotonicInstant) {
         lastActivity = now
     }
 
@@ -45,7 +47,7 @@ struct SimulatedDongle: Sendable {
     /// Whether a connect attempt now can reach the dongle: only while it advertises.
     var acceptsConnection: Bool { state == .advertising }
 
-    mutating func linkUp(at now: ContinuousClock.Instant) {
+    mutating func linkUp(at now: MonotonicInstant) {
         state = .connected
         connects += 1
         lastActivity = now
@@ -58,12 +60,12 @@ struct SimulatedDongle: Sendable {
     }
 
     /// A GATT read or write from the central resets the idle clock.
-    mutating func noteActivity(at now: ContinuousClock.Instant) {
+    mutating func noteActivity(at now: MonotonicInstant) {
         lastActivity = now
     }
 
     /// When the link drops for idleness, measured from the last activity.
-    func idleDeadline(sleepAfter: Duration) -> ContinuousClock.Instant {
+    func idleDeadline(sleepAfter: Duration) -> MonotonicInstant {
         lastActivity + sleepAfter
     }
 

@@ -121,13 +121,13 @@ extension Simulator {
 
     /// bluetoothd's `sock_hup`: the client closed its end (or left the bus
     /// and the kernel closed it), and the acquisition ends at once.
-    private func watchForHangup(_ path: ObjectPath, socket: Int32, on loop: EventLoop) {
+    private func watchForHangup(_ path: ObjectPath, socket: Int32, on bluetoothd: EventLoop) {
         let watch = WatchBox()
-        loop.execute {
-            watch.id = loop.watch(socket, interest: []) { _ in
-                if let id = watch.id { loop.removeWatch(id) }
+        bluetoothd.execute {
+            watch.id = bluetoothd.watch(socket, interest: []) { _ in
+                if let id = watch.id { bluetoothd.removeWatch(id) }
                 watch.id = nil
-                Task { await self.acquiredSocketHungUp(path, socket: socket) }
+                Task(executorPreference: self.loop) { await self.acquiredSocketHungUp(path, socket: socket) }
             }
         }
         hangupWatches[socket] = watch
@@ -146,10 +146,11 @@ extension Simulator {
         if let wait = acquisition.staleWait { cancelWait(wait) }
         if let socket = acquisition.socket {
             let watch = hangupWatches.removeValue(forKey: socket)
-            // The watch goes before the descriptor, on the loop that has it.
-            let loop = bluez?.loop ?? EventLoop.shared
-            loop.execute {
-                if let id = watch?.id { loop.removeWatch(id) }
+            // The watch goes before the descriptor, on the loop that has it
+            // (every bluetoothd incarnation's).
+            let bluetoothd = bluezLoop
+            bluetoothd.execute {
+                if let id = watch?.id { bluetoothd.removeWatch(id) }
                 watch?.id = nil
                 close(socket)
             }

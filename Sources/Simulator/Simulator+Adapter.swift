@@ -23,9 +23,9 @@ extension Simulator {
     @discardableResult
     func changePower(_ on: Bool, reason: String?) async -> DBusError? {
         let previous = powerChange
-        let change = Task { () -> DBusError? in
+        let change = spawn { simulator -> DBusError? in
             _ = await previous?.value
-            return await self.applyPower(on, reason: reason)
+            return await simulator.applyPower(on, reason: reason)
         }
         powerChange = change
         return await change.value
@@ -136,7 +136,7 @@ extension Simulator {
         // 2026-12-04). Modelled as a stall only a power cycle lifts.
         discoveryStopQueued = true
         connectStoppedScan = false
-        try? await Task.sleep(for: Self.managementRoundTrip)
+        await pause(Self.managementRoundTrip)
         discoveryStopQueued = false
         if connectStoppedScan, discoveryClients.remove(client) != nil {
             connectStoppedScan = false
@@ -196,7 +196,7 @@ extension Simulator {
         // that a new scan enable lifts is over.
         if !active, scanStall == .untilRestart { endScanStall(reason: "discovery-restarted") }
         if active {
-            scanTask = Task { await self.scan() }
+            scanTask = spawn { await $0.scan() }
             await setAdapterProperties(["Discovering": .boolean(true)])
         } else {
             scanTask?.cancel()
@@ -219,7 +219,7 @@ extension Simulator {
     /// Each advertising interval while discovery runs and the dongle
     /// advertises: an RSSI update, or the device's first appearance.
     private func scan() async {
-        while await Self.sleepUnlessCancelled(options.advertisingInterval) {
+        while await sleepUnlessCancelled(options.advertisingInterval) {
             guard discovering, let bus = bluez else { return }
             // A wedged controller passes no advertising report up, and
             // bluetoothd says nothing of it: no error, `Discovering` as it
@@ -302,12 +302,12 @@ extension Simulator {
             path: "/org/freedesktop/DBus"
         ))
         clientWatchTask?.cancel()
-        clientWatchTask = Task {
+        clientWatchTask = spawn { simulator in
             for await signal in departures {
                 guard signal.body.count >= 3, let name = signal.body[0].string, name.hasPrefix(":"),
                       signal.body[2].string == ""
                 else { continue }
-                await self.clientLeft(name)
+                await simulator.clientLeft(name)
             }
         }
     }

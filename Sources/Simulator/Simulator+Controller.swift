@@ -65,7 +65,7 @@ extension Simulator {
         let server = try RfkillServer.start(directory: directory, loop: loop) { input.yield($0) }
         rfkillServer = server
         // One task applies the clients' writes, in the order they came.
-        rfkillWrites = Task { [weak self] in
+        rfkillWrites = Task(executorPreference: self.loop) { [weak self] in
             for await event in writes { await self?.rfkillWritten(event) }
         }
         if adapterPresent { server.update(rfkillRecord(.add), name: controllerName) }

@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import EventLoop
 
 /// GattCharacteristic1 methods and the telemetry stream.
 extension Simulator {
@@ -38,7 +39,7 @@ extension Simulator {
         let value = currentValue(of: characteristic)
         let offset = options["offset"]?.int64 ?? 0
         guard offset >= 0, offset <= Int64(value.count) else { throw BlueZFault.invalidOffset }
-        dongle.noteActivity(at: .now)
+        dongle.noteActivity(at: loop.now)
         log.record(.read) {
             $0.client = client
             $0.uuid = characteristic.uuid
@@ -77,7 +78,7 @@ extension Simulator {
         }
         // A write command needs no answer: the radio takes it, hung or not.
         if type != "command" { try await awaitHungPeer(client) }
-        dongle.noteActivity(at: .now)
+        dongle.noteActivity(at: loop.now)
         log.record(.write) {
             $0.client = client
             $0.uuid = characteristic.uuid
@@ -185,7 +186,7 @@ extension Simulator {
             && (!(notifySessions[gatt.tx.path]?.isEmpty ?? true) || isLiveAcquisition(gatt.tx.path))
         if wanted, telemetryTask == nil {
             let link = linkID
-            telemetryTask = Task { await self.sendTelemetry(link: link) }
+            telemetryTask = spawn { await $0.sendTelemetry(link: link) }
         } else if !wanted {
             telemetryTask?.cancel()
             telemetryTask = nil
@@ -201,20 +202,16 @@ extension Simulator {
         guard rate > 0 else { return }
         let interval = max(Duration.milliseconds(1), Duration.seconds(1 / rate))
         let maxBurst = max(1, Int(rate / 10))
-        let start = ContinuousClock.now
+        let start = loop.now
         var deadline = start
         var sent = 0
         while true {
-            deadline += interval
-            let now = ContinuousClock.now
-            if deadline < now - interval { deadline = now }
-            do {
-                try await Task.sleep(until: deadline, clock: .continuous)
-            } catch {
-                return
-            }
+            deadline = deadline + interval
+            let now = loop.now
+            if deadline + interval < now { deadline = now }
+            guard await sleepUnlessCancelled(until: deadline) else { return }
             guard !Task.isCancelled, link == linkID, servicesResolved, let bus = bluez else { return }
-            var due = Int((ContinuousClock.now - start).inSeconds * rate) - sent
+            var due = Int(start.duration(to: loop.now).inSeconds * rate) - sent
             if due > maxBurst {
                 sent += due - maxBurst
                 due = maxBurst

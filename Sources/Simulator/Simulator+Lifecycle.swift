@@ -14,7 +14,7 @@ extension Simulator {
     /// each announced with InterfacesAdded as the real daemon does once it has
     /// read the controller.
     func bringUpBluetoothd() async throws {
-        let bus = try await Bus.connect(address: busAddress, on: bluezLoop)
+        let bus = try await connect(bluezLoop)
         guard !stopped, bluez == nil else {
             await bus.close()
             return
@@ -65,10 +65,16 @@ extension Simulator {
     /// call), as seen in the field: it keeps its name, so nothing on the bus
     /// says it is gone, but it answers no call (not even a D-Bus ping), sends
     /// no signal and passes no GATT traffic: the dongle hears no keep-alive
-    /// and its idle clock runs on. Afterwards it serves what queued.
+    /// and its idle clock runs on. Afterwards it serves what queued. On a
+    /// virtual loop the hang is a freeze from now (`SimulatorLoops.freeze`);
+    /// on a real one, the thread sleeps once it has run what is queued.
     public func hang(for duration: Duration) {
         guard !stopped, bluez != nil else { return }
         log.record(.hang) { $0.reason = "\(Int(duration / .milliseconds(1)))" }
+        if let freezeBluezLoop {
+            freezeBluezLoop(bluezLoop, duration)
+            return
+        }
         let (seconds, attoseconds) = duration.components
         bluezLoop.execute {
             var request = timespec(tv_sec: Int(seconds), tv_nsec: Int(attoseconds / 1_000_000_000))
@@ -131,9 +137,9 @@ extension Simulator {
     private func scheduleRestart(after delay: Duration) {
         guard !stopped else { return }
         restartTask?.cancel()
-        restartTask = Task {
-            guard await Self.sleepUnlessCancelled(delay) else { return }
-            await self.finishRestart()
+        restartTask = spawn { simulator in
+            guard await simulator.sleepUnlessCancelled(delay) else { return }
+            await simulator.finishRestart()
         }
     }
 

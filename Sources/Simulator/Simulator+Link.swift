@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import EventLoop
 
 /// Device1.Connect/Disconnect, link loss, and the dongle's sleep model.
 extension Simulator {
@@ -78,7 +79,7 @@ extension Simulator {
     /// reply (unless `connectedUnsignalled`); the GATT objects and
     /// ServicesResolved follow after `resolveDelay`.
     private func linkEstablished() async {
-        dongle.linkUp(at: .now)
+        dongle.linkUp(at: loop.now)
         linkID += 1
         let link = linkID
         // A bonded device's link is encrypted with the stored key before its
@@ -91,17 +92,17 @@ extension Simulator {
         log.record(.connected)
         await setDeviceProperties(["Connected": .boolean(true)], emitSignal: !options.connectedUnsignalled)
         guard link == linkID, !stopped else { return }
-        idleTask = Task { await self.watchIdleness(link: link) }
-        resolveTask = Task { await self.resolveServices(link: link) }
+        idleTask = spawn { await $0.watchIdleness(link: link) }
+        resolveTask = spawn { await $0.resolveServices(link: link) }
         await publishControl()
     }
 
     private func resolveServices(link: Int) async {
-        guard await Self.sleepUnlessCancelled(options.resolveDelay), link == linkID else { return }
+        guard await sleepUnlessCancelled(options.resolveDelay), link == linkID else { return }
         if options.resolvedBeforeObjects {
             // The race real BlueZ shows: the flag first, the objects later.
             await setDeviceProperties(["ServicesResolved": .boolean(true)])
-            guard await Self.sleepUnlessCancelled(.milliseconds(50)), link == linkID else { return }
+            guard await sleepUnlessCancelled(.milliseconds(50)), link == linkID else { return }
             await exportGatt()
         } else {
             await exportGatt()
@@ -274,24 +275,20 @@ extension Simulator {
     // MARK: Sleep model
 
     /// While connected, the firmware drops the link and powers off when no
-    /// GATT read or write came for `sleepAfter` (monotonic clock).
+    /// GATT read or write came for `sleepAfter` (the loop's clock).
     private func watchIdleness(link: Int) async {
         while link == linkID, dongle.state == .connected {
             let deadline = dongle.idleDeadline(sleepAfter: options.sleepAfter)
-            if ContinuousClock.now >= deadline, applicationHung != nil {
+            if loop.now >= deadline, applicationHung != nil {
                 // The firmware's idle timer is part of the hung application.
-                dongle.noteActivity(at: .now)
+                dongle.noteActivity(at: loop.now)
                 continue
             }
-            if ContinuousClock.now >= deadline {
+            if loop.now >= deadline {
                 await loseLink(reason: "idle", asleep: true)
                 return
             }
-            do {
-                try await Task.sleep(until: deadline, clock: .continuous)
-            } catch {
-                return
-            }
+            guard await sleepUnlessCancelled(until: deadline) else { return }
         }
     }
 
@@ -303,11 +300,11 @@ extension Simulator {
         advertisingEpoch += 1
         let epoch = advertisingEpoch
         advertisingTask?.cancel()
-        advertisingTask = Task { await self.endAdvertising(epoch: epoch) }
+        advertisingTask = spawn { await $0.endAdvertising(epoch: epoch) }
     }
 
     private func endAdvertising(epoch: Int) async {
-        guard await Self.sleepUnlessCancelled(options.advertiseTimeout), epoch == advertisingEpoch,
+        guard await sleepUnlessCancelled(options.advertiseTimeout), epoch == advertisingEpoch,
               dongle.state == .advertising
         else { return }
         fallAsleep(reason: "advertising-timeout")

@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import EventLoop
 
 /// Agents, Device1.Pair, bonds and a dongle that lost its keys, as BlueZ
 /// 5.66 with a Linux ≥ 5.8 kernel handles them (docs/pairing-research.md
@@ -235,7 +236,7 @@ extension Simulator {
     private func startPairing(agent: RegisteredAgent?, pairCaller: String?) -> Task<PairingOutcome, Never> {
         let id = makeWaitID()
         let link = linkID
-        let task = Task { await self.exchangeKeys(id: id, agent: agent, pairCaller: pairCaller, link: link) }
+        let task = spawn { await $0.exchangeKeys(id: id, agent: agent, pairCaller: pairCaller, link: link) }
         pairing = (id, task)
         return task
     }
@@ -342,7 +343,7 @@ extension Simulator {
         let timeout = options.agentTimeout
         return await withCheckedContinuation { continuation in
             agentRequest = PendingAgentRequest(id: id, agent: agent, continuation: continuation)
-            agentRequest?.call = Task {
+            agentRequest?.call = spawn { simulator in
                 let answer: AgentAnswer
                 do throws(DBusError) {
                     answer = .reply(try await bus.call(
@@ -352,7 +353,7 @@ extension Simulator {
                 } catch {
                     answer = .error(error)
                 }
-                await self.agentAnswered(id, answer)
+                await simulator.agentAnswered(id, answer)
             }
         }
     }
@@ -371,7 +372,7 @@ extension Simulator {
         agentRequest = nil
         request.call?.cancel()
         if tellAgent, bluez != nil {
-            Task { await self.sendCancel(to: request.agent) }
+            spawn { await $0.sendCancel(to: request.agent) }
         }
         request.continuation.resume(returning: .aborted(reason))
     }
@@ -391,7 +392,7 @@ extension Simulator {
     /// Key Missing, and about a connect latency later the kernel drops the
     /// link for authentication failure. Returns the Connect's error.
     func connectWithoutPeerKey(client: String) async -> DBusError {
-        dongle.linkUp(at: .now)
+        dongle.linkUp(at: loop.now)
         linkID += 1
         let link = linkID
         deviceKnown = true

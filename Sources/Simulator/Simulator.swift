@@ -13,11 +13,20 @@ import Rfkill
 /// follows it, and the signals announcing it go out in one hop onto the bus's
 /// serial executor, so signals leave in the order the changes happened.
 /// Call `stop()` when done: it closes both connections and cancels every task.
+///
+/// Threading: the actor runs on an `EventLoop` (`loop`, its executor), and
+/// reads the time only from it (`loop.now`, its timers): on virtual loops
+/// (`start(connect:loops:options:)`) a run repeats exactly, on virtual
+/// time. Every task it starts prefers that loop (`spawn`), so nothing of
+/// it reaches Swift's global executor (Simulator+Tasks.swift). Callers of
+/// its methods on virtual loops call from tasks that prefer one of them.
 public actor Simulator {
     // MARK: Configuration
 
     let options: SimulatorOptions
-    let busAddress: String
+    /// Makes a bus connection on the given loop: each bluetoothd
+    /// incarnation's, and the control connection.
+    let connect: @Sendable (EventLoop) async throws(DBusError) -> Bus
     /// The dongle's GATT database now (its firmware's layout).
     var gatt: GattDatabase
     /// The database whose objects bluetoothd exported, while they are on the
@@ -43,11 +52,18 @@ public actor Simulator {
 
     // MARK: Connections
 
+    /// The loop the actor runs on (its executor), with the control connection.
+    nonisolated let loop: EventLoop
+    public nonisolated var unownedExecutor: UnownedSerialExecutor { loop.asUnownedSerialExecutor() }
     /// The current bluetoothd incarnation; nil while "crashed".
     var bluez: Bus?
     /// bluetoothd's main loop: each incarnation's connection runs on it, and
     /// only on it, so that holding it hangs bluetoothd alone (`hang(for:)`).
-    let bluezLoop = EventLoop(name: "simulated-bluetoothd")
+    let bluezLoop: EventLoop
+    /// How `hang(for:)` holds `bluezLoop` (`SimulatorLoops.freeze`).
+    let freezeBluezLoop: (@Sendable (EventLoop, Duration) -> Void)?
+    /// `start(busAddress:options:)` made `bluezLoop`, and `stop()` ends it.
+    let ownsBluezLoop: Bool
     var control: Bus?
     /// Bumped whenever bluetoothd goes away, so that work begun by an older
     /// incarnation (a pending Disconnect) does not act on the new one.
@@ -142,7 +158,7 @@ public actor Simulator {
     /// (`hangApplication`); nil when it runs. The value: whether the stack
     /// still answers ATT requests (a Nordic SoftDevice does without the
     /// application), or they go unanswered too.
-    var applicationHung: (attAnswers: Bool, since: ContinuousClock.Instant)?
+    var applicationHung: (attAnswers: Bool, since: MonotonicInstant)?
     /// AcquireNotify calls waiting for the link's services (GATT ready).
     var servicesResolvedWaiters: [CheckedContinuation<Bool, Never>] = []
     /// Released acquisitions whose NotifyAcquired=false is still to be sent.
@@ -203,83 +219,31 @@ public actor Simulator {
     var clientWatchTask: Task<Void, Never>?
     var restartTask: Task<Void, Never>?
 
-    private init(busAddress: String, options: SimulatorOptions) throws {
-        let now = ContinuousClock.now
+    /// Checks the options; `start` connects.
+    init(
+        connect: @escaping @Sendable (EventLoop) async throws(DBusError) -> Bus, loops: SimulatorLoops, ownsBluezLoop: Bool,
+        options: SimulatorOptions
+    ) throws {
+        loop = loops.simulator
+        bluezLoop = loops.bluetoothd
+        freezeBluezLoop = loops.freeze
+        self.ownsBluezLoop = ownsBluezLoop
+        self.connect = connect
         if case .passkey(let passkey) = options.pairing, passkey > DonglePairing.maximumPasskey {
             throw SimulatorError.invalidPasskey(passkey)
         }
         self.options = options
         shownAddress = options.address
         otherAdvertisers = max(0, options.otherAdvertisers)
-        self.busAddress = busAddress
         devicePath = try DeviceObject.path(adapter: AdapterObject.path, address: options.address)
         adapterAddress = options.adapterAddress.uppercased()
         gatt = try GattDatabase(devicePath: devicePath)
         connectLatency = options.connectLatency
         notifyRate = Self.sanitizedRate(options.notifyRate)
-        dongle = SimulatedDongle(now: now)
+        dongle = SimulatedDongle(now: loops.simulator.now)
         deviceKnown = options.known
-        log = try EventLog(path: options.eventLogPath, startedAt: now)
+        log = try EventLog(path: options.eventLogPath, clock: loops.simulator.clock)
         rfkill = options.rfkillDirectory.map { RfkillSource(device: $0 + "/rfkill", sysfs: $0 + "/class-rfkill") }
-    }
-
-    /// Starts the simulator; returns once `org.bluez` (with the adapter and,
-    /// if known, the device) and `io.tether.Simulator` are on the bus.
-    public static func start(busAddress: String, options: SimulatorOptions = SimulatorOptions()) async throws
-        -> Simulator
-    {
-        let simulator = try Simulator(busAddress: busAddress, options: options)
-        do {
-            try await simulator.launch()
-        } catch {
-            await simulator.stop()
-            throw error
-        }
-        return simulator
-    }
-
-    private func launch() async throws {
-        let control = try await Bus.connect(address: busAddress)
-        self.control = control
-        publishedState = dongle.state
-        publishedConnects = dongle.connects
-        try await control.export(SimulatorControl.path, [ControlInterface.interface(controlSnapshot, simulator: self)])
-        try await control.requestName(SimulatorControl.busName)
-        try startRfkill(loop: control.loop)
-        try await bringUpBluetoothd()
-        enterAdvertising()
-    }
-
-    /// Closes both connections and cancels every timer and pending call.
-    public func stop() async {
-        guard !stopped else { return }
-        stopped = true
-        rfkillServer?.stop()
-        rfkillServer = nil
-        for task in [resolveTask, telemetryTask, idleTask, advertisingTask, scanTask, clientWatchTask, restartTask, rfkillWrites] {
-            task?.cancel()
-        }
-        resolveTask = nil
-        telemetryTask = nil
-        idleTask = nil
-        advertisingTask = nil
-        scanTask = nil
-        clientWatchTask = nil
-        restartTask = nil
-        rfkillWrites = nil
-        for (_, wait) in waits { wait.cancel() }
-        waits.removeAll()
-        pendingConnect = nil
-        abortAgentRequest(reason: "stopped", tellAgent: false)
-        releaseAllAcquisitions(reason: "stopped")
-        releasedToAnnounce.removeAll()
-        resumeServicesResolvedWaiters(false)
-        let buses = [bluez, control]
-        bluez = nil
-        control = nil
-        for bus in buses { await bus?.close() }
-        bluezLoop.stop()
-        log.close()
     }
 
     // MARK: Knobs
@@ -330,7 +294,7 @@ public actor Simulator {
     /// `attAnswers` write requests and reads are answered as before (the
     /// SoftDevice does that); without, they wait for BlueZ's ATT timeout.
     public func hangApplication(attAnswers: Bool) {
-        applicationHung = (attAnswers, .now)
+        applicationHung = (attAnswers, loop.now)
         log.record(.applicationHung) { $0.reason = attAnswers ? "att-answers" : "att-hung" }
         updateTelemetry()
     }
@@ -341,7 +305,7 @@ public actor Simulator {
     public func resumeApplication() {
         guard applicationHung != nil else { return }
         applicationHung = nil
-        dongle.noteActivity(at: .now)
+        dongle.noteActivity(at: loop.now)
         log.record(.applicationResumed)
         updateTelemetry()
     }
@@ -505,35 +469,6 @@ public actor Simulator {
             SimulatorControl.path, SimulatorControl.interface, ["Sequence": .uint64(UInt64(dongle.sequence))],
             emitSignal: false
         )
-    }
-
-    func makeWaitID() -> Int {
-        nextWaitID += 1
-        return nextWaitID
-    }
-
-    /// Suspends for `duration` unless `cancelWait(id)` or `stop()` ends it early.
-    func pause(_ duration: Duration, id: Int? = nil) async {
-        guard !stopped else { return }
-        let key = id ?? makeWaitID()
-        let timer = Task { _ = await Self.sleepUnlessCancelled(duration) }
-        waits[key] = timer
-        await timer.value
-        waits[key] = nil
-    }
-
-    func cancelWait(_ id: Int) {
-        waits.removeValue(forKey: id)?.cancel()
-    }
-
-    /// Task.sleep that reports cancellation as false instead of throwing.
-    nonisolated static func sleepUnlessCancelled(_ duration: Duration) async -> Bool {
-        do {
-            try await Task.sleep(for: duration)
-            return true
-        } catch {
-            return false
-        }
     }
 }
 

@@ -3,7 +3,8 @@ import Foundation
 /// One entry of the simulator's event log: a JSON line such as
 /// `{"t":1234.567,"ev":"connect-failed","error":"org.bluez.Error.Failed","message":"le-connection-abort-by-local"}`.
 ///
-/// `t` is milliseconds on the monotonic clock since the simulator started;
+/// `t` is milliseconds since the simulator started, on its loop's clock
+/// (monotonic, or a simulation's virtual time);
 /// the other fields appear only on the events they belong to.
 public struct SimulatorEvent: Codable, Sendable, Equatable {
     public var t: Double

@@ -185,7 +185,15 @@ public actor Bus {
         let id = nextSubscriptionID
         nextSubscriptionID += 1
         await withTaskCancellationHandler {
-            await withCheckedContinuation { closeWaiters.append((id, $0)) }
+            await withCheckedContinuation { continuation in
+                // Checked again: getting here may take a turn of the loop,
+                // which may have closed the connection meanwhile.
+                if isConnected, !Task.isCancelled {
+                    closeWaiters.append((id, continuation))
+                } else {
+                    continuation.resume()
+                }
+            }
         } onCancel: { [loop] in
             loop.execute { self.assumeIsolated { $0.resumeCloseWaiter(id) } }
         }

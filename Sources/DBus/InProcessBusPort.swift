@@ -36,6 +36,8 @@ final class InProcessBusPort: @unchecked Sendable {
     private var unread: [OpaquePointer] = []
     private var readIndex = 0
     private var readScheduled = false
+    /// The daemon closed its end: after `unread`, the client reads the hang-up.
+    private var hangUpUnread = false
     private(set) var daemonEndOpen = true
     private(set) var clientEndOpen = true
 
@@ -98,11 +100,9 @@ final class InProcessBusPort: @unchecked Sendable {
     func daemonClosed() {
         guard daemonEndOpen else { return }
         daemonEndOpen = false
-        guard clientEndOpen,
-              let hangUp = dbus_message_new_signal("/org/freedesktop/DBus/Local", "org.freedesktop.DBus.Local", "Disconnected")
-        else { return }
-        write(hangUp)
-        dbus_message_unref(hangUp)
+        guard clientEndOpen else { return }
+        hangUpUnread = true
+        scheduleRead()
     }
 
     // MARK: Reading
@@ -137,9 +137,21 @@ final class InProcessBusPort: @unchecked Sendable {
         if readIndex == unread.count {
             unread.removeAll(keepingCapacity: true)
             readIndex = 0
+            if hangUpUnread { readHangUp() }
         } else {
             scheduleRead()
         }
         daemon.assumeIsolated { $0.noteRead(read, lost: 0) }
+    }
+
+    /// libdbus's own `Disconnected` signal, as it makes one when the socket
+    /// closes: no sender, so no peer can forge it.
+    private func readHangUp() {
+        hangUpUnread = false
+        guard clientEndOpen, let client,
+              let hangUp = dbus_message_new_signal("/org/freedesktop/DBus/Local", "org.freedesktop.DBus.Local", "Disconnected")
+        else { return }
+        client.receive(inProcess: hangUp)
+        dbus_message_unref(hangUp)
     }
 }

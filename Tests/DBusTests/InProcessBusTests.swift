@@ -296,6 +296,35 @@ import Musl
         }
     }
 
+    /// AddMatch's text is parsed as dbus-daemon parses it: a quote inside a
+    /// value (written '\'') routes the signal that carries it, an unknown
+    /// key and an unknown rule are refused with its error names.
+    @Test(arguments: BusBackend.allCases)
+    func matchRulesAreParsedAsTheBusParsesThem(_ backend: BusBackend) async throws {
+        try await BusNetwork.with(backend, 2) { (_, buses) async throws in
+            let (emitter, listener) = (buses[0], buses[1])
+            let emitterName = await emitter.uniqueName
+            let quoted = try await listener.signals(matching: MatchRule(
+                sender: emitterName, interface: "org.example.Tick", member: "Tick", path: "/a/b", arg0: "it's, 'quoted'"
+            ))
+            let seen = SignalsSeen(watching: ["Tick"])
+            await seen.install(on: listener)
+            try await emitter.emit(path: "/a/b", interface: "org.example.Tick", member: "Tick", [.string("it's")])
+            try await emitter.emit(path: "/a/b", interface: "org.example.Tick", member: "Tick", [.string("it's, 'quoted'")])
+            var iterator = quoted.makeAsyncIterator()
+            #expect(await iterator.next()?.body == [.string("it's, 'quoted'")])
+            #expect(seen.seen == ["Tick"])
+            await #expect(throws: DBusError.remote(name: DBusErrorName.matchRuleInvalid, message: "Unknown key \"bogus\" in match rule")) {
+                _ = try await driver(listener, "AddMatch", [.string("type='signal',bogus='x'")])
+            }
+            await #expect(throws: DBusError.remote(
+                name: DBusErrorName.matchRuleNotFound, message: "The given match rule wasn't found and can't be removed"
+            )) {
+                _ = try await driver(listener, "RemoveMatch", [.string("type='signal',member='Never'")])
+            }
+        }
+    }
+
     /// A round trip to the bus driver: everything `bus` sent before has been
     /// routed, and everything routed to it before the answer, read.
     private func settle(_ bus: Bus) async throws {

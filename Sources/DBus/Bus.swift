@@ -92,7 +92,7 @@ public actor Bus {
     /// The default timeout of libdbus for method calls.
     public static let defaultTimeout: Duration = .seconds(25)
 
-    private init(loop: EventLoop) {
+    init(loop: EventLoop) {
         self.loop = loop
         connection = Connection(loop: loop)
     }
@@ -138,6 +138,12 @@ public actor Bus {
 
     private func open(address: String, timeout: Duration) async throws(DBusError) {
         try connection.open(address: address)
+        try await register(timeout: timeout)
+    }
+
+    /// Takes the messages of the connection just opened, on either
+    /// transport, and says Hello.
+    func register(timeout: Duration) async throws(DBusError) {
         isConnected = true
         connection.onMessage = { [weak self] message in
             self?.assumeIsolated { $0.route(message) }
@@ -159,11 +165,11 @@ public actor Bus {
         // and tell libdbus the name it returns.
         do throws(DBusError) {
             let reply = try await callDaemon("Hello", [], timeout: timeout)
-            guard let name = reply.first?.string, let raw = connection.raw else {
+            guard let name = reply.first?.string, connection.isOpen else {
                 throw DBusError.malformed("Hello reply")
             }
             uniqueName = name
-            _ = dbus_bus_set_unique_name(raw, name)
+            connection.setUniqueName(name)
         } catch {
             connection.close()
             throw error
@@ -185,7 +191,15 @@ public actor Bus {
         let id = nextSubscriptionID
         nextSubscriptionID += 1
         await withTaskCancellationHandler {
-            await withCheckedContinuation { closeWaiters.append((id, $0)) }
+            await withCheckedContinuation { continuation in
+                // Checked again: getting here may take a turn of the loop,
+                // which may have closed the connection meanwhile.
+                if isConnected, !Task.isCancelled {
+                    closeWaiters.append((id, continuation))
+                } else {
+                    continuation.resume()
+                }
+            }
         } onCancel: { [loop] in
             loop.execute { self.assumeIsolated { $0.resumeCloseWaiter(id) } }
         }

@@ -76,4 +76,6 @@ public enum DBusErrorName {
     public static let nameHasNoOwner = "org.freedesktop.DBus.Error.NameHasNoOwner"
     public static let accessDenied = "org.freedesktop.DBus.Error.AccessDenied"
     public static let limitsExceeded = "org.freedesktop.DBus.Error.LimitsExceeded"
+    public static let matchRuleInvalid = "org.freedesktop.DBus.Error.MatchRuleInvalid"
+    public static let matchRuleNotFound = "org.freedesktop.DBus.Error.MatchRuleNotFound"
 }

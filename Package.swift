@@ -29,9 +29,9 @@ import PackageDescription
 //   LinkCore            the link's pure decisions below the supervisor, which ActionLane and `make dst` both run:
 //                       what bluetoothd's answer to each call means (BlueZReplies: InProgress that is success,
 //                       errors as LinkFailures, who can fix a refusal) and an escalation step's run (EscalationRun)
-//   DeterministicSimulation  the supervisor, the reply rules and the readings log on a virtual clock
-//                       against a model of bluetoothd, the adapter, the dongle and the disk (`make dst`)
 //   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
+//   DeterministicSimulation  the daemon from the bus up (session, link service, recorder, readings log) against the
+//                       simulated bluetoothd, on virtual loops through an in-process bus, with a model disk (`make dst`)
 //   CommandLineArguments  what the two executables share: argument types (durations), `main` (CommandMain)
 //   tether              the command-line front end: the product binary a gateway runs (its version from the
 //                       TetherVersion plugin: packaging/version.sh, as the Debian package's)
@@ -125,10 +125,6 @@ let package = Package(
             name: "LinkCore", dependencies: ["DBus", "BlueZ", "LinkPolicy", "LinkSupervisor", "Configuration"],
             swiftSettings: productSettings),
         .target(
-            name: "DeterministicSimulation",
-            dependencies: ["Pacing", "LinkPolicy", "LinkSupervisor", "BlueZ", "DBus", "LinkCore", "Readings"]
-        ),
-        .target(
             name: "TetherDaemon",
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "USBDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
@@ -137,6 +133,15 @@ let package = Package(
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
+        ),
+        // Above the daemon: it runs the daemon (its session, link service and recorder) against the
+        // simulated bluetoothd, on virtual loops, through an in-process bus.
+        .target(
+            name: "DeterministicSimulation",
+            dependencies: [
+                "Pacing", "LinkPolicy", "LinkSupervisor", "BlueZ", "DBus", "EventLoop", "HCI", "Readings", "Configuration",
+                "Simulator", "Systemd", "TetherDaemon", .product(name: "Logging", package: "swift-log"),
+            ]
         ),
         .target(
             name: "CommandLineArguments",

@@ -104,12 +104,13 @@ final class Connection: @unchecked Sendable {
         dbus_connection_set_wakeup_main_function(connection, Connection.wakeUp, me, nil)
     }
 
-    /// Opens a connection to `daemon`, in this process and on this loop; the
-    /// caller says Hello next, as on a socket.
+    /// Opens a connection to `daemon`, in this process, on this loop or
+    /// another of the daemon's thread (the simulation's virtual loops, all
+    /// driven by one thread); the caller says Hello next, as on a socket.
     func open(inProcess daemon: InProcessBusDaemon, processID: UInt32) throws(DBusError) {
         loop.checkIsolated()
-        guard daemon.loop === loop else {
-            throw .connectFailed("an in-process bus daemon serves the connections of its own loop only")
+        guard daemon.loop.inLoop else {
+            throw .connectFailed("an in-process bus daemon serves connections on loops of its own thread only")
         }
         let accepted = daemon.assumeIsolated { $0.accept(self, processID: processID) }
         transport = .inProcess(try accepted.get())

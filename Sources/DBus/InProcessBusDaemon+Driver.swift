@@ -187,7 +187,7 @@ extension InProcessBusDaemon {
         guard let client = clients[id], let unique = client.uniqueName,
               let signal = driverMessage(signal: member, body, destination: unique)
         else { return }
-        client.port.write(signal)
+        deliver(signal, to: client)
         dbus_message_unref(signal)
     }
 
@@ -198,7 +198,7 @@ extension InProcessBusDaemon {
         defer { dbus_message_unref(reply) }
         guard (try? Marshalling.append(body, to: reply)) != nil else { return }
         stampFromDriver(reply)
-        clients[id]?.port.write(reply)
+        if let client = clients[id] { deliver(reply, to: client) }
     }
 
     /// An error from the driver about `message` (a call or anything
@@ -206,7 +206,7 @@ extension InProcessBusDaemon {
     func sendError(replyingTo message: OpaquePointer, to id: Int, _ name: String, _ text: String) {
         guard let error = dbus_message_new_error(message, name, text) else { return }
         stampFromDriver(error)
-        clients[id]?.port.write(error)
+        if let client = clients[id] { deliver(error, to: client) }
         dbus_message_unref(error)
     }
 
@@ -223,7 +223,7 @@ extension InProcessBusDaemon {
         else { return }
         dbus_message_set_no_reply(error, 1)
         stampFromDriver(error)
-        caller.port.write(error)
+        deliver(error, to: caller)
     }
 
     private func driverMessage(signal member: String, _ body: [DBusValue], destination: String? = nil) -> OpaquePointer? {

@@ -102,6 +102,10 @@ public actor InProcessBusDaemon {
     var driverSerial: UInt32 = 0
     /// False between `stop()` and `start()`: connecting fails.
     public private(set) var isRunning = true
+    /// Told every message as it is handed to a connection, with that
+    /// connection's unique name: what the deterministic simulation watches
+    /// of the bus. Nil: nothing of it is read.
+    public private(set) var deliveryTap: (@Sendable (BusTrafficRecord) -> Void)?
 
     public init(loop: EventLoop = .shared) {
         self.loop = loop
@@ -119,6 +123,19 @@ public actor InProcessBusDaemon {
     public func owner(of name: String) -> String? {
         if name.hasPrefix(":") { return idsByUniqueName[name] == nil ? nil : name }
         return names.owner(of: name).flatMap { clients[$0]?.uniqueName }
+    }
+
+    /// Sets (or, nil, removes) `deliveryTap`.
+    public func tapDeliveries(_ tap: (@Sendable (BusTrafficRecord) -> Void)?) {
+        deliveryTap = tap
+    }
+
+    /// Hands `message` (stamped and locked) to `client`'s end of its port.
+    func deliver(_ message: OpaquePointer, to client: Client) {
+        if let deliveryTap, let receiver = client.uniqueName {
+            deliveryTap(BusTrafficRecord(message, receiver: receiver))
+        }
+        client.port.write(message)
     }
 
     // MARK: Limits
@@ -279,7 +296,7 @@ public actor InProcessBusDaemon {
         default:
             break
         }
-        clients[recipient]?.port.write(message)
+        if let client = clients[recipient] { deliver(message, to: client) }
     }
 
     /// The connection a destination names: a unique name, or a well-known
@@ -301,7 +318,7 @@ public actor InProcessBusDaemon {
             guard let client = clients[id], client.uniqueName != nil,
                   client.matchRules.contains(where: { $0.matches(message, senderOwns: senderOwns) })
             else { continue }
-            client.port.write(message)
+            deliver(message, to: client)
         }
     }
 

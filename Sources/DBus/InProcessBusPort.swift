@@ -11,8 +11,11 @@ import EventLoop
 /// inside the send that caused it, as a socket's reader never runs inside
 /// its writer.
 ///
-/// Threading: loop-confined (the daemon's loop, which is the client's);
-/// `@unchecked Sendable` only so that the loop's work items can hold it.
+/// Threading: the client's end runs on the client's loop, the daemon's on
+/// the daemon's; both loops are driven by one thread (the same loop, or
+/// virtual loops driven together), so nothing here is touched by two
+/// threads; `@unchecked Sendable` only so that the loops' work items can
+/// hold it.
 ///
 /// Invariants:
 /// - every message in `unread` holds one reference, released once the client
@@ -32,6 +35,11 @@ final class InProcessBusPort: @unchecked Sendable {
     /// Weak: the client's `Bus` owns its connection, and a client that goes
     /// away without closing is a process that died.
     private weak var client: Connection?
+    /// Where the client reads (its connection's loop), and whether that is
+    /// the daemon's own: then a send is routed at once; else the daemon
+    /// reads it in a later piece of work on its loop, as from a socket.
+    private let clientLoop: EventLoop
+    private let sharesDaemonLoop: Bool
     private var nextSerial: UInt32 = 1
     private var unread: [OpaquePointer] = []
     private var readIndex = 0
@@ -45,6 +53,8 @@ final class InProcessBusPort: @unchecked Sendable {
         self.daemon = daemon
         self.id = id
         self.client = client
+        clientLoop = client.loop
+        sharesDaemonLoop = client.loop === daemon.loop
     }
 
     deinit {
@@ -69,8 +79,17 @@ final class InProcessBusPort: @unchecked Sendable {
         nextSerial = serial == .max ? 1 : serial + 1
         dbus_message_set_serial(raw, serial)
         if daemonEndOpen {
-            nonisolated(unsafe) let sent = raw
-            daemon.assumeIsolated { $0.route(sent, from: self) }
+            if sharesDaemonLoop {
+                nonisolated(unsafe) let sent = raw
+                daemon.assumeIsolated { $0.route(sent, from: self) }
+            } else {
+                dbus_message_ref(raw)
+                nonisolated(unsafe) let sent = raw
+                daemon.loop.execute { [self] in
+                    if daemonEndOpen { daemon.assumeIsolated { $0.route(sent, from: self) } }
+                    dbus_message_unref(sent)
+                }
+            }
         }
         return serial
     }
@@ -110,7 +129,7 @@ final class InProcessBusPort: @unchecked Sendable {
     private func scheduleRead() {
         guard !readScheduled else { return }
         readScheduled = true
-        daemon.loop.execute { [self] in readUnread() }
+        clientLoop.execute { [self] in readUnread() }
     }
 
     /// Hands the client what is queued, in order: a bounded batch per turn,

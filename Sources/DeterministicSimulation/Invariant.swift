@@ -12,6 +12,10 @@ public enum Invariant: String, CaseIterable, Sendable {
     case recoversAfterFaults = "recovers-after-faults"
     case stopDrains = "stop-drains"
     case statusTold = "status-told"
+    case believesOnlyBluetoothd = "believes-only-bluetoothd"
+    case ownDongleOnly = "own-dongle-only"
+    case quietAmongMany = "quiet-among-many"
+    case simulationSetUp = "set-up"
 
     public var statement: String {
         switch self {
@@ -46,6 +50,17 @@ public enum Invariant: String, CaseIterable, Sendable {
             "the keep-alive's own steps (its timer, a poll's answer or deadline, a turn's notifications) that decide "
                 + "only timers and polls leave the supervisor's status (what tether status shows) as it was: the daemon "
                 + "skips its status bookkeeping after them (Supervisor.leavesStatusAsItWas)"
+        case .believesOnlyBluetoothd:
+            "no reading but the dongle's reaches the log (a local user's forged notifications do not), and the "
+                + "supervisor never hears that bluetoothd left the bus while it owns org.bluez (a forged NameOwnerChanged)"
+        case .ownDongleOnly:
+            "found by name, once bound to its dongle (online with it once), Tether never connects to another device, "
+                + "however strong (an identical dongle of another vehicle nearby)"
+        case .quietAmongMany:
+            "among 80 or more advertisers, once the dongle's address is known, at most \(Self.maximumSignalsPerMinute) "
+                + "signals reach Tether in any simulated minute (its match rules keep the street out)"
+        case .simulationSetUp:
+            "the simulated bluetoothd and the bus come up (a failure here is the simulation's, not Tether's)"
         }
     }
 
@@ -53,6 +68,9 @@ public enum Invariant: String, CaseIterable, Sendable {
     static let keepaliveSlack: Duration = .seconds(1)
     static let silenceSlack: Duration = .seconds(1)
     static let maximumCallsPerSecond = 25
+    /// The dongle's notifications (at most 15 a minute here), the keep-alive's
+    /// replies (12), a sample of the street every 10 s (6), and room for a drop.
+    static let maximumSignalsPerMinute = 120
     /// Subscribing, the first notification (at most one burst period, 10 s), escalation steps (~11 s each).
     static let recoverySlack: Duration = .seconds(60)
 }

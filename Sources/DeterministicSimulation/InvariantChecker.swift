@@ -1,10 +1,16 @@
 import BlueZ
+import DBus
 import LinkSupervisor
 import Pacing
+import Simulator
+@_spi(Simulation) import TetherDaemon
 
-/// Checks the invariants (`Invariant`) as the run goes: around each event the
-/// supervisor handles, before each action is carried out, and after every
-/// step of the agenda. Counts every check made.
+/// Checks the invariants (`Invariant`) as the run goes, from three places a
+/// gateway's operator could look at too: what crosses the bus (every
+/// message the bus daemon routes), what the simulated bluetoothd and dongle
+/// record (connects, writes, notifications, sleeps), and the supervisor's
+/// decisions as the daemon carries them out; and after every instant.
+/// Counts every check made.
 ///
 /// It judges from what it sees, never from the code under test's own
 /// predicates (a planted bug in `LinkObservation.linkReady` must not blind it).
@@ -12,23 +18,46 @@ struct InvariantChecker {
     let settings: SimulationSettings
     private(set) var checks = [Int](repeating: 0, count: Invariant.allCases.count)
 
-    /// The observation last handed to the supervisor.
+    // MARK: The current Tether process
+
+    /// Its bus connection's unique names (a new one after each bus restart).
+    private var tetherNames: Set<String> = []
+    private var tetherAlive = false
+    /// The last observation handed to its supervisor, and its state.
     private var seen = LinkObservation()
-    /// A Connect was answered with a needs-cancel error; no Disconnect since.
-    private var cancelOwed: String?
-    /// The supervisor was told its RemoveDevice succeeded; no observation
-    /// without the device since (bluetoothd's InterfacesRemoved).
-    private var removalAnswered = false
-    /// The supervisor has been subscribed (waiting-for-data or online) since.
+    private var state: SupervisorState = .waitingForBluez
     private var subscribedSince: Duration?
     private var lastPollAt: Duration = .zero
-    private var lastDataAt: Duration?
     private var lastAttempt = 0
     private var windowFirstAttemptAt: Duration = .zero
+    /// Connect calls of this process awaiting bluetoothd's reply, by serial.
+    private var pendingConnects: Set<UInt32> = []
+    /// A Connect was answered with a needs-cancel error; no Disconnect since.
+    private var cancelOwed: String?
+    /// Tether has been online with its dongle (then it is bound to it).
+    private var boundToDongle = false
+
+    // MARK: bluetoothd's side
+
+    /// When a notification last went to Tether.
+    private var lastNotificationAt: Duration?
     private var callSecond: Int64 = -1
     private var callsThisSecond = 0
+    private var signalMinute: Int64 = -1
+    private var signalsThisMinute = 0
+    /// Other devices advertising now (the simulator's `other-advertisers` events).
+    private var otherAdvertisers = 0
+    /// Forged notifications sent so far (their sequence numbers follow
+    /// `Simulation.forgedSequenceBase`).
+    var forgedSent = 0
+    /// Readings delivered, with when and whether the disk refused writes
+    /// then, since the last kill (for excusing what a kill loses).
+    private var recentDeliveries: [(sequence: UInt64, at: Duration, diskRefused: Bool)] = []
 
-    init(settings: SimulationSettings) { self.settings = settings }
+    init(settings: SimulationSettings) {
+        self.settings = settings
+        otherAdvertisers = settings.otherAdvertisers
+    }
 
     mutating func count(_ invariant: Invariant) {
         checks[invariant.index] += 1
@@ -39,119 +68,160 @@ struct InvariantChecker {
     // MARK: Process lifetime
 
     mutating func processStarted(_ simulation: Simulation) {
+        tetherAlive = true
+        tetherNames = []
         seen = LinkObservation()
+        state = .waitingForBluez
         cancelOwed = nil
-        removalAnswered = false
+        pendingConnects = []
         subscribedSince = nil
-        lastDataAt = nil
         lastAttempt = 0
     }
 
+    /// SIGKILL: what was delivered and not yet written may be lost, if it
+    /// came within the flush interval before, or while the disk refused it.
+    mutating func processKilled(_ simulation: Simulation, _ tether: SimulatedTether) {
+        let since = simulation.now - settings.flushInterval - .seconds(1)
+        for delivery in recentDeliveries where delivery.at >= since || delivery.diskRefused {
+            simulation.audit.excuse(delivery.sequence)
+        }
+        recentDeliveries.removeAll()
+    }
+
+    /// SIGTERM with a disk that refused writes: what it held is lost (exit 74).
+    mutating func readingsLostAtStop(_ simulation: Simulation) {
+        for delivery in recentDeliveries where delivery.diskRefused { simulation.audit.excuse(delivery.sequence) }
+    }
+
     mutating func processEnded() {
+        tetherAlive = false
         subscribedSince = nil
         cancelOwed = nil
-        lastDataAt = nil
+        pendingConnects = []
+        recentDeliveries.removeAll()
     }
 
-    // MARK: Around the supervisor
+    // MARK: The supervisor's decisions
 
-    mutating func willHandle(_ event: SupervisorEvent, _ simulation: Simulation) {
-        switch event {
-        case .observed(let observation):
+    mutating func decided(_ decision: SupervisorDecision, _ simulation: Simulation) {
+        let now = simulation.now
+        if case .observed(let observation) = decision.event {
+            if !observation.bluezPresent, simulation.bluezOwner != nil, !simulation.bluetoothdHung {
+                simulation.violated(
+                    .believesOnlyBluetoothd, "the supervisor was told bluetoothd left the bus while it owns org.bluez")
+            }
             seen = observation
-            if !observation.devicePresent { removalAnswered = false }
-        case .removeDeviceFinished(.success): removalAnswered = true
-        case .dataReceived: lastDataAt = simulation.now
-        case .reconnectRequested: lastAttempt = 0  // a person's request starts a fresh window
-        default: break
         }
-    }
-
-    /// `before`: the supervisor's status before the step that handled `event` and decided `actions`.
-    mutating func handled(
-        _ simulation: Simulation, event: SupervisorEvent, statusBefore before: Supervisor.Status, actions: [SupervisorAction]
-    ) {
         count(.statusTold)
-        if Supervisor.leavesStatusAsItWas(event, deciding: actions), simulation.supervisor.status != before {
+        if Supervisor.leavesStatusAsItWas(decision.event, deciding: decision.actions), decision.status != decision.statusBefore {
             simulation.violated(
                 .statusTold,
-                "the status changed (\(before) → \(simulation.supervisor.status)) in a step said to leave it: \(event), deciding \(actions)")
+                "the status changed (\(decision.statusBefore) → \(decision.status)) in a step said to leave it: \(decision.event), deciding \(decision.actions)")
         }
-        let state = simulation.supervisor.state
+        state = decision.status.state
         if state == .online || state == .waitingForData {
             if subscribedSince == nil {
-                subscribedSince = simulation.now
-                lastPollAt = simulation.now
+                subscribedSince = now
+                lastPollAt = now
             }
         } else {
             subscribedSince = nil
         }
-    }
-
-    /// A Connect of the current attempt was refused with an error that needs
-    /// a Disconnect first (by BlueZ's classification, not the adapter's mapping).
-    mutating func connectAnswered(id: Int, error: BlueZError, _ simulation: Simulation) {
-        guard id == simulation.lastConnectID, simulation.supervisor.state == .connecting,
-              error.disposition == .needsCancel
-        else { return }
-        cancelOwed = error.description
-    }
-
-    mutating func disconnectSent() { cancelOwed = nil }
-
-    mutating func willPerform(_ action: SupervisorAction, _ simulation: Simulation) {
-        let now = simulation.now
-        switch action {
-        case .connect(let id, _):
-            countCall(simulation)
-            count(.callOrder)
-            if let pending = simulation.world.pendingConnect, pending.incarnation == simulation.incarnation {
-                simulation.violated(.callOrder, "Connect #\(id) while Connect #\(pending.id) of this process is pending in bluetoothd")
-            } else if let owed = cancelOwed {
-                simulation.violated(.callOrder, "Connect #\(id) without a Disconnect after a Connect answered \(owed)")
-            } else if !seen.bluezPresent || !seen.adapterPresent || !seen.adapterPowered {
-                simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
-            } else if removalAnswered, !simulation.world.deviceObject {
-                simulation.violated(.callOrder, "Connect #\(id) on the device object its RemoveDevice removed, before bluetoothd's InterfacesRemoved")
-            }
-        case .subscribe(let id):
-            countCall(simulation)
-            count(.callOrder)
-            if !(seen.connected && seen.servicesResolved && seen.characteristicsReady) {
-                simulation.violated(
-                    .callOrder,
-                    "subscribe #\(id) on a link seen connected=\(seen.connected) resolved=\(seen.servicesResolved) characteristics=\(seen.characteristicsReady)"
-                )
-            }
-        case .poll, .pollWithoutReply:
-            countCall(simulation)
-            count(.callOrder)
-            let state = simulation.supervisor.state
-            if state != .online && state != .waitingForData {
-                let poll = if case .poll(let id, _) = action { "#\(id)" } else { "without reply" }
-                simulation.violated(.callOrder, "keep-alive poll \(poll) in state \(state.rawValue)")
-            }
-            lastPollAt = now
-        case .disconnect, .startDiscovery, .stopDiscovery, .escalate, .powerOn, .removeDevice:
-            countCall(simulation)
-        case .report(.reconnectAttempt(let attempt, _)):
-            count(.retryWindowBounded)
-            if attempt <= lastAttempt || lastAttempt == 0 { windowFirstAttemptAt = now }
-            lastAttempt = attempt
-            let policy = settings.supervisor.policy
-            if attempt > policy.windowAttempts {
-                simulation.violated(.retryWindowBounded, "attempt \(attempt) of a window of \(policy.windowAttempts)")
-            } else if now - windowFirstAttemptAt >= policy.window {
-                simulation.violated(
-                    .retryWindowBounded,
-                    "attempt \(attempt) comes \((now - windowFirstAttemptAt).simulationStamp) after the window's first (window \(policy.window.roundedText))"
-                )
-            }
-        case .report(.connected), .report(.windowExhausted), .report(.dongleAway):
-            lastAttempt = 0
-        default:
-            break
+        if let cleared = simulation.lastClearAt, state == .online {
+            simulation.longestRecovery = max(simulation.longestRecovery, now - cleared)
+            simulation.lastClearAt = nil
         }
+        for action in decision.actions {
+            simulation.record(.action(action))
+            switch action {
+            case .poll, .pollWithoutReply:
+                count(.callOrder)
+                if state != .online && state != .waitingForData {
+                    simulation.violated(.callOrder, "keep-alive poll decided in state \(state.rawValue)")
+                }
+            case .subscribe(let id):
+                count(.callOrder)
+                if !(seen.connected && seen.servicesResolved && seen.characteristicsReady) {
+                    simulation.violated(
+                        .callOrder,
+                        "subscribe #\(id) on a link seen connected=\(seen.connected) resolved=\(seen.servicesResolved) characteristics=\(seen.characteristicsReady)")
+                }
+            case .connect(let id, _):
+                count(.callOrder)
+                if !seen.bluezPresent || !seen.adapterPresent || !seen.adapterPowered {
+                    simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
+                }
+            case .report(.reconnectAttempt(let attempt, _)):
+                count(.retryWindowBounded)
+                if attempt <= lastAttempt || lastAttempt == 0 { windowFirstAttemptAt = now }
+                lastAttempt = attempt
+                if attempt > settings.windowAttempts {
+                    simulation.violated(.retryWindowBounded, "attempt \(attempt) of a window of \(settings.windowAttempts)")
+                } else if now - windowFirstAttemptAt >= settings.window {
+                    simulation.violated(
+                        .retryWindowBounded,
+                        "attempt \(attempt) comes \((now - windowFirstAttemptAt).simulationStamp) after the window's first (window \(settings.window.roundedText))")
+                }
+            case .report(.connected):
+                lastAttempt = 0
+                boundToDongle = true
+            case .report(.windowExhausted), .report(.dongleAway):
+                lastAttempt = 0
+            case .transition(let from, let to, let cause):
+                simulation.record(.tether("\(from.rawValue) → \(to.rawValue): \(cause)"))
+            default:
+                break
+            }
+        }
+    }
+
+    // MARK: What crosses the bus
+
+    mutating func routed(_ message: BusTrafficRecord, _ simulation: Simulation) {
+        let now = simulation.now
+        let fromTether = tetherAlive && tetherNames.contains(message.sender)
+        if fromTether, message.kind == .methodCall, message.destinationName == BlueZ.service
+            || message.destinationName == simulation.bluezOwner
+        {
+            countCall(simulation)
+            switch message.member {
+            case "Connect":
+                count(.callOrder)
+                if let owed = cancelOwed {
+                    simulation.violated(.callOrder, "Connect without a Disconnect after a Connect answered \(owed)")
+                } else if !pendingConnects.isEmpty {
+                    simulation.violated(.callOrder, "Connect while another Connect of this process is unanswered")
+                }
+                pendingConnects.insert(message.serial)
+                if boundToDongle, settings.twin, message.path.contains(Self.pathElement(SimulationSettings.twinAddress)) {
+                    simulation.violated(.ownDongleOnly, "Connect to the other vehicle's dongle \(SimulationSettings.twinAddress) after binding to its own")
+                }
+            case "Disconnect":
+                cancelOwed = nil
+            case "WriteValue":
+                lastPollAt = now
+            default:
+                break
+            }
+        }
+        if message.kind == .methodReturn || message.kind == .error, tetherNames.contains(message.receiver) {
+            if pendingConnects.remove(message.replySerial) != nil, let name = message.errorName {
+                let error = BlueZError(name: name, message: message.errorMessage ?? "")
+                if error.disposition == .needsCancel { cancelOwed = error.description }
+            }
+        }
+        if message.kind == .signal, !fromTether, tetherNames.contains(message.receiver) {
+            signalDelivered(simulation)
+        }
+    }
+
+    /// The bus daemon gave Tether's connection a name (its Hello's reply).
+    mutating func tetherConnected(as name: String) {
+        tetherNames.insert(name)
+    }
+
+    private static func pathElement(_ address: String) -> String {
+        "dev_" + address.replacingOccurrences(of: ":", with: "_")
     }
 
     private mutating func countCall(_ simulation: Simulation) {
@@ -167,51 +237,91 @@ struct InvariantChecker {
         }
     }
 
-    // MARK: After every step
+    /// Signals reaching Tether among many advertisers, once it knows its
+    /// dongle's address: its match rules keep the street out.
+    private mutating func signalDelivered(_ simulation: Simulation) {
+        let minute = simulation.now.milliseconds / 60000
+        if minute != signalMinute {
+            signalMinute = minute
+            signalsThisMinute = 0
+        }
+        signalsThisMinute += 1
+        guard otherAdvertisers >= 80, !settings.findsByName || boundToDongle else { return }
+        count(.quietAmongMany)
+        if signalsThisMinute > Invariant.maximumSignalsPerMinute {
+            simulation.violated(
+                .quietAmongMany,
+                "\(signalsThisMinute) signals reached Tether within one simulated minute among \(otherAdvertisers) advertisers")
+        }
+    }
 
-    mutating func checkStep(_ simulation: Simulation) {
+    // MARK: What bluetoothd and the dongle record
+
+    mutating func simulatorEvent(_ event: SimulatorEvent, _ simulation: Simulation) {
         let now = simulation.now
-        guard simulation.tetherAlive else { return }
-        let state = simulation.supervisor.state
+        switch event.kind {
+        case .notify:
+            guard let sequence = event.seq else { return }
+            simulation.delivered = max(simulation.delivered, UInt64(sequence))
+            guard tetherAlive else {
+                simulation.audit.excuse(UInt64(sequence))
+                return
+            }
+            lastNotificationAt = now
+            recentDeliveries.append((UInt64(sequence), now, simulation.disk.full || simulation.disk.failing))
+            if recentDeliveries.count > 4096 {
+                let since = now - settings.flushInterval - .seconds(1)
+                recentDeliveries.removeAll { !$0.diskRefused && $0.at < since }
+            }
+        case .sleep:
+            count(.dongleNeverSleeps)
+            if event.reason == "idle" {
+                simulation.violated(
+                    .dongleNeverSleeps,
+                    "the dongle reached its idle-sleep deadline (\(settings.sleepAfter.roundedText) without a write) while \(state.rawValue)")
+            }
+        case .otherAdvertisers:
+            otherAdvertisers = Int(event.reason ?? "") ?? otherAdvertisers
+        default:
+            break
+        }
+        if simulation.trace.wantsRoutine || event.kind != .notify && event.kind != .write {
+            simulation.record(.simulator(event))
+        }
+    }
+
+    // MARK: After every instant
+
+    mutating func checkInstant(_ simulation: Simulation) {
+        let now = simulation.now
+        guard tetherAlive else { return }
 
         count(.keepaliveGap)
-        if let since = subscribedSince, simulation.world.connected, settings.supervisor.keepaliveEnabled {
+        if let since = subscribedSince, simulation.dongleConnected {
             let gap = now - max(lastPollAt, since)
-            if gap > settings.supervisor.keepaliveInterval + Invariant.keepaliveSlack {
+            if gap > settings.keepaliveInterval + Invariant.keepaliveSlack {
                 simulation.violated(.keepaliveGap, "no keep-alive for \(gap.simulationStamp) while \(state.rawValue)")
             }
         }
 
-        count(.dongleNeverSleeps)
-        let world = simulation.world
-        if world.connected, world.dongleReachable, now - world.dongleLastHeard > settings.sleepAfter {
-            simulation.world.dongleFellAsleep = true
-            simulation.world.dropLink()
-            simulation.record(.world("the dongle fell asleep"))
-            simulation.violated(.dongleNeverSleeps, "nothing written to the dongle for \((now - world.dongleLastHeard).simulationStamp) while connected (\(state.rawValue))")
-        }
-
         count(.onlineOnlyWhileDataFlows)
-        if state == .online, let limit = settings.supervisor.silenceLimit {
-            let silent = lastDataAt.map { now - $0 }
-            if silent.map({ $0 > limit + Invariant.silenceSlack }) ?? true {
+        if state == .online {
+            let silent = lastNotificationAt.map { now - $0 }
+            if silent.map({ $0 > settings.silenceLimit + Invariant.silenceSlack }) ?? true {
                 simulation.violated(
                     .onlineOnlyWhileDataFlows,
-                    "online with no notification for \(silent?.simulationStamp ?? "ever") (silence limit \(limit.roundedText))"
-                )
+                    "online with no notification for \(silent?.simulationStamp ?? "ever") (silence limit \(settings.silenceLimit.roundedText))")
             }
         }
     }
 
     /// Every fault cleared `recoveryBound` ago (and none since): Tether must be online.
     mutating func checkRecovery(_ simulation: Simulation, generation: UInt64) {
-        guard generation == simulation.recoveryGeneration, simulation.tetherAlive else { return }
+        guard generation == simulation.recoveryGeneration, tetherAlive else { return }
         count(.recoversAfterFaults)
-        if simulation.supervisor.state != .online {
+        if state != .online {
             simulation.violated(
-                .recoversAfterFaults,
-                "\(simulation.supervisor.state.rawValue), \(simulation.settings.recoveryBound.simulationStamp) after the last fault cleared"
-            )
+                .recoversAfterFaults, "\(state.rawValue), \(settings.recoveryBound.simulationStamp) after the last fault cleared")
         }
     }
 }

@@ -24,7 +24,16 @@ public enum DeterministicSimulation {
     public static func run(
         seed: UInt64, duration: Duration, directory: String, trace: ((String) -> Void)? = nil, fullTrace: Bool = false
     ) -> SeedResult {
-        let simulation = Simulation(seed: seed, duration: duration, directory: directory)
+        let simulation: Simulation
+        do {
+            simulation = try Simulation(seed: seed, duration: duration, directory: directory)
+        } catch {
+            // The seed's config is the simulation's own: one the parser refuses is its bug.
+            return SeedResult(
+                seed: seed, simulated: .zero, faults: [], checks: [], readings: 0, longestRecovery: .zero,
+                violation: Violation(invariant: .simulationSetUp, at: .zero, detail: "the seed's config: \(error)"),
+                lastLines: [])
+        }
         simulation.trace.sink = trace
         simulation.trace.includeRoutine = fullTrace
         let violation = simulation.run()

@@ -1,117 +1,133 @@
-import BlueZ
+import Configuration
+import DBus
+import EventLoop
 import Foundation
-import LinkCore
-import LinkSupervisor
-@_spi(FaultInjection) import Readings
+import Logging
+import Simulator
+@_spi(Simulation) import TetherDaemon
 
-/// One seed's run: the real `Supervisor`, the real rules for bluetoothd's
-/// answers (`BlueZReplies`, ActionLane's own) and the real `ReadingLog` (on
-/// a tmpfs directory) on a virtual monotonic clock, against the model in
-/// `World` and `DiskModel`, with faults the seed chooses. One thread; no
-/// real time, no sockets, no D-Bus.
+/// One seed's run: the daemon from the bus up (its session, link service,
+/// BlueZ monitor and client, action lane, supervisor, recorder and readings
+/// log, all as they run on a gateway) against the project's simulated
+/// bluetoothd (`Simulator`), through an in-process model of dbus-daemon
+/// (`InProcessBusDaemon`), every process on a virtual loop of its own and
+/// one virtual clock (`VirtualLoops`), with faults the seed chooses. One
+/// thread; no real time, no sockets; nothing of the daemon restated.
 ///
-/// The parts of the daemon that cannot run here yet (`LinkService`,
-/// `ActionLane`'s sequencing, `ReadingRecorder`: bound to the event loop's
-/// descriptors and timers and to libdbus) are restated in
-/// `Simulation+Adapter.swift` and `Simulation+Recorder.swift`, each rule
-/// with the daemon's own reason (issue 44 moves the seam to the bus).
+/// The processes: the bus daemon, bluetoothd's main loop (frozen when it
+/// hangs), the simulator's own loop (the dongle, the air, the controller),
+/// the world's (faults, an operator's `tether reconnect`, a local attacker)
+/// and one Tether at a time (killed: its loop is dropped; started again: a
+/// new one).
 ///
 /// Invariants:
-/// - the virtual clock never goes back; events at one instant run in the order scheduled;
-/// - everything random comes from `random` (and the disk's own generator, seeded from the same seed);
-/// - the invariants (`Invariant`) are checked after every step; the first violation ends the run.
-final class Simulation {
+/// - the virtual clock never goes back; what is due at one instant runs at
+///   that instant, the loops in a fixed order;
+/// - everything random comes from the seed (`random`, the disk's and the
+///   simulator's own generators seeded from it; hashing is deterministic:
+///   `tether-dst` runs with SWIFT_DETERMINISTIC_HASHING);
+/// - the invariants (`Invariant`) are checked as things happen and after
+///   every instant; the first violation ends the run.
+///
+/// Threading: confined to the thread that runs it; `@unchecked Sendable` so
+/// that the callbacks of the processes it runs (all on that thread) may
+/// reach it.
+final class Simulation: @unchecked Sendable {
     let seed: UInt64
     let settings: SimulationSettings
     let duration: Duration
     let directory: String
+    let config: TetherConfig
 
     var random: SimulationRandom
-    var agenda = EventQueue<SimulationEvent>()
-    var now: Duration = .zero
-    var world = World()
+    let loops: VirtualLoops
+    let startInstant: MonotonicInstant
+    let busLoop: EventLoop
+    let simulatorLoop: EventLoop
+    let bluetoothdLoop: EventLoop
+    let worldLoop: EventLoop
+    let busDaemon: InProcessBusDaemon
+    private(set) var simulator: Simulator?
     let disk: DiskModel
     var trace = Trace()
     var checker: InvariantChecker
     var violation: Violation?
 
-    // MARK: The Tether process
+    // MARK: Tether
 
-    var supervisor: Supervisor
-    var tetherAlive = false
+    private(set) var tether: SimulatedTether?
     var incarnation = 0
-    var timerGenerations = [UInt64](repeating: 0, count: SupervisorTimer.allCases.count)
-    var timerGenerationBase: UInt64 = 0
-    var queuedEvents: [SupervisorEvent] = []
-    var handlingEvent = false
-    /// The observation last handed to this process's supervisor.
-    var lastObservation: LinkObservation?
-    var log: ReadingLog?
-    var recorder = RecorderState()
-    /// The escalation step in flight in this process (the daemon's own
-    /// `EscalationRun`), and its timer's generation (a cancelled timer's
-    /// event finds it moved on).
-    var escalation = EscalationRun()
-    var escalationTimerGeneration: UInt64 = 0
-    /// The last connect id this process sent (to tell its reply from a stale one).
-    var lastConnectID = 0
-    /// Connects bluetoothd has yet to answer: by token, the connect's id and process.
-    var pendingReplies: [UInt64: (id: Int, incarnation: Int)] = [:]
+    /// Added to virtual time to make the wall clock (readings' timestamps).
+    var wallOffset: Duration = .zero
 
     // MARK: Faults
 
     var faultCounts = [Int](repeating: 0, count: FaultKind.allCases.count)
-    /// Faults under way (not instantaneous), by kind.
     var ongoing = [Int](repeating: 0, count: FaultKind.allCases.count)
     var ongoingTotal = 0
     var recoveryGeneration: UInt64 = 0
     var lastClearAt: Duration?
     var longestRecovery: Duration = .zero
-    /// Added to the virtual monotonic time to make the wall clock (readings' timestamps).
-    var wallOffset: Duration = .zero
-    var nextToken: UInt64 = 0
-    var linkToken: UInt64 = 0
-    var advertisementGeneration: UInt64 = 0
-    /// Faults stop being injected this long before the end: the run ends recovered, then stops.
-    var faultsUntil: Duration
+    /// Faults stop this long before the end: the run ends recovered, then stops.
+    let faultsUntil: Duration
+    var adapterIndex = 0
 
     // MARK: Readings
 
     var audit = LogAudit()
+    /// Sequence numbers of the dongle's notifications that went to Tether, and when.
     var delivered: UInt64 = 0
 
-    init(seed: UInt64, duration: Duration, directory: String) {
+    init(seed: UInt64, duration: Duration, directory: String) throws {
         self.seed = seed
         self.duration = duration
         self.directory = directory
         var random = SimulationRandom(seed: seed)
         settings = SimulationSettings(random: &random)
         self.random = random
+        config = try TetherConfig.parse(settings.configText(directory: directory), file: "dst-seed-\(seed).toml")
+        loops = VirtualLoops()
+        startInstant = loops.now
+        busLoop = loops.makeLoop(named: "dbus-daemon")
+        bluetoothdLoop = loops.makeLoop(named: "bluetoothd")
+        simulatorLoop = loops.makeLoop(named: "simulator")
+        worldLoop = loops.makeLoop(named: "world")
+        busDaemon = InProcessBusDaemon(loop: busLoop)
         disk = DiskModel(seed: seed ^ 0xD15C)
-        supervisor = Supervisor(settings: settings.supervisor, seed: seed)
         checker = InvariantChecker(settings: settings)
         faultsUntil = duration - settings.recoveryBound - .seconds(120)
+    }
+
+    /// Virtual time since the run began.
+    var now: Duration { startInstant.duration(to: loops.now) }
+
+    /// The wall clock: it jumps with `wallOffset`.
+    var wallClock: Date {
+        Date(timeIntervalSince1970: 1_800_000_000 + Double((now + wallOffset).milliseconds) / 1000)
     }
 
     /// Runs to the end or the first violation.
     func run() -> Violation? {
         try? FileManager.default.removeItem(atPath: directory)
-        agenda.schedule(.tetherStarts, at: .zero)
-        agenda.schedule(.dongleBurst, at: random.duration(.zero ... settings.burstPeriod))
-        agenda.schedule(.nextFault, at: random.exponential(mean: settings.faultEvery))
-        agenda.schedule(.end, at: duration)
-        while violation == nil, let (time, event) = agenda.popNext() {
-            now = time
-            if case .end = event {
-                finish()
-                break
+        try? FileManager.default.createDirectory(atPath: directory, withIntermediateDirectories: true)
+        busDaemon.assumeIsolated { bus in
+            bus.tapDeliveries { [self] message in
+                checker.routed(message, self)
+                if trace.wantsRoutine || !TraceItem.bus(message).isRoutine { record(.bus(message)) }
             }
-            step(event)
-            checker.checkStep(self)
         }
+        onWorld { simulation in
+            await simulation.startSimulator()
+            simulation.startTether()
+            await simulation.runFaults()
+        }
+        let end = startInstant + duration
+        while violation == nil, loops.step(notAfter: end) {
+            afterInstant()
+        }
+        if violation == nil { finish() }
         if violation == nil { audit.finalCheck(self) }
-        log?.close()
-        log = nil
+        tether?.kill(loops: loops, busDaemon: busDaemon)
         // DST_KEEP_LOGS=1 keeps the seed's readings log for a look (replaying one seed).
         if ProcessInfo.processInfo.environment["DST_KEEP_LOGS"] == nil {
             try? FileManager.default.removeItem(atPath: directory)
@@ -119,8 +135,10 @@ final class Simulation {
         return violation
     }
 
-    func schedule(_ event: SimulationEvent, after delay: Duration) {
-        agenda.schedule(event, at: now + max(delay, .zero))
+    /// Runs `body` as a task on the world's loop (the simulation's own
+    /// process: faults, an operator, an attacker).
+    func onWorld(_ body: @escaping @Sendable (Simulation) async -> Void) {
+        Task(executorPreference: worldLoop) { [self] in await body(self) }
     }
 
     func record(_ item: TraceItem) { trace.record(item, at: now) }
@@ -128,75 +146,129 @@ final class Simulation {
     func violated(_ invariant: Invariant, _ detail: String) {
         guard violation == nil else { return }
         violation = Violation(invariant: invariant, at: now, detail: detail)
+        record(.world("VIOLATION \(invariant.rawValue): \(detail)"))
     }
 
-    func token() -> UInt64 {
-        nextToken += 1
-        return nextToken
+    /// After everything due at an instant ran: the checks, and a Tether that
+    /// died in a write is killed.
+    private func afterInstant() {
+        if disk.diedInWrite, let tether, !tether.ended {
+            record(.tether("killed inside a write(2)"))
+            killTether()
+            endOngoing(.tetherKilledMidWrite)
+            scheduleTetherStart(after: random.duration(.seconds(1) ... .seconds(5)))
+        }
+        checker.checkInstant(self)
     }
 
-    private func step(_ event: SimulationEvent) {
-        switch event {
-        case .supervisorTimer(let timer, let generation):
-            guard tetherAlive, timerGenerations[timer.slot] == generation else { return }
-            deliver(.timerFired(timer))
-        case .connectOutcome(let token, let result, let replies):
-            connectOutcome(token: token, result, replies: replies)
-        case .connectNoReply(let id, let incarnation):
-            reply(connect: id, incarnation: incarnation, .failure(BlueZError(name: "org.freedesktop.DBus.Error.NoReply", message: "Did not receive a reply")))
-        case .subscribeOutcome(let id, let incarnation, let linkToken, let gattGeneration):
-            subscribeOutcome(id: id, incarnation: incarnation, linkToken: linkToken, gattGeneration: gattGeneration)
-        case .pollOutcome(let id, let incarnation, let result):
-            guard tetherAlive, incarnation == self.incarnation else { return }
-            deliver(.pollFinished(poll: id, BlueZReplies.poll(result)))
-        case .servicesResolved(let token):
-            guard token == linkToken, world.connected else { return }
-            world.servicesResolved = true
-            world.characteristicsReady = true
-            record(.world("services resolved"))
-            publishObservation()
-        case .characteristicsBack(let generation):
-            guard generation == world.gattGeneration, world.connected, world.servicesResolved else { return }
-            world.characteristicsReady = true
-            record(.world("the new GATT objects are exported"))
-            publishObservation()
-        case .escalationStepReturns(let step, let incarnation):
-            escalationStepReturns(step, incarnation: incarnation)
-        case .escalationPowered(let on, let incarnation):
-            escalationPowered(on, incarnation: incarnation)
-        case .escalationTimer(let generation):
-            escalationTimerFired(generation: generation)
-        case .dongleBurst:
-            dongleBurst()
-        case .advertisement(let generation):
-            advertisement(generation: generation)
-        case .removalSignalled:
-            signalRemoval()
-        case .nextFault:
-            injectFault()
-        case .faultEnds(let kind):
-            endFault(kind)
-        case .tetherStarts:
-            startTether()
-        case .recorderSync(let generation):
-            recorderSync(generation: generation)
-        case .recorderRetry(let generation):
-            recorderRetry(generation: generation)
-        case .recoveryCheck(let generation):
-            checker.checkRecovery(self, generation: generation)
-        case .end:
-            break
+    // MARK: The processes
+
+    private func startSimulator() async {
+        var options = settings.simulatorOptions
+        options.eventObserver = { [self] event in checker.simulatorEvent(event, self) }
+        let busDaemon = busDaemon
+        let loops = self.loops
+        do {
+            simulator = try await Simulator.start(
+                connect: { loop throws(DBusError) in try await Bus.connect(to: busDaemon, on: loop) },
+                loops: SimulatorLoops(
+                    simulator: simulatorLoop, bluetoothd: bluetoothdLoop,
+                    freeze: { loop, duration in loops.freeze(loop, until: loop.now + duration) }),
+                options: options)
+        } catch {
+            violated(.simulationSetUp, "the simulated bluetoothd did not start: \(error)")
         }
     }
 
-    /// The end: every fault has cleared; Tether is stopped (SIGTERM) and must drain.
+    /// A Tether process starts: a fresh daemon, its log recovered.
+    func startTether() {
+        guard tether == nil || tether?.ended == true, let simulator else { return }
+        incarnation += 1
+        disk.resetAfterDeath()
+        let loop = loops.makeLoop(named: "tether-\(incarnation)")
+        let logger = Logger(label: "tether") { _ in TraceLogHandler(simulation: self) }
+        do {
+            tether = try SimulatedTether(
+                incarnation: incarnation, loop: loop, config: config, disk: disk, busDaemon: busDaemon,
+                kernel: SimulatedControllerKernel(simulator: simulator, loop: loop), seed: seed &+ UInt64(incarnation),
+                logger: logger, wallClock: { [self] in wallClock },
+                observe: { [self] decision in checker.decided(decision, self) },
+                connected: { [self] name in checker.tetherConnected(as: name) })
+        } catch {
+            // On the model's tmpfs a log that cannot be opened is the simulation's own fault.
+            loops.remove(loop)
+            return violated(.readingsExactlyOnce, "the readings log cannot be opened after a restart: \(error)")
+        }
+        record(.tether("started (process \(incarnation)); log: \(relative(tether?.log.recovery.description ?? ""))"))
+        audit.check(self)
+        checker.processStarted(self)
+        endOngoing(.tetherKilled)
+        endOngoing(.tetherRestarted)
+    }
+
+    /// SIGKILL: nothing is written, closed or cancelled.
+    func killTether() {
+        guard let tether, !tether.ended else { return }
+        checker.processKilled(self, tether)
+        tether.kill(loops: loops, busDaemon: busDaemon)
+        checker.processEnded()
+    }
+
+    /// SIGTERM: the daemon drains and leaves.
+    func stopTether() async {
+        guard let tether, !tether.ended else { return }
+        record(.tether("stopping (SIGTERM)"))
+        let unwritten = await tether.stop(loops: loops)
+        checker.count(.stopDrains)
+        if unwritten > 0, !disk.full, !disk.failing {
+            violated(.stopDrains, "\(unwritten) readings unwritten at stop with a working disk")
+        }
+        if unwritten > 0 { checker.readingsLostAtStop(self) }
+        record(.tether("stopped"))
+        checker.processEnded()
+    }
+
+    func scheduleTetherStart(after delay: Duration) {
+        worldLoop.schedule(after: delay) { [self] in startTether() }
+    }
+
+    /// The end: faults have cleared; Tether is stopped (SIGTERM) and must drain.
     private func finish() {
         record(.tether("end of the run: stopping"))
-        if tetherAlive { stopTether(graceful: true) }
+        let stopped = LoopBox(Flag())
+        onWorld { simulation in
+            await simulation.stopTether()
+            stopped.value.raised = true
+        }
+        let deadline = loops.now + .seconds(120)
+        while !stopped.value.raised, violation == nil, loops.step(notAfter: deadline) {}
+        if !stopped.value.raised, violation == nil { violated(.stopDrains, "Tether did not stop within 120 s of SIGTERM") }
+    }
+
+    /// `text` without the run's directory (it holds the process id): traces are the same on every run.
+    func relative(_ text: String) -> String {
+        text.replacingOccurrences(of: directory + "/", with: "")
     }
 }
 
-extension FaultKind {
-    var index: Int { Self.indices[self] }
-    private static let indices = IndexTable<FaultKind>()
+// MARK: What the checks read of the processes
+
+extension Simulation {
+    /// org.bluez's owner on the bus now (bluetoothd's connection), if any.
+    var bluezOwner: String? {
+        busDaemon.assumeIsolated { $0.owner(of: "org.bluez") }
+    }
+
+    /// bluetoothd's main loop is hung (frozen).
+    var bluetoothdHung: Bool { loops.isFrozen(bluetoothdLoop) }
+
+    /// The dongle holds a link (as the dongle sees it).
+    var dongleConnected: Bool {
+        simulator?.assumeIsolated { $0.state == .connected } ?? false
+    }
+}
+
+/// A flag raised by work on one of the simulation's loops, read by its driver.
+final class Flag {
+    var raised = false
 }

@@ -1,55 +1,127 @@
+import Configuration
 import LinkPolicy
-import LinkSupervisor
+import Simulator
 
-/// What one seed simulates: the daemon's settings (drawn from the seed
-/// within what the config allows, so that every seed is a configuration a
-/// gateway could run) and the dongle's habits.
+/// What one seed simulates: a config a gateway could run (drawn from the
+/// seed within what the config allows, then written as `tether.toml` text and
+/// read by the daemon's own parser) and the place it runs in (the dongle's
+/// habits, the other advertisers, an identical dongle of another vehicle).
+///
+/// The draws are made in a fixed order, so a seed's settings never depend on
+/// anything but the seed.
 struct SimulationSettings {
-    var supervisor: Supervisor.Settings
-    /// The dongle sends a burst of notifications this often while its application runs.
-    var burstPeriod: Duration
-    var burstSize: ClosedRange<Int>
-    /// keepalive.sleep_after: the dongle's idle-sleep deadline.
+    /// keepalive.interval, timeout, sleep_after and confirm_every.
+    var keepaliveInterval: Duration
+    var keepaliveTimeout: Duration = .seconds(3)
     var sleepAfter: Duration
-    /// readings.flush_interval.
-    var flushInterval: Duration
-    /// readings.max_backlog.
+    var confirmEvery: Duration?
+    /// dongle.silence_limit (the config's default: 20 s, or two keep-alive intervals when longer).
+    var silenceLimit: Duration
+    /// [reconnect]
+    var windowAttempts: Int
+    var window: Duration = .seconds(180)
+    var cooldown: Duration
+    var connectTimeout: Duration
+    var escalate: [EscalationStep]
+    var removeStaleDevice: StaleDeviceRemoval
+    var scanStallAfter: Duration = .seconds(120)
+    /// [readings]
+    var flushInterval: Duration = .seconds(1)
     var maxBacklog: Int
-    /// readings.rotate_size and retain_size (small, so rotation happens in a simulated day).
-    var rotateSize: Int64 = 64 << 10
-    var retainSize: Int64 = 1 << 40
+    var rotateSize = "64KiB"
+    /// Found by `name_prefix` (a fleet's config, bound on the first link)
+    /// rather than by address; then an identical dongle of another vehicle
+    /// is sometimes nearby (`twin`).
+    var findsByName: Bool
+    var twin: Bool
+    /// Other devices advertising around the gateway at the start.
+    var otherAdvertisers: Int
+    /// Notifications per second while the dongle's application runs.
+    var notifyRate: Double
     /// Mean time between two faults.
     var faultEvery: Duration
-    /// The recorder's retry interval while writes fail (ReadingRecorder's).
-    var retryInterval: Duration = .seconds(1)
+
+    static let dongleAddress = "AA:BB:CC:DD:EE:FF"
+    static let twinAddress = "AA:BB:CC:DD:EE:F1"
+    static let adapterAddress = "00:1A:7D:DA:71:13"
+    static let dongleName = "Tether-Dongle"
 
     init(random: inout SimulationRandom) {
-        let interval: Duration = random.pick([.seconds(5), .seconds(5), .seconds(10)])
-        var policy = ReconnectPolicy()
-        policy.windowAttempts = random.pick([5, 8, 12, 12])
-        policy.cooldown = random.pick([.seconds(60), .seconds(300), .seconds(300)])
-        policy.connectTimeout = random.pick([.seconds(10), .seconds(20), .seconds(20), .seconds(30)])
-        var settings = Supervisor.Settings(
-            policy: policy, keepaliveInterval: interval, keepaliveTimeout: .seconds(3),
-            escalation: random.pick([[], [], [.powerCycle], [.powerCycle, .hciReset]])
-        )
-        // The config's default: 20 s, or two keep-alive intervals when longer.
-        settings.silenceLimit = max(.seconds(20), interval * 2)
-        settings.staleDeviceRemoval = random.pick([.unbonded, .unbonded, .never])
-        supervisor = settings
-        burstPeriod = random.pick([.seconds(6), .seconds(10), .seconds(15)])
-        burstSize = 1...2
-        sleepAfter = max(.seconds(30), interval * 2)
-        flushInterval = .seconds(1)
+        keepaliveInterval = random.pick([.seconds(5), .seconds(5), .seconds(10)])
+        windowAttempts = random.pick([5, 8, 12, 12])
+        cooldown = random.pick([.seconds(60), .seconds(300), .seconds(300)])
+        connectTimeout = random.pick([.seconds(10), .seconds(20), .seconds(20), .seconds(30)])
+        escalate = random.pick([[], [], [.powerCycle], [.powerCycle, .hciReset]])
+        silenceLimit = max(.seconds(20), keepaliveInterval * 2)
+        removeStaleDevice = random.pick([.unbonded, .unbonded, .never])
+        notifyRate = random.pick([0.1, 0.15, 0.25])
+        sleepAfter = max(.seconds(30), keepaliveInterval * 2)
         maxBacklog = random.pick([40, 100_000])
         faultEvery = random.pick([.seconds(600), .seconds(1200), .seconds(3600)])
-        // keepalive.confirm_every: 0 (every poll answered), the default, or
-        // longer, so that polls without a reply run between answered ones.
-        // Drawn last, so that the draws above stay what they were per seed.
-        supervisor.keepaliveConfirmEvery = random.pick([nil, .seconds(5), .seconds(15), .seconds(30)])
+        confirmEvery = random.pick([nil, .seconds(5), .seconds(15), .seconds(30)])
+        findsByName = random.chance(0.25)
+        twin = findsByName && random.chance(0.5)
+        otherAdvertisers = random.pick([0, 0, 3, 20])
     }
 
+    /// `tether.toml` for this seed, its readings (and binding) in `directory`.
+    func configText(directory: String) -> String {
+        func seconds(_ duration: Duration) -> String { "\"\(duration.milliseconds)ms\"" }
+        let finds = findsByName
+            ? "name_prefix = \"\(Self.dongleName.prefix(7))\""
+            : "address = \"\(Self.dongleAddress)\""
+        return """
+            [dongle]
+            \(finds)
+            notify = ["6e400003-b5a3-f393-e0a9-e50e24dcca9e"]
+            silence_limit = \(seconds(silenceLimit))
+            [keepalive]
+            interval = \(seconds(keepaliveInterval))
+            characteristic = "6e400002-b5a3-f393-e0a9-e50e24dcca9e"
+            write = "00"
+            write_type = "command"
+            timeout = \(seconds(keepaliveTimeout))
+            sleep_after = \(seconds(sleepAfter))
+            confirm_every = \(confirmEvery.map(seconds) ?? "\"0s\"")
+            [reconnect]
+            window_attempts = \(windowAttempts)
+            window = \(seconds(window))
+            cooldown = \(seconds(cooldown))
+            connect_timeout = \(seconds(connectTimeout))
+            escalate = [\(escalate.map { "\"\($0.rawValue)\"" }.joined(separator: ", "))]
+            remove_stale_device = "\(removeStaleDevice.rawValue)"
+            scan_stall_after = \(seconds(scanStallAfter))
+            [readings]
+            directory = "\(directory)"
+            flush_interval = \(seconds(flushInterval))
+            rotate_size = "\(rotateSize)"
+            max_backlog = \(maxBacklog)
+
+            """
+    }
+
+    /// The simulated bluetoothd and dongle for this seed.
+    var simulatorOptions: SimulatorOptions {
+        var options = SimulatorOptions()
+        options.address = Self.dongleAddress
+        options.name = Self.dongleName
+        options.adapterAddress = Self.adapterAddress
+        options.sleepAfter = sleepAfter
+        // A parked vehicle's dongle is woken by its ignition, which the
+        // faults model (`dongle-away`); left advertising, it would power off
+        // after 180 s and never come back, which no Tether can help.
+        options.advertiseTimeout = .seconds(100 * 86400)
+        options.notifyRate = notifyRate
+        options.otherAdvertisers = otherAdvertisers
+        options.twinAddress = twin ? Self.twinAddress : nil
+        // Longer than bluetoothd's real ~2 s would only slow the seeds.
+        options.disconnectDelay = .milliseconds(500)
+        options.keepsEventsInMemory = false
+        return options
+    }
+
+    /// How long after the last fault cleared Tether must be online.
     var recoveryBound: Duration {
-        supervisor.policy.cooldown + supervisor.policy.window + supervisor.policy.connectTimeout + Invariant.recoverySlack
+        cooldown + window + connectTimeout + Invariant.recoverySlack
     }
 }

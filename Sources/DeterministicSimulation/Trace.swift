@@ -1,81 +1,49 @@
+import DBus
 import LinkSupervisor
+import Logging
 import Pacing
+import Simulator
 
 /// One thing that happened in a simulation, kept as data and turned into
 /// text only when printed (a seed makes millions of them).
 enum TraceItem {
-    /// An input handed to the supervisor.
-    case event(SupervisorEvent)
     /// An output of the supervisor, carried out in order.
     case action(SupervisorAction)
     case faultStarts(FaultKind, String)
     case faultEnds(FaultKind)
-    /// The model (bluetoothd, the adapter, the dongle) changed.
+    /// What the simulated bluetoothd or dongle recorded.
+    case simulator(SimulatorEvent)
+    /// A message the bus daemon routed (only in a replay's trace).
+    case bus(BusTrafficRecord)
+    /// A line the daemon logged.
+    case log(Logger.Level, String)
     case world(String)
-    /// Readings bluetoothd handed to Tether: ids first…first+count−1.
-    case readings(first: UInt64, count: Int)
-    case disk(String)
     case tether(String)
 
-    /// The hot path: polls, keep-alive timers and readings while all is well.
-    /// Left out of a replay's trace unless DST_TRACE=full.
+    /// The hot path: polls, keep-alive timers, notifications and their
+    /// messages while all is well. Left out of a replay's trace unless
+    /// DST_TRACE=full.
     var isRoutine: Bool {
         switch self {
-        case .event(.timerFired(.keepalive)), .event(.timerFired(.silence)), .event(.dataReceived),
-            .event(.pollFinished(_, .success)), .action(.startTimer(.silence, _)):
+        case .action(.poll), .action(.pollWithoutReply), .action(.startTimer(.keepalive, _)),
+            .action(.startTimer(.pollDeadline, _)), .action(.cancelTimer(.pollDeadline)), .action(.startTimer(.silence, _)):
             true
-        case .action(.poll), .action(.startTimer(.keepalive, _)), .action(.startTimer(.pollDeadline, _)),
-            .action(.cancelTimer(.pollDeadline)):
-            true
-        case .readings, .disk("sync"):
-            true
-        default:
-            false
+        case .simulator(let event): event.kind == .notify || event.kind == .write
+        case .bus(let message): message.member == "WriteValue" || message.member == "PropertiesChanged" || message.kind == .methodReturn
+        default: false
         }
     }
 
     var text: String {
         switch self {
-        case .event(let event): "→ \(Self.describe(event))"
         case .action(let action): "← \(Self.describe(action))"
         case .faultStarts(let kind, let detail): "FAULT \(kind.rawValue)" + (detail.isEmpty ? "" : ": \(detail)")
         case .faultEnds(let kind): "fault cleared: \(kind.rawValue)"
+        case .simulator(let event): "bluetoothd: \(event.jsonLine)"
+        case .bus(let message): "bus: \(message)"
+        case .log(let level, let line): "tether \(level): \(line)"
         case .world(let what): "world: \(what)"
-        case .readings(let first, let count): "readings \(first)…\(first + UInt64(count) - 1) delivered"
-        case .disk(let what): "disk: \(what)"
         case .tether(let what): "tether: \(what)"
-        }
-    }
-
-    private static func describe(_ event: SupervisorEvent) -> String {
-        switch event {
-        case .observed(let o):
-            "observed bluez=\(bit(o.bluezPresent)) adapter=\(bit(o.adapterPresent))/\(bit(o.adapterPowered)) "
-                + "device=\(bit(o.devicePresent)) connected=\(bit(o.connected)) resolved=\(bit(o.servicesResolved)) "
-                + "gatt=\(bit(o.characteristicsReady))"
-        case .advertising: "advertising"
-        case .othersAdvertising: "othersAdvertising"
-        case .connectFinished(let id, let result): "connectFinished #\(id) \(describe(result))"
-        case .subscribeFinished(let id, let result): "subscribeFinished #\(id) \(describe(result))"
-        case .pairFinished(let id, let result): "pairFinished #\(id) \(describe(result))"
-        case .bondRejected(let detail): "bondRejected \(detail)"
-        case .pollFinished(let id, let result): "pollFinished #\(id) \(describe(result))"
-        case .escalationFinished(let step, let result): "escalationFinished \(step.rawValue) \(describe(result))"
-        case .discoveryFailed(let failure): "discoveryFailed \(failure.description)"
-        case .timerFired(let timer): "timerFired \(timer.rawValue)"
-        case .notificationsEnded(let why): "notificationsEnded \(why)"
-        case .reconnectRequested: "reconnectRequested"
-        case .dataReceived: "dataReceived"
-        case .characteristicsChanged: "characteristicsChanged"
-        case .removeDeviceFinished(let result): "removeDeviceFinished \(describe(result))"
-        case .controllerChecked(let check): "controllerChecked \(check)"
-        }
-    }
-
-    private static func describe(_ result: Result<Void, LinkFailure>) -> String {
-        switch result {
-        case .success: "ok"
-        case .failure(let failure): "failed(\(failure.kind.rawValue)\(failure.staleDevice ? ",stale" : "")): \(failure.description)"
         }
     }
 
@@ -101,19 +69,21 @@ enum TraceItem {
         }
     }
 
-    private static func bit(_ value: Bool) -> String { value ? "1" : "0" }
 }
 
 /// The last items of a run (for a violation's report) and, when replaying,
 /// every item printed as it happens.
 struct Trace {
-    static let kept = 40
+    static let kept = 60
 
     private var ring: [(at: Duration, item: TraceItem)] = []
     private var next = 0
     /// Replaying: where each line goes, and whether routine items go too.
     var sink: ((String) -> Void)?
     var includeRoutine = false
+    /// Whether routine items are wanted at all (a full replay): else they
+    /// are not even made.
+    var wantsRoutine: Bool { sink != nil && includeRoutine }
 
     mutating func record(_ item: TraceItem, at time: Duration) {
         if let sink, includeRoutine || !item.isRoutine { sink(Self.line(at: time, item)) }

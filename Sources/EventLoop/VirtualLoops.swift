@@ -4,7 +4,8 @@
 /// through `execute` as real processes exchange messages through sockets.
 ///
 /// Threading: confined to the thread that made it, which is the thread of
-/// every loop it makes.
+/// every loop it makes; `@unchecked Sendable` only so that hooks which run
+/// on that thread (a simulated process freezing its own loop) may hold it.
 ///
 /// Invariants:
 /// - time moves only here, and only to the earliest instant at which some
@@ -16,7 +17,7 @@
 /// - a frozen loop runs nothing until it thaws (a process stopped with
 ///   SIGSTOP, or a hung main loop): work handed to it waits, and its timers
 ///   fire late, at the thaw; a removed loop never runs again (a killed process).
-public final class VirtualLoops {
+public final class VirtualLoops: @unchecked Sendable {
     public let clock: VirtualClock
     private var members: [Member] = []
 
@@ -61,12 +62,16 @@ public final class VirtualLoops {
         var total = 0
         while true {
             var turns = 0
-            for index in members.indices {
+            // Work may make or remove loops (a process started or killed):
+            // each round drives the loops there were at its start that are
+            // still members.
+            for loop in members.map(\.loop) {
+                guard let index = members.firstIndex(where: { $0.loop === loop }) else { continue }
                 if let until = members[index].frozenUntil {
                     guard until <= clock.now else { continue }
                     members[index].frozenUntil = nil
                 }
-                turns += members[index].loop.runUntilIdle()
+                turns += loop.runUntilIdle()
             }
             total += turns
             if turns == 0 { return total }

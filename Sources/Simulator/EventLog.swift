@@ -14,10 +14,17 @@ struct EventLog {
     private let startedAt: MonotonicInstant
     private var file: FileHandle?
     private(set) var events: [SimulatorEvent] = []
+    private let observer: (@Sendable (SimulatorEvent) -> Void)?
+    private let keepsInMemory: Bool
 
     /// Times events from `clock.now` on.
-    init(path: String?, clock: EventLoopClock) throws {
+    init(
+        path: String?, clock: EventLoopClock, observer: (@Sendable (SimulatorEvent) -> Void)? = nil,
+        keepsInMemory: Bool = true
+    ) throws {
         self.clock = clock
+        self.observer = observer
+        self.keepsInMemory = keepsInMemory
         startedAt = clock.now
         guard let path else { return }
         // open(2) rather than FileManager.createFile, which on Linux writes
@@ -70,6 +77,8 @@ struct EventLog {
     }
 
     private mutating func remember(_ event: SimulatorEvent) {
+        observer?(event)
+        guard keepsInMemory else { return }
         if events.count >= Self.memoryLimit { events.removeFirst(Self.memoryLimit / 2) }
         events.append(event)
     }

@@ -247,3 +247,35 @@ extension Simulator {
         throw error
     }
 }
+
+// MARK: The controller's kernel side (HCI reset, the controller check)
+
+extension Simulator {
+    /// What the controller answers a command of its own (HCI Read Local
+    /// Version) with.
+    public enum ControllerAnswer: Sendable, Equatable {
+        case answers
+        /// Locked up: the command times out.
+        case silent
+        /// Not in the kernel.
+        case absent
+    }
+
+    public var controllerAnswer: ControllerAnswer {
+        guard adapterPresent else { return .absent }
+        return lockup == nil ? .answers : .silent
+    }
+
+    /// An HCI reset of the controller (HCIDEVRESET): a locked-up controller
+    /// answers again, its links are gone, and bluetoothd sees it powered
+    /// off and on. Returns false when there is no controller to reset.
+    public func resetController() async -> Bool {
+        guard !stopped, adapterPresent else { return false }
+        clearLockup(reason: "hci-reset")
+        await endGhostLink(reason: "hci-reset")
+        guard !radioBlocked else { return true }
+        await changePower(false, reason: "hci-reset")
+        await changePower(true, reason: "hci-reset")
+        return true
+    }
+}

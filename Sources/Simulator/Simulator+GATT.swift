@@ -78,6 +78,12 @@ extension Simulator {
         }
         // A write command needs no answer: the radio takes it, hung or not.
         if type != "command" { try await awaitHungPeer(client) }
+        // A slow air or a busy controller (`setGattLatency`): the write
+        // reaches the dongle, and its answer comes, that much later.
+        if gattLatency > .zero, !noReply {
+            await pause(gattLatency)
+            try requireLink()
+        }
         dongle.noteActivity(at: loop.now)
         log.record(.write) {
             $0.client = client

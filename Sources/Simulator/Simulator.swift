@@ -45,6 +45,7 @@ public actor Simulator {
     var adapterPresent = true
 
     var connectLatency: Duration
+    var gattLatency: Duration = .zero
     var notifyRate: Double
     /// Where the simulated rfkill is served (`options.rfkillDirectory`), for
     /// the daemon's `RfkillSource`; nil when it is not.
@@ -242,7 +243,9 @@ public actor Simulator {
         notifyRate = Self.sanitizedRate(options.notifyRate)
         dongle = SimulatedDongle(now: loops.simulator.now)
         deviceKnown = options.known
-        log = try EventLog(path: options.eventLogPath, clock: loops.simulator.clock)
+        log = try EventLog(
+            path: options.eventLogPath, clock: loops.simulator.clock, observer: options.eventObserver,
+            keepsInMemory: options.keepsEventsInMemory)
         rfkill = options.rfkillDirectory.map { RfkillSource(device: $0 + "/rfkill", sysfs: $0 + "/class-rfkill") }
     }
 
@@ -286,6 +289,21 @@ public actor Simulator {
 
     public func setConnectLatency(_ latency: Duration) {
         connectLatency = max(.zero, latency)
+    }
+
+    /// How long a GATT write request takes to reach the dongle and be
+    /// answered (a slow air, a busy controller); zero by default.
+    public func setGattLatency(_ latency: Duration) {
+        gattLatency = max(.zero, latency)
+    }
+
+    /// A connect left pending in bluetoothd by a client that is gone (one
+    /// killed while its Connect waited, or an HCI reset mid-connect): every
+    /// Connect answers InProgress until a Disconnect cancels it.
+    public func leaveConnectPending() {
+        guard !stopped, pendingConnect == nil, dongle.state != .connected else { return }
+        pendingConnect = PendingConnect(waitID: makeWaitID(), client: "a client that is gone")
+        log.record(.connectRequest) { $0.reason = "left-pending" }
     }
 
     /// The dongle's application hangs; its radio keeps the link. No

@@ -170,7 +170,7 @@ public struct SimulatorEvent: Codable, Sendable, Equatable {
 
     /// The JSON line (without the newline), `t` and `ev` first so the file
     /// reads well with `tail -f`.
-    var jsonLine: String {
+    public var jsonLine: String {
         var fields = ["\"t\":" + Self.milliseconds(t), "\"ev\":" + Self.quoted(ev)]
         func add(_ key: String, _ value: String?) {
             if let value { fields.append("\"\(key)\":" + Self.quoted(value)) }

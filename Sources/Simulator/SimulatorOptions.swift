@@ -102,6 +102,12 @@ public struct SimulatorOptions: Sendable {
     public var agentTimeout: Duration = .seconds(60)
     /// Where to append the JSON-lines event log, if anywhere.
     public var eventLogPath: String?
+    /// Told every event as it is recorded, on the simulator's loop (the
+    /// deterministic simulation's invariants read them as they happen).
+    public var eventObserver: (@Sendable (SimulatorEvent) -> Void)?
+    /// Whether events are also kept in memory (`Simulator.events`, up to
+    /// `EventLog.memoryLimit`); a simulated year of them is not.
+    public var keepsEventsInMemory = true
 
     public init() {}
 }

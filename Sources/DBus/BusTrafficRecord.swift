@@ -1,0 +1,68 @@
+import CDBus
+
+/// One message an `InProcessBusDaemon` handed to a connection, as its
+/// header says (and, for an error, its text): what a simulation's checks
+/// read of the bus, and what its trace prints.
+public struct BusTrafficRecord: Sendable, CustomStringConvertible {
+    public enum Kind: String, Sendable {
+        case methodCall = "call"
+        case methodReturn = "return"
+        case error
+        case signal
+    }
+
+    public var kind: Kind
+    /// The sending connection's unique name (stamped by the daemon), or the
+    /// bus driver's name.
+    public var sender: String
+    /// The receiving connection's unique name.
+    public var receiver: String
+    /// The destination as the sender addressed it (a well-known or unique
+    /// name); nil for a broadcast signal.
+    public var destinationName: String?
+    public var path: String
+    public var interface: String
+    public var member: String
+    public var errorName: String?
+    /// An error's text (its first argument).
+    public var errorMessage: String?
+    public var serial: UInt32
+    public var replySerial: UInt32
+
+    init(_ message: OpaquePointer, receiver: String) {
+        func text(_ pointer: UnsafePointer<CChar>?) -> String? { pointer.map { String(cString: $0) } }
+        switch dbus_message_get_type(message) {
+        case CDBUS_MESSAGE_TYPE_METHOD_CALL: kind = .methodCall
+        case CDBUS_MESSAGE_TYPE_METHOD_RETURN: kind = .methodReturn
+        case CDBUS_MESSAGE_TYPE_ERROR: kind = .error
+        default: kind = .signal
+        }
+        sender = text(dbus_message_get_sender(message)) ?? ""
+        self.receiver = receiver
+        destinationName = text(dbus_message_get_destination(message))
+        path = text(dbus_message_get_path(message)) ?? ""
+        interface = text(dbus_message_get_interface(message)) ?? ""
+        member = text(dbus_message_get_member(message)) ?? ""
+        errorName = text(dbus_message_get_error_name(message))
+        serial = dbus_message_get_serial(message)
+        replySerial = dbus_message_get_reply_serial(message)
+        errorMessage = nil
+        if kind == .error {
+            var iterator = DBusMessageIter()
+            if dbus_message_iter_init(message, &iterator) != 0, dbus_message_iter_get_arg_type(&iterator) == CDBUS_TYPE_STRING {
+                var value: UnsafePointer<CChar>?
+                dbus_message_iter_get_basic(&iterator, &value)
+                errorMessage = text(value)
+            }
+        }
+    }
+
+    public var description: String {
+        switch kind {
+        case .methodCall: "\(sender) → \(receiver) call \(interface).\(member) \(path) #\(serial)"
+        case .methodReturn: "\(sender) → \(receiver) return #\(replySerial)"
+        case .error: "\(sender) → \(receiver) error #\(replySerial) \(errorName ?? ""): \(errorMessage ?? "")"
+        case .signal: "\(sender) → \(receiver) signal \(interface).\(member) \(path)"
+        }
+    }
+}

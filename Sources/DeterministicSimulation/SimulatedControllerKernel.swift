@@ -1,0 +1,45 @@
+import EventLoop
+import HCI
+import LinkPolicy
+import LinkSupervisor
+import Simulator
+import TetherDaemon
+
+/// The kernel's side of the simulated controller, behind the same calls the
+/// daemon makes on a gateway (`ControllerKernel`): an HCI reset is the
+/// simulator's (a lockup cleared, the links gone, the adapter powered off
+/// and on), the controller check asks whether the simulator's controller is
+/// locked up (and a locked-up one makes the check wait out its timeout), and
+/// the controller is no USB device, as a virtual one is not.
+///
+/// Threading: the daemon calls it from its blocking-work task, which in the
+/// simulation prefers the daemon's virtual loop; the calls hop to the
+/// simulator's loop and back, on virtual time.
+struct SimulatedControllerKernel: ControllerKernel {
+    let simulator: Simulator
+    /// The daemon's loop, on whose timers a check of a locked-up controller waits.
+    let loop: EventLoop
+
+    func reset(_ controller: String) async -> Result<Void, LinkFailure> {
+        await simulator.resetController() ? .success(()) : .failure(LinkFailure(.fatal, "\(controller): No such device"))
+    }
+
+    func recoverUSB(_ step: EscalationStep, controller: String) async -> Result<Void, LinkFailure> {
+        .failure(LinkFailure(.fatal, "\(controller) is not a USB device (a simulated controller)"))
+    }
+
+    func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer {
+        switch await simulator.controllerAnswer {
+        case .answers:
+            return .answered
+        case .silent:
+            try? await loop.sleep(for: timeout)
+            return .silent
+        case .absent:
+            return .notAsked("\(controller): No such device")
+        }
+    }
+
+    /// The simulation has no controller that failed its initialisation.
+    func controllers() -> [KernelController] { [] }
+}

@@ -87,7 +87,9 @@ extension Supervisor {
         var session: Session? {
             switch self {
             case .waitingForData(let session, _, _), .online(let session, _): session
-            default: nil
+            case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .resolving, .pairing, .subscribing,
+                 .backingOff, .awaitingDisconnect, .escalating, .coolingDown, .away:
+                nil
             }
         }
 
@@ -97,7 +99,9 @@ extension Supervisor {
             case .searching(let discovery, _): discovery
             case .coolingDown(let cooldown): cooldown.discovery
             case .away(let away): away.discovery
-            default: nil
+            case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
+                 .online, .backingOff, .awaitingDisconnect, .escalating:
+                nil
             }
         }
 
@@ -106,8 +110,10 @@ extension Supervisor {
         var scanWatch: ScanWatch? {
             switch self {
             case .searching(_, let scan): scan
-            case .away(let away) where away.confirmed: away.scan
-            default: nil
+            case .away(let away): away.confirmed ? away.scan : nil
+            case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
+                 .online, .backingOff, .awaitingDisconnect, .escalating, .coolingDown:
+                nil
             }
         }
 
@@ -116,7 +122,9 @@ extension Supervisor {
         var waitsForAdvertisement: Bool {
             switch self {
             case .searching, .away: true
-            default: false
+            case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
+                 .online, .backingOff, .awaitingDisconnect, .escalating, .coolingDown:
+                false
             }
         }
 

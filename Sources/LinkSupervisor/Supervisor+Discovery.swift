@@ -1,0 +1,116 @@
+import LinkPolicy
+import Pacing
+
+/// Waiting on discovery: searching for an unknown dongle (the controller
+/// checked at a doubling pace) and cooling down after an exhausted window;
+/// discovery's own bookkeeping.
+extension Supervisor {
+    mutating func enterCooldown(cause: String, _ actions: inout Actions) {
+        startTimer(.retry, after: policy.cooldown, &actions)
+        if !current.discovering { actions.append(.startDiscovery) }
+        let cooldown = Cooldown(discovery: Discovery(running: true), listeningSince: now, blindAttemptAt: now + policy.cooldown)
+        enter(
+            .coolingDown(cooldown),
+            "\(cause); connecting when the dongle advertises, blind attempt in \(policy.cooldown.roundedText)", &actions)
+    }
+
+    mutating func enterSearching(cause: String, _ actions: inout Actions) {
+        if !current.discovering { actions.append(.startDiscovery) }
+        if !outstanding.timers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay, &actions) }
+        // Nobody heard yet in this search: quiet until someone is (then
+        // the watch is armed for a stall).
+        startTimer(.scanWatch, after: settings.discoveryRenewal, &actions)
+        enter(
+            .searching(Discovery(running: true), scan: ScanWatch()),
+            "\(cause); the dongle is unknown to bluetoothd, discovering", &actions)
+    }
+
+    /// The pause before the next controller check while searching, after
+    /// `history.searchChecks` of them since the dongle was last found.
+    var searchCheckDelay: Duration {
+        pacedDelay(settings.searchControllerCheck, doubled: history.searchChecks)
+    }
+
+    /// Searching found nothing for a while: ask the controller. Only a
+    /// controller check tells a dongle that sleeps (nothing to do but listen)
+    /// from a controller that hears nothing.
+    mutating func searchCheckFired(_ actions: inout Actions) {
+        if case .away(let away) = current, case .listening(let window) = away.phase { return listenedInVain(window, &actions) }
+        guard current.waitsForAdvertisement else { return }
+        if case .searching = current, history.deviceObjectGone {
+            // bluetoothd never said the object went, yet it still lists it:
+            // not the gone one any more (taken back before its removal was
+            // seen), so it is tried.
+            history.deviceObjectGone = false
+            if observation.devicePresent {
+                stopDiscoveryIfRunning(&actions)
+                return attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd again", &actions)
+            }
+        }
+        history.searchChecks += 1
+        requestControllerCheck(&actions)
+        startTimer(.searchCheck, after: searchCheckDelay, &actions)
+    }
+
+    // MARK: Discovery
+
+    mutating func discoveryFailed(_ failure: LinkFailure, _ actions: inout Actions) {
+        guard var discovery = current.discovery, discovery.running else { return }
+        discovery.running = false
+        discovery.failures += 1
+        setDiscovery(discovery)
+        actions.append(.report(.discoveryFailed(error: failure.description)))
+        // Doubling: a refusal that lasts costs a journal line a minute, not
+        // one every 5 s.
+        startTimer(
+            .discoveryRetry,
+            after: pacedDelay(settings.discoveryRetry, doubled: discovery.failures - 1, cap: settings.discoveryRetryCap),
+            &actions)
+    }
+
+    mutating func setDiscovery(running: Bool) {
+        guard var discovery = current.discovery else { return }
+        discovery.running = running
+        setDiscovery(discovery)
+    }
+
+    mutating func setDiscovery(_ discovery: Discovery) {
+        switch current {
+        case .searching(_, let scan): current = .searching(discovery, scan: scan)
+        case .coolingDown(var cooldown):
+            cooldown.discovery = discovery
+            current = .coolingDown(cooldown)
+        case .away(var away):
+            away.discovery = discovery
+            current = .away(away)
+        case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
+             .online, .backingOff, .awaitingDisconnect, .escalating:
+            break
+        }
+    }
+
+    /// After StartDiscovery failed, while searching or cooling down.
+    mutating func startDiscoveryIfStopped(_ actions: inout Actions) {
+        guard let discovery = current.discovery, !discovery.running else { return }
+        setDiscovery(running: true)
+        actions.append(.startDiscovery)
+    }
+
+    mutating func setScanWatch(_ scan: ScanWatch) {
+        switch current {
+        case .searching(let discovery, _): current = .searching(discovery, scan: scan)
+        case .away(var away):
+            away.scan = scan
+            current = .away(away)
+        case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
+             .online, .backingOff, .awaitingDisconnect, .escalating, .coolingDown:
+            break
+        }
+    }
+
+    mutating func stopDiscoveryIfRunning(_ actions: inout Actions) {
+        guard current.discovering else { return }
+        setDiscovery(running: false)
+        actions.append(.stopDiscovery)
+    }
+}

@@ -60,7 +60,7 @@ struct InvariantChecker {
         case .observed(let observation):
             seen = observation
             if !observation.devicePresent { removalAnswered = false }
-        case .removeDeviceFinished(.success): removalAnswered = true
+        case .removeDeviceFinished(_, .success): removalAnswered = true
         case .dataReceived: lastDataAt = simulation.now
         case .reconnectRequested: lastAttempt = 0  // a person's request starts a fresh window
         default: break

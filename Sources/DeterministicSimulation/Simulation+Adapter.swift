@@ -52,11 +52,11 @@ extension Simulation {
             // The write reaches the dongle as an answered one does; nothing
             // comes back, not even bluetoothd's "Not connected".
             if world.connected, world.observation.characteristicsReady, world.dongleReachable { world.dongleLastHeard = now }
-        case .startDiscovery:
+        case .startDiscovery(let id):
             guard world.observation.adapterPresent else {
-                return deliver(.discoveryFailed(LinkFailure(.transient, "no adapter")))
+                return deliver(.discoveryFailed(discovery: id, LinkFailure(.transient, "no adapter")))
             }
-            startDiscovery()
+            startDiscovery(id)
         case .stopDiscovery:
             guard world.observation.adapterPresent, world.discovering else { return }
             world.discovering = false
@@ -68,17 +68,18 @@ extension Simulation {
                 record(.world("adapter powered on (Tether)"))
                 publishObservation()
             }
-        case .escalate(let step):
+        case .escalate(let step, let run):
+            escalationRun = run
             escalate(step)
-        case .checkController:
+        case .checkController(let id):
             // The model's controller always answers while it is there; one
             // that is gone cannot be asked.
-            deliver(.controllerChecked(world.observation.adapterPresent ? .responsive : .unknown("no controller")))
-        case .removeDevice:
+            deliver(.controllerChecked(check: id, world.observation.adapterPresent ? .responsive : .unknown("no controller")))
+        case .removeDevice(let id):
             guard world.observation.adapterPresent, world.deviceObject else {
-                return deliver(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))
+                return deliver(.removeDeviceFinished(removal: id, .failure(LinkFailure(.transient, "the device object is already gone"))))
             }
-            removeDevice()
+            removeDevice(id)
         case .startTimer(let timer, let delay):
             startTimer(timer, after: delay)
         case .cancelTimer(let timer):
@@ -248,13 +249,14 @@ extension Simulation {
 
     // MARK: Adapter1: discovery, escalation, RemoveDevice
 
-    private func startDiscovery() {
+    private func startDiscovery(_ id: Int) {
         guard world.adapterUsable else {
-            return discoveryAnswered(.failure(BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")))
+            return discoveryAnswered(id, .failure(BlueZError(name: BlueZ.ErrorName.notReady, message: "Resource Not Ready")))
         }
         guard !world.discovering else {
             // Already discovering for us.
-            return discoveryAnswered(.failure(BlueZError(name: BlueZ.ErrorName.inProgress, message: "Operation already in progress")))
+            return discoveryAnswered(
+                id, .failure(BlueZError(name: BlueZ.ErrorName.inProgress, message: "Operation already in progress")))
         }
         world.discovering = true
         advertisementGeneration += 1
@@ -262,8 +264,8 @@ extension Simulation {
     }
 
     /// StartDiscovery's answer, through ActionLane's rule.
-    private func discoveryAnswered(_ answer: Result<Void, BlueZError>) {
-        if let failure = BlueZReplies.startDiscovery(answer) { deliver(.discoveryFailed(failure)) }
+    private func discoveryAnswered(_ id: Int, _ answer: Result<Void, BlueZError>) {
+        if let failure = BlueZReplies.startDiscovery(answer) { deliver(.discoveryFailed(discovery: id, failure)) }
     }
 
     // MARK: Escalation, through the daemon's own run (EscalationRun)
@@ -277,7 +279,7 @@ extension Simulation {
     /// for the adapter and gives the verdict, as in the daemon.
     private func escalate(_ step: EscalationStep) {
         guard world.observation.adapterPresent else {
-            return deliver(.escalationFinished(step, .failure(LinkFailure(.transient, "no adapter"))))
+            return deliver(.escalationFinished(step, run: escalationRun, .failure(LinkFailure(.transient, "no adapter"))))
         }
         carryOut(escalation.begin(step, adapterPath: Self.adapterPath, adapter: escalationAdapter))
         guard step != .powerCycle else { return }
@@ -339,12 +341,12 @@ extension Simulation {
             case .cancelTimer:
                 escalationTimerGeneration += 1
             case .finished(let step, let result):
-                deliver(.escalationFinished(step, result))
+                deliver(.escalationFinished(step, run: escalationRun, result))
             }
         }
     }
 
-    private func removeDevice() {
+    private func removeDevice(_ id: Int) {
         if world.connected { world.dropLink() }
         world.pendingConnect = nil
         world.deviceObject = false
@@ -357,7 +359,7 @@ extension Simulation {
         world.removalUnsignalled = true
         record(.world("device object removed (Tether); InterfacesRemoved to follow"))
         publishObservation()  // the link's end, if there was one
-        deliver(.removeDeviceFinished(BlueZReplies.removeDevice(.success(()))))
+        deliver(.removeDeviceFinished(removal: id, BlueZReplies.removeDevice(.success(()))))
         schedule(.removalSignalled, after: random.duration(.milliseconds(1) ... .seconds(1)))
     }
 

@@ -53,6 +53,8 @@ final class Simulation {
     /// event finds it moved on).
     var escalation = EscalationRun()
     var escalationTimerGeneration: UInt64 = 0
+    /// The supervisor's id for the step in flight, which its verdict echoes.
+    var escalationRun = 0
     /// The last connect id this process sent (to tell its reply from a stale one).
     var lastConnectID = 0
     /// Connects bluetoothd has yet to answer: by token, the connect's id and process.

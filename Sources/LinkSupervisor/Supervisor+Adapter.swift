@@ -44,9 +44,11 @@ extension Supervisor {
     mutating func runRecovery(_ steps: [EscalationStep], continuing: Bool = false, _ actions: inout Actions) {
         guard let step = steps.first else { return }
         if !continuing { history.adapterRecoveries += 1 }
-        let escalation = Escalation(purpose: .adapterRecovery, cause: adapterProblem, step: step, remaining: Array(steps.dropFirst()))
+        let run = nextOperation()
+        let escalation = Escalation(
+            purpose: .adapterRecovery, cause: adapterProblem, step: step, run: run, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(adapterProblem); \(step.rawValue)", &actions)
-        actions.append(.escalate(step))
+        actions.append(.escalate(step, run: run))
     }
 
     /// The adapter is unusable now: if it had stayed usable long enough, the

@@ -30,12 +30,12 @@ extension Supervisor {
     /// works: discovery (which hears other advertisers, and the dongle if it
     /// is back) and a controller check, for `awayListen`.
     mutating func listenForEvidence(after window: Window, _ actions: inout Actions) {
-        if !current.discovering { actions.append(.startDiscovery) }
+        let discovery = discoveryGoingOn(&actions)
         requestControllerCheck(&actions)
         cancelTimer(.searchCheck, &actions)
         startTimer(.searchCheck, after: settings.awayListen, &actions)
         enter(
-            .away(Away(phase: .listening(window), discovery: Discovery(running: true), since: history.lastSeen ?? now)),
+            .away(Away(phase: .listening(window), discovery: discovery, since: history.lastSeen ?? now)),
             "\(window.attempts) attempts found nobody; listening \(settings.awayListen.roundedText) for whether the controller hears anyone",
             &actions)
     }
@@ -57,13 +57,13 @@ extension Supervisor {
     /// the controller checked at the search's pace. No escalation, no
     /// removal of its object, no blind attempts: discovery sees it return.
     mutating func confirmAway(evidence: String, _ actions: inout Actions) {
-        var discovery = Discovery(running: true)
+        let discovery: Discovery
         var since = history.lastSeen ?? now
         if case .away(let listening) = current {
             discovery = listening.discovery
             since = listening.since
-        } else if !current.discovering {
-            actions.append(.startDiscovery)
+        } else {
+            discovery = discoveryGoingOn(&actions)
         }
         actions.append(.report(.dongleAway(lastSeen: history.lastSeen, evidence: evidence)))
         history.searchChecks = 0
@@ -86,7 +86,7 @@ extension Supervisor {
             // Quiet: nothing to judge; a fresh session in case it stalled.
             if discovery.running {
                 actions.append(.stopDiscovery)
-                actions.append(.startDiscovery)
+                setDiscovery(started: startDiscovery(&actions))
             }
             return startTimer(.scanWatch, after: settings.discoveryRenewal, &actions)
         }
@@ -99,8 +99,7 @@ extension Supervisor {
             setScanWatch(scan)
             actions.append(.report(.scanStalled(silentFor: silentFor, restarting: true)))
             if discovery.running { actions.append(.stopDiscovery) }
-            setDiscovery(running: true)
-            actions.append(.startDiscovery)
+            setDiscovery(started: startDiscovery(&actions))
             return startTimer(.scanWatch, after: settings.scanStallAfter, &actions)
         }
         // Started again and still nobody: the controller.

@@ -71,9 +71,10 @@ extension Supervisor {
 
     /// Asks for the removal of the refused bond, unless one is in flight.
     mutating func removeRefusedBond(_ actions: inout Actions) {
-        guard !outstanding.removal else { return }
-        outstanding.removal = true
-        actions.append(.removeDevice)
+        guard outstanding.removal == nil else { return }
+        let removal = nextOperation()
+        outstanding.removal = removal
+        actions.append(.removeDevice(removal))
     }
 
     /// A connect on a bonded device came up and dropped before services
@@ -99,9 +100,11 @@ extension Supervisor {
     mutating func removeStaleDeviceIfDue(_ window: Window, _ actions: inout Actions) {
         guard shouldRemoveStaleDevice(window) else { return }
         history.removedStaleDevice = true
-        outstanding.removal = true
+        // Any removal in flight is superseded: only this one's answer counts.
+        let removal = nextOperation()
+        outstanding.removal = removal
         actions.append(.report(.staleDeviceRemoved(failures: window.staleFailures, lastError: window.lastStaleError ?? "")))
-        actions.append(.removeDevice)
+        actions.append(.removeDevice(removal))
     }
 
     /// Most of the window's failures pointed at a stale device object, it was
@@ -122,9 +125,9 @@ extension Supervisor {
     /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
     /// the device away (after this reply: BlueZ sends it from an idle
     /// callback) and discovery finds it anew; a failure is only told.
-    mutating func removeDeviceFinished(_ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard outstanding.removal else { return }
-        outstanding.removal = false
+    mutating func removeDeviceFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
+        guard outstanding.removal == id else { return }
+        outstanding.removal = nil
         guard case .failure(let failure) = result else {
             if history.bondLoss == .removing { history.bondLoss = .renewed }
             // Removed: an attempt on it now would meet UnknownObject.

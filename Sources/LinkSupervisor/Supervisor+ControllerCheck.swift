@@ -10,16 +10,17 @@ extension Supervisor {
     /// window.
     mutating func checkControllerIfDue(_ window: inout Window, _ actions: inout Actions) {
         guard let after = settings.controllerCheckAfterFailures, window.attempts >= after || window.blind,
-              !window.controllerChecked, !outstanding.controllerCheck
+              !window.controllerChecked, outstanding.controllerCheck == nil
         else { return }
         window.controllerChecked = true
         requestControllerCheck(&actions)
     }
 
     mutating func requestControllerCheck(_ actions: inout Actions) {
-        guard settings.controllerCheckAfterFailures != nil, !outstanding.controllerCheck else { return }
-        outstanding.controllerCheck = true
-        actions.append(.checkController)
+        guard settings.controllerCheckAfterFailures != nil, outstanding.controllerCheck == nil else { return }
+        let check = nextOperation()
+        outstanding.controllerCheck = check
+        actions.append(.checkController(check))
     }
 
     /// How long others' advertisements show that the controller works
@@ -32,9 +33,9 @@ extension Supervisor {
     /// power cycle, which goes through the very controller that does not
     /// answer (Home Assistant's recovery skips the power-off for a frozen
     /// one too).
-    mutating func controllerChecked(_ check: ControllerCheck, _ actions: inout Actions) {
-        guard outstanding.controllerCheck else { return }
-        outstanding.controllerCheck = false
+    mutating func controllerChecked(_ id: Int, _ check: ControllerCheck, _ actions: inout Actions) {
+        guard outstanding.controllerCheck == id else { return }
+        outstanding.controllerCheck = nil
         if check == .responsive {
             history.controllerAnsweredAt = now
             evidenceArrived("the controller answers", &actions)

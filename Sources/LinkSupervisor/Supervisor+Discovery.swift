@@ -7,21 +7,21 @@ import Pacing
 extension Supervisor {
     mutating func enterCooldown(cause: String, _ actions: inout Actions) {
         startTimer(.retry, after: policy.cooldown, &actions)
-        if !current.discovering { actions.append(.startDiscovery) }
-        let cooldown = Cooldown(discovery: Discovery(running: true), listeningSince: now, blindAttemptAt: now + policy.cooldown)
+        let discovery = discoveryGoingOn(&actions)
+        let cooldown = Cooldown(discovery: discovery, listeningSince: now, blindAttemptAt: now + policy.cooldown)
         enter(
             .coolingDown(cooldown),
             "\(cause); connecting when the dongle advertises, blind attempt in \(policy.cooldown.roundedText)", &actions)
     }
 
     mutating func enterSearching(cause: String, _ actions: inout Actions) {
-        if !current.discovering { actions.append(.startDiscovery) }
+        let discovery = discoveryGoingOn(&actions)
         if !outstanding.timers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay, &actions) }
         // Nobody heard yet in this search: quiet until someone is (then
         // the watch is armed for a stall).
         startTimer(.scanWatch, after: settings.discoveryRenewal, &actions)
         enter(
-            .searching(Discovery(running: true), scan: ScanWatch()),
+            .searching(discovery, scan: ScanWatch()),
             "\(cause); the dongle is unknown to bluetoothd, discovering", &actions)
     }
 
@@ -54,9 +54,23 @@ extension Supervisor {
 
     // MARK: Discovery
 
-    mutating func discoveryFailed(_ failure: LinkFailure, _ actions: inout Actions) {
-        guard var discovery = current.discovery, discovery.running else { return }
-        discovery.running = false
+    /// Discovery for a state that waits on it: the one running goes on,
+    /// else a StartDiscovery now.
+    mutating func discoveryGoingOn(_ actions: inout Actions) -> Discovery {
+        if let running = current.discovery?.started { return Discovery(started: running) }
+        return Discovery(started: startDiscovery(&actions))
+    }
+
+    /// Asks for a StartDiscovery; its id, which a failure echoes.
+    mutating func startDiscovery(_ actions: inout Actions) -> Int {
+        let discovery = nextOperation()
+        actions.append(.startDiscovery(discovery))
+        return discovery
+    }
+
+    mutating func discoveryFailed(_ id: Int, _ failure: LinkFailure, _ actions: inout Actions) {
+        guard var discovery = current.discovery, discovery.started == id else { return }
+        discovery.started = nil
         discovery.failures += 1
         setDiscovery(discovery)
         actions.append(.report(.discoveryFailed(error: failure.description)))
@@ -68,9 +82,10 @@ extension Supervisor {
             &actions)
     }
 
-    mutating func setDiscovery(running: Bool) {
+    /// The StartDiscovery now in force (nil: none), for the discovery of the state.
+    mutating func setDiscovery(started: Int?) {
         guard var discovery = current.discovery else { return }
-        discovery.running = running
+        discovery.started = started
         setDiscovery(discovery)
     }
 
@@ -92,8 +107,7 @@ extension Supervisor {
     /// After StartDiscovery failed, while searching or cooling down.
     mutating func startDiscoveryIfStopped(_ actions: inout Actions) {
         guard let discovery = current.discovery, !discovery.running else { return }
-        setDiscovery(running: true)
-        actions.append(.startDiscovery)
+        setDiscovery(started: startDiscovery(&actions))
     }
 
     mutating func setScanWatch(_ scan: ScanWatch) {
@@ -110,7 +124,7 @@ extension Supervisor {
 
     mutating func stopDiscoveryIfRunning(_ actions: inout Actions) {
         guard current.discovering else { return }
-        setDiscovery(running: false)
+        setDiscovery(started: nil)
         actions.append(.stopDiscovery)
     }
 }

@@ -43,13 +43,17 @@ extension Supervisor {
             // The next cooldown's blind attempt asks.
             return attempt(window: Window(start: now, blind: true, controllerChecked: true), cause: "escalation done", &actions)
         }
-        let escalation = Escalation(purpose: .exhaustedWindow, cause: cause, step: step, remaining: Array(steps.dropFirst()))
+        let run = nextOperation()
+        let escalation = Escalation(
+            purpose: .exhaustedWindow, cause: cause, step: step, run: run, remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(cause); \(step.rawValue)", &actions)
-        actions.append(.escalate(step))
+        actions.append(.escalate(step, run: run))
     }
 
-    mutating func escalationFinished(_ step: EscalationStep, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard case .escalating(let escalation) = current, escalation.step == step else { return }
+    mutating func escalationFinished(
+        _ step: EscalationStep, run: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions
+    ) {
+        guard case .escalating(let escalation) = current, escalation.run == run, escalation.step == step else { return }
         switch result {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
         case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))

@@ -205,7 +205,11 @@ extension Supervisor {
     /// Discovery while searching or cooling down: running, or failed to
     /// start and waiting for its retry timer.
     struct Discovery: Sendable {
-        var running: Bool
+        /// The StartDiscovery in force (operation `discovery`, whose failure
+        /// `.discoveryFailed` answers); nil: stopped, or failed and waiting
+        /// for its retry.
+        var started: Int?
+        var running: Bool { started != nil }
         /// StartDiscovery failures since searching or cooling down began:
         /// they pace its retries.
         var failures = 0
@@ -270,6 +274,8 @@ extension Supervisor {
         /// not answer, …): every step's transition says it.
         var cause: String
         var step: EscalationStep
+        /// The step's run (operation `escalate`), which its answer echoes.
+        var run: Int
         var remaining: [EscalationStep]
         /// Someone asked for a reconnect while the step ran: the remaining
         /// steps are skipped and an attempt follows this one.
@@ -304,7 +310,7 @@ extension Supervisor {
         /// observation without the object, an advertisement on it (it is
         /// back), or the next search check.
         var deviceObjectGone = false
-        /// The last operation id handed out (connect, subscribe, poll).
+        /// The last operation id handed out (every call that is answered).
         var operations = 0
         /// Adapter recovery rounds started since the adapter last stayed
         /// usable for `adapterRecoveryDelay`: they pace the next round, so a
@@ -359,12 +365,13 @@ extension Supervisor {
 
     /// Effects asked for and not yet answered, whatever the state: the
     /// timers armed (a fire of any other is stale), a RemoveDevice in
-    /// flight, and a reconnect request waiting for its answer.
+    /// flight (its id), a controller check (its id), and a reconnect
+    /// request waiting for its answer.
     struct Outstanding: Sendable {
         var timers: Set<SupervisorTimer> = []
-        var removal = false
+        var removal: Int?
         var reconnectAnswer = false
         /// A `.checkController` not answered yet.
-        var controllerCheck = false
+        var controllerCheck: Int?
     }
 }

@@ -72,7 +72,7 @@ public struct Supervisor: Sendable {
 
     public var state: SupervisorState { current.name }
     /// A `.checkController` is out and not answered (for tests).
-    var pendingControllerCheck: Bool { outstanding.controllerCheck }
+    var pendingControllerCheck: Bool { outstanding.controllerCheck != nil }
     /// Listening for evidence that the controller works after a window that
     /// found nobody (for tests: it shows as `backingOff`).
     var listeningForEvidence: Bool { if case .away(let away) = current { !away.confirmed } else { false } }
@@ -94,15 +94,15 @@ public struct Supervisor: Sendable {
         case .pairFinished(let id, let result): pairFinished(id, result, &actions)
         case .bondRejected(let detail): bondRejected(detail, &actions)
         case .pollFinished(let id, let result): pollFinished(id, result, &actions)
-        case .escalationFinished(let step, let result): escalationFinished(step, result, &actions)
-        case .discoveryFailed(let failure): discoveryFailed(failure, &actions)
+        case .escalationFinished(let step, let run, let result): escalationFinished(step, run: run, result, &actions)
+        case .discoveryFailed(let id, let failure): discoveryFailed(id, failure, &actions)
         case .timerFired(let timer): timerFired(timer, &actions)
         case .notificationsEnded(let why): notificationsEnded(why, &actions)
         case .reconnectRequested: reconnectRequested(&actions)
         case .dataReceived: dataReceived(&actions)
         case .characteristicsChanged: characteristicsChanged(&actions)
-        case .removeDeviceFinished(let result): removeDeviceFinished(result, &actions)
-        case .controllerChecked(let check): controllerChecked(check, &actions)
+        case .removeDeviceFinished(let id, let result): removeDeviceFinished(id, result, &actions)
+        case .controllerChecked(let id, let check): controllerChecked(id, check, &actions)
         }
         answerReconnectIfDecided(&actions)
         return actions

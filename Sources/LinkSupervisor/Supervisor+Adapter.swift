@@ -33,7 +33,7 @@ extension Supervisor {
     /// Waiting for the adapter: runs the steps that apply, at once the first
     /// time, then no sooner than the pace of `adapterRecovery` allows.
     mutating func considerAdapterRecovery(_ actions: inout Actions) {
-        guard case .waitingForAdapter = current, !outstanding.timers.contains(.adapterRecovery) else { return }
+        guard case .outage(_, .waitingForAdapter) = current, !armedTimers.contains(.adapterRecovery) else { return }
         let steps = recoverySteps
         guard !steps.isEmpty else { return }
         if history.adapterRecoveries == 0 { return runRecovery(steps, &actions) }
@@ -59,9 +59,9 @@ extension Supervisor {
         if now - since >= settings.adapterRecoveryDelay { history.adapterRecoveries = 0 }
     }
 
-    /// The pause before the next power-on, after `history.powerOnRetries` retries.
-    var powerOnDelay: Duration {
-        pacedDelay(settings.powerOnRetry, doubled: history.powerOnRetries)
+    /// The pause before the next power-on, after `retries` of them.
+    func powerOnDelay(afterRetries retries: Int) -> Duration {
+        pacedDelay(settings.powerOnRetry, doubled: retries)
     }
 
     /// The pause before the next round, after `history.adapterRecoveries` rounds.
@@ -90,7 +90,7 @@ extension Supervisor {
             // unpowered unless bluetoothd's AutoEnable is on).
             return adapterUnusableAfter(escalation.step, &actions)
         }
-        enter(.waitingForAdapter(offByEscalation: false), "\(adapterProblem) after \(escalation.step.rawValue)", &actions)
+        enter(.waitingForAdapter(powerOnRetries: nil), "\(adapterProblem) after \(escalation.step.rawValue)", &actions)
         guard !applicable.isEmpty else { return }
         let delay = recoveryDelay
         actions.append(.report(.adapterNotRecovered(rounds: history.adapterRecoveries, problem: adapterProblem, retryIn: delay)))
@@ -99,15 +99,15 @@ extension Supervisor {
 
     /// The next recovery round is due.
     mutating func adapterRecoveryTimerFired(_ actions: inout Actions) {
-        guard case .waitingForAdapter = current else { return }
+        guard case .outage(_, .waitingForAdapter) = current else { return }
         runRecovery(recoverySteps, &actions)
     }
 
     /// An escalation left the adapter off: power it on again, at a doubling pace.
     mutating func powerOnTimerFired(_ actions: inout Actions) {
-        guard case .waitingForAdapter(offByEscalation: true) = current, observation.adapterPresent else { return }
+        guard case .outage(_, .waitingForAdapter(let retries?)) = current, observation.adapterPresent else { return }
         actions.append(.powerOn)
-        history.powerOnRetries += 1
-        startTimer(.powerOn, after: powerOnDelay, &actions)
+        update(.waitingForAdapter(powerOnRetries: retries + 1))
+        startTimer(.powerOn, after: powerOnDelay(afterRetries: retries + 1), &actions)
     }
 }

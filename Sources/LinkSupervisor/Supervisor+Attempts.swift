@@ -4,11 +4,11 @@ import Pacing
 /// Connect attempts in retry windows, from the Connect to the subscription.
 extension Supervisor {
     /// The dongle's object exists for the decisions: observed, and not
-    /// answered for as gone since (`History.deviceObjectGone`).
+    /// answered for as gone since (`Outage.deviceObjectGone`).
     #if DST_BUG_CONNECTS_REMOVED_OBJECT  // planted bug (make dst-selftest): trusts the observation alone
     var deviceKnown: Bool { observation.devicePresent }
     #else
-    var deviceKnown: Bool { observation.devicePresent && !history.deviceObjectGone }
+    var deviceKnown: Bool { observation.devicePresent && current.outage?.deviceObjectGone != true }
     #endif
 
     mutating func attemptOrSearch(window: Window, cause: String, _ actions: inout Actions) {
@@ -46,10 +46,10 @@ extension Supervisor {
     mutating func attempt(window: Window, cause: String, _ actions: inout Actions) {
         guard observation.adapterUsable else {
             linkGoneQuietly(&actions)
-            return enter(.waitingForAdapter(offByEscalation: false), "\(cause); but the adapter is not powered", &actions)
+            return enter(.waitingForAdapter(powerOnRetries: nil), "\(cause); but the adapter is not powered", &actions)
         }
         guard deviceKnown else { return enterSearching(cause: cause, &actions) }
-        if history.bondLoss == .removing {
+        if current.outage?.bondLoss == .removing {
             if observation.deviceBonded {
                 var window = window
                 window.attempts += 1
@@ -60,7 +60,7 @@ extension Supervisor {
             }
             // Found again without it: the removal happened (its answer may
             // have been lost with bluetoothd).
-            history.bondLoss = .renewed
+            current.outage?.bondLoss = .renewed
         }
         var window = window
         window.attempts += 1
@@ -74,7 +74,7 @@ extension Supervisor {
     }
 
     mutating func connectFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard case .connecting(let setup, let connect) = current, connect == id else { return }
+        guard case .outage(_, .connecting(let setup, let connect)) = current, connect == id else { return }
         switch result {
         case .success:
             if observation.linkReady {
@@ -90,7 +90,7 @@ extension Supervisor {
             if droppedBeforeResolve {
                 droppedBeforeResolving(failure.description, &actions)
             } else {
-                history.dropsBeforeResolve = 0
+                current.outage?.dropsBeforeResolve = 0
             }
         }
     }
@@ -102,7 +102,8 @@ extension Supervisor {
     /// The connect attempt in flight took too long (or, after it, services,
     /// a pairing or the subscription did): a failed attempt, cancelled.
     mutating func attemptDeadlinePassed(_ actions: inout Actions) {
-        switch current {
+        guard case .outage(_, let recovery) = current else { return }
+        switch recovery {
         case .connecting(let setup, _):
             // A stale-object sign when the Connect lasted the kernel's own
             // LE connection timeout: the kernel ends a connection it is
@@ -132,7 +133,7 @@ extension Supervisor {
             attemptFailed(
                 setup.window, LinkFailure(.transient, "services not ready within \(policy.connectTimeout.roundedText)\(why)"),
                 cancel: true, &actions)
-        case .waitingForBluez, .waitingForAdapter, .searching, .waitingForData, .online, .backingOff, .awaitingDisconnect,
+        case .waitingForBluez, .waitingForAdapter, .searching, .waitingForData, .backingOff, .awaitingDisconnect,
              .escalating, .coolingDown, .away:
             break
         }
@@ -140,7 +141,7 @@ extension Supervisor {
 
     mutating func attemptFailed(_ window: Window, _ failure: LinkFailure, cancel: Bool, _ actions: inout Actions) {
         cancelTimer(.attemptDeadline, &actions)
-        lastError = failure.description
+        history.lastError = failure.description
         var window = window
         if failure.staleDevice {
             window.staleFailures += 1
@@ -154,14 +155,14 @@ extension Supervisor {
             // the dongle is unknown until discovery finds it again (after a
             // removal Tether asked for, the reply can come before
             // bluetoothd's InterfacesRemoved).
-            history.deviceObjectGone = observation.devicePresent
+            current.outage?.deviceObjectGone = observation.devicePresent
             return enterSearching(cause: "attempt failed: \(failure.description)", &actions)
         }
         checkControllerIfDue(&window, &actions)
         if failure.kind == .fatal {
             return enterCooldown(cause: "error that retrying soon will not fix: \(failure.description)", &actions)
         }
-        if case .reported(let problem) = history.bondLoss {
+        if case .reported(let problem)? = current.outage?.bondLoss {
             return enterCooldown(cause: problem, &actions)
         }
         if window.blind, cancel, !window.retriedAfterCancel {
@@ -190,7 +191,7 @@ extension Supervisor {
     }
 
     mutating func subscribeFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard case .subscribing(let setup, let subscribe) = current, subscribe == id else { return }
+        guard case .outage(_, .subscribing(let setup, let subscribe)) = current, subscribe == id else { return }
         switch result {
         case .success:
             subscribed(setup, &actions)

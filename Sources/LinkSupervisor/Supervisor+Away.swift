@@ -15,7 +15,7 @@ extension Supervisor {
     /// (`controllerEvidence`) makes it away.
     func foundNobody(_ window: Window) -> Bool {
         !window.blind && !window.fromAdvertisement && window.attempts > window.flapped
-            && window.unanswered == window.attempts - window.flapped && history.bondLoss == .none
+            && window.unanswered == window.attempts - window.flapped && (current.outage?.bondLoss ?? BondLoss.none) == BondLoss.none
     }
 
     /// What shows that the controller works, seen since `start`: it
@@ -42,7 +42,7 @@ extension Supervisor {
 
     /// Evidence that the controller works, while listening for it: away.
     mutating func evidenceArrived(_ evidence: String, _ actions: inout Actions) {
-        guard case .away(let away) = current, !away.confirmed else { return }
+        guard case .outage(_, .away(let away)) = current, !away.confirmed else { return }
         confirmAway(evidence: evidence, &actions)
     }
 
@@ -59,14 +59,14 @@ extension Supervisor {
     mutating func confirmAway(evidence: String, _ actions: inout Actions) {
         let discovery: Discovery
         var since = history.lastSeen ?? now
-        if case .away(let listening) = current {
+        if case .outage(_, .away(let listening)) = current {
             discovery = listening.discovery
             since = listening.since
         } else {
             discovery = discoveryGoingOn(&actions)
         }
         actions.append(.report(.dongleAway(lastSeen: history.lastSeen, evidence: evidence)))
-        history.searchChecks = 0
+        current.outage?.searchChecks = 0
         cancelTimer(.searchCheck, &actions)
         startTimer(.searchCheck, after: searchCheckDelay, &actions)
         var away = Away(phase: .confirmed(evidence: evidence), discovery: discovery, since: since)

@@ -14,7 +14,7 @@ extension Supervisor {
     }
 
     mutating func pairFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard case .pairing(var setup, let pair) = current, pair == id else { return }
+        guard case .outage(_, .pairing(var setup, let pair)) = current, pair == id else { return }
         switch result {
         case .success:
             actions.append(.report(.paired))
@@ -28,7 +28,7 @@ extension Supervisor {
             // (status's bond row); each cooldown's attempt pairs anew, one
             // removal each, never a loop.
             actions.append(.report(.pairingFailed(error: failure.description, unauthenticated: true)))
-            history.bondLoss = .reported(problem: "\(failure.description); Tether removed that bond")
+            current.outage?.bondLoss = .reported(problem: "\(failure.description); Tether removed that bond")
             attemptFailed(setup.window, LinkFailure(.fatal, "pairing failed: \(failure.description)"), cancel: true, &actions)
             removeRefusedBond(&actions)
         case .failure(let failure):
@@ -43,37 +43,41 @@ extension Supervisor {
     /// refusal in the same outage, or one while Tether does not pair, is
     /// reported once and left to the operator (status says what to do);
     /// attempts go on in their windows, never as a loop of re-pairings.
+    /// A refusal ends a link (the kernel says why it ended): one that was
+    /// online has ended, and this outage begins with the refusal.
     mutating func bondRejected(_ detail: String, _ actions: inout Actions) {
         guard observation.devicePresent, observation.deviceBonded else { return }
-        history.dropsBeforeResolve = 0
-        lastError = "the dongle refused its bond (\(detail)): it has lost its keys (a factory reset?)"
-        switch history.bondLoss {
+        if case .online = current { linkEnding(cause: "the dongle refused its bond (\(detail))", &actions) }
+        guard let outage = current.outage else { return }
+        current.outage?.dropsBeforeResolve = 0
+        history.lastError = "the dongle refused its bond (\(detail)): it has lost its keys (a factory reset?)"
+        switch outage.bondLoss {
         case .reported, .removing:
             return
         case .renewed:
             // Renewed already in this outage and refused again: said once,
             // then left to the windows and the operator.
             let why = "Tether removed the bond and paired again once in this outage already, and does not loop: check the dongle, then `tether reconnect`"
-            history.bondLoss = .reported(problem: "the dongle refuses its new bond too; \(why)")
+            current.outage?.bondLoss = .reported(problem: "the dongle refuses its new bond too; \(why)")
             return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
         case .none:
             break
         }
         guard settings.pairs else {
             let why = "dongle.pairing is \"never\": remove the bond (bluetoothctl remove <address>) and pair again, or set dongle.pairing"
-            history.bondLoss = .reported(problem: "the dongle refuses its bond; \(why)")
+            current.outage?.bondLoss = .reported(problem: "the dongle refuses its bond; \(why)")
             return actions.append(.report(.bondLost(detail: detail, repairing: false, why: why)))
         }
-        history.bondLoss = .removing
+        current.outage?.bondLoss = .removing
         actions.append(.report(.bondLost(detail: detail, repairing: true, why: nil)))
         removeRefusedBond(&actions)
     }
 
     /// Asks for the removal of the refused bond, unless one is in flight.
     mutating func removeRefusedBond(_ actions: inout Actions) {
-        guard outstanding.removal == nil else { return }
+        guard let outage = current.outage, outage.removal == nil else { return }
         let removal = nextOperation()
-        outstanding.removal = removal
+        current.outage?.removal = removal
         actions.append(.removeDevice(removal))
     }
 
@@ -87,8 +91,8 @@ extension Supervisor {
         // The kernel would have said so (Device Disconnected reason 4): a
         // dongle out of reach or a busy channel drops links early too.
         guard !observation.disconnectReasonsHeard else { return }
-        history.dropsBeforeResolve += 1
-        let drops = history.dropsBeforeResolve
+        current.outage?.dropsBeforeResolve += 1
+        let drops = current.outage?.dropsBeforeResolve ?? 0
         guard drops >= settings.dropsBeforeResolveForBondLoss else { return }
         bondRejected("\(drops) connects in a row dropped before services resolved, last: \(error)", &actions)
     }
@@ -99,10 +103,10 @@ extension Supervisor {
     /// failures point at a stale one (`shouldRemoveStaleDevice`).
     mutating func removeStaleDeviceIfDue(_ window: Window, _ actions: inout Actions) {
         guard shouldRemoveStaleDevice(window) else { return }
-        history.removedStaleDevice = true
+        current.outage?.removedStaleDevice = true
         // Any removal in flight is superseded: only this one's answer counts.
         let removal = nextOperation()
-        outstanding.removal = removal
+        current.outage?.removal = removal
         actions.append(.report(.staleDeviceRemoved(failures: window.staleFailures, lastError: window.lastStaleError ?? "")))
         actions.append(.removeDevice(removal))
     }
@@ -110,7 +114,7 @@ extension Supervisor {
     /// Most of the window's failures pointed at a stale device object, it was
     /// not removed yet in this outage, and the config allows it for this device.
     func shouldRemoveStaleDevice(_ window: Window) -> Bool {
-        guard !history.removedStaleDevice, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
+        guard current.outage?.removedStaleDevice != true, window.staleFailures > 0, window.staleFailures * 2 >= window.attempts,
               deviceKnown
         else { return false }
         switch settings.staleDeviceRemoval {
@@ -124,14 +128,15 @@ extension Supervisor {
 
     /// The removal's answer. Once done, bluetoothd's InterfacesRemoved takes
     /// the device away (after this reply: BlueZ sends it from an idle
-    /// callback) and discovery finds it anew; a failure is only told.
+    /// callback) and discovery finds it anew; a failure is only told. The
+    /// answer to a removal of an outage that is over is stale.
     mutating func removeDeviceFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
-        guard outstanding.removal == id else { return }
-        outstanding.removal = nil
+        guard let outage = current.outage, outage.removal == id else { return }
+        current.outage?.removal = nil
         guard case .failure(let failure) = result else {
-            if history.bondLoss == .removing { history.bondLoss = .renewed }
+            if outage.bondLoss == .removing { current.outage?.bondLoss = .renewed }
             // Removed: an attempt on it now would meet UnknownObject.
-            history.deviceObjectGone = observation.devicePresent
+            current.outage?.deviceObjectGone = observation.devicePresent
             return
         }
         actions.append(.report(.staleDeviceRemovalFailed(error: failure.description)))

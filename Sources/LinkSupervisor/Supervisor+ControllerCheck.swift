@@ -10,17 +10,26 @@ extension Supervisor {
     /// window.
     mutating func checkControllerIfDue(_ window: inout Window, _ actions: inout Actions) {
         guard let after = settings.controllerCheckAfterFailures, window.attempts >= after || window.blind,
-              !window.controllerChecked, outstanding.controllerCheck == nil
+              !window.controllerChecked, let outage = current.outage, outage.controllerCheck == nil
         else { return }
         window.controllerChecked = true
         requestControllerCheck(&actions)
     }
 
+    /// Asks the controller, unless a check of this outage is in flight.
     mutating func requestControllerCheck(_ actions: inout Actions) {
-        guard settings.controllerCheckAfterFailures != nil, outstanding.controllerCheck == nil else { return }
+        guard let outage = current.outage, outage.controllerCheck == nil, let check = newControllerCheck(&actions)
+        else { return }
+        current.outage?.controllerCheck = check
+    }
+
+    /// Asks the controller: the check's id, for the outage that waits for
+    /// its answer to hold (nil: checks are off, `controllerCheckAfterFailures`).
+    mutating func newControllerCheck(_ actions: inout Actions) -> Int? {
+        guard settings.controllerCheckAfterFailures != nil else { return nil }
         let check = nextOperation()
-        outstanding.controllerCheck = check
         actions.append(.checkController(check))
+        return check
     }
 
     /// How long others' advertisements show that the controller works
@@ -33,9 +42,10 @@ extension Supervisor {
     /// power cycle, which goes through the very controller that does not
     /// answer (Home Assistant's recovery skips the power-off for a frozen
     /// one too).
+    /// The answer to a check of an outage that is over is stale.
     mutating func controllerChecked(_ id: Int, _ check: ControllerCheck, _ actions: inout Actions) {
-        guard outstanding.controllerCheck == id else { return }
-        outstanding.controllerCheck = nil
+        guard let outage = current.outage, outage.controllerCheck == id else { return }
+        current.outage?.controllerCheck = nil
         if check == .responsive {
             history.controllerAnsweredAt = now
             evidenceArrived("the controller answers", &actions)
@@ -53,7 +63,8 @@ extension Supervisor {
         }
         actions.append(.report(.controllerUnresponsive(detail)))
         let steps = settings.escalation.filter { $0 != .powerCycle }
-        switch current {
+        guard case .outage(_, let recovery) = current else { return }
+        switch recovery {
         case .backingOff:
             cancelTimer(.retry, &actions)
         case .connecting, .resolving, .pairing, .subscribing, .waitingForData:
@@ -75,9 +86,8 @@ extension Supervisor {
             // escalation ends in a search, whose first check waits longer).
             guard !steps.isEmpty else { return }
             stopDiscoveryIfRunning(&actions)
-        case .online, .waitingForBluez, .waitingForAdapter, .escalating:
-            // Online again (it answered after all, late) or already past
-            // attempting: nothing to end.
+        case .waitingForBluez, .waitingForAdapter, .escalating:
+            // Already past attempting: nothing to end.
             return
         }
         if let window = current.window { actions.append(.report(.windowExhausted(attempts: window.attempts))) }

@@ -16,7 +16,7 @@ extension Supervisor {
 
     mutating func enterSearching(cause: String, _ actions: inout Actions) {
         let discovery = discoveryGoingOn(&actions)
-        if !outstanding.timers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay, &actions) }
+        if !armedTimers.contains(.searchCheck) { startTimer(.searchCheck, after: searchCheckDelay, &actions) }
         // Nobody heard yet in this search: quiet until someone is (then
         // the watch is armed for a stall).
         startTimer(.scanWatch, after: settings.discoveryRenewal, &actions)
@@ -26,28 +26,30 @@ extension Supervisor {
     }
 
     /// The pause before the next controller check while searching, after
-    /// `history.searchChecks` of them since the dongle was last found.
+    /// `Outage.searchChecks` of them since the dongle was last found.
     var searchCheckDelay: Duration {
-        pacedDelay(settings.searchControllerCheck, doubled: history.searchChecks)
+        pacedDelay(settings.searchControllerCheck, doubled: current.outage?.searchChecks ?? 0)
     }
 
     /// Searching found nothing for a while: ask the controller. Only a
     /// controller check tells a dongle that sleeps (nothing to do but listen)
     /// from a controller that hears nothing.
     mutating func searchCheckFired(_ actions: inout Actions) {
-        if case .away(let away) = current, case .listening(let window) = away.phase { return listenedInVain(window, &actions) }
+        if case .outage(_, .away(let away)) = current, case .listening(let window) = away.phase {
+            return listenedInVain(window, &actions)
+        }
         guard current.waitsForAdvertisement else { return }
-        if case .searching = current, history.deviceObjectGone {
+        if case .outage(let outage, .searching) = current, outage.deviceObjectGone {
             // bluetoothd never said the object went, yet it still lists it:
             // not the gone one any more (taken back before its removal was
             // seen), so it is tried.
-            history.deviceObjectGone = false
+            current.outage?.deviceObjectGone = false
             if observation.devicePresent {
                 stopDiscoveryIfRunning(&actions)
                 return attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd again", &actions)
             }
         }
-        history.searchChecks += 1
+        current.outage?.searchChecks += 1
         requestControllerCheck(&actions)
         startTimer(.searchCheck, after: searchCheckDelay, &actions)
     }
@@ -90,16 +92,17 @@ extension Supervisor {
     }
 
     mutating func setDiscovery(_ discovery: Discovery) {
-        switch current {
-        case .searching(_, let scan): current = .searching(discovery, scan: scan)
+        guard case .outage(_, let recovery) = current else { return }
+        switch recovery {
+        case .searching(_, let scan): update(.searching(discovery, scan: scan))
         case .coolingDown(var cooldown):
             cooldown.discovery = discovery
-            current = .coolingDown(cooldown)
+            update(.coolingDown(cooldown))
         case .away(var away):
             away.discovery = discovery
-            current = .away(away)
+            update(.away(away))
         case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
-             .online, .backingOff, .awaitingDisconnect, .escalating:
+             .backingOff, .awaitingDisconnect, .escalating:
             break
         }
     }
@@ -111,13 +114,14 @@ extension Supervisor {
     }
 
     mutating func setScanWatch(_ scan: ScanWatch) {
-        switch current {
-        case .searching(let discovery, _): current = .searching(discovery, scan: scan)
+        guard case .outage(_, let recovery) = current else { return }
+        switch recovery {
+        case .searching(let discovery, _): update(.searching(discovery, scan: scan))
         case .away(var away):
             away.scan = scan
-            current = .away(away)
+            update(.away(away))
         case .waitingForBluez, .waitingForAdapter, .connecting, .resolving, .pairing, .subscribing, .waitingForData,
-             .online, .backingOff, .awaitingDisconnect, .escalating, .coolingDown:
+             .backingOff, .awaitingDisconnect, .escalating, .coolingDown:
             break
         }
     }

@@ -53,7 +53,8 @@ extension Supervisor {
     mutating func escalationFinished(
         _ step: EscalationStep, run: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions
     ) {
-        guard case .escalating(let escalation) = current, escalation.run == run, escalation.step == step else { return }
+        guard case .outage(_, .escalating(let escalation)) = current, escalation.run == run, escalation.step == step
+        else { return }
         switch result {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
         case .failure(let failure): actions.append(.report(.escalation(step, outcome: failure.description)))
@@ -88,15 +89,14 @@ extension Supervisor {
     mutating func adapterUnusableAfter(_ step: EscalationStep, _ actions: inout Actions) {
         let cause = "\(adapterProblem) after \(step.rawValue)"
         guard observation.adapterPresent, observation.radioBlock == .none else {
-            enter(.waitingForAdapter(offByEscalation: false), cause, &actions)
+            enter(.waitingForAdapter(powerOnRetries: nil), cause, &actions)
             return considerAdapterRecovery(&actions)
         }
         // We switched it off (or reset it and it came back off); nobody else
         // will switch it on.
         actions.append(.report(.adapterLeftOff))
         actions.append(.powerOn)
-        history.powerOnRetries = 0
-        startTimer(.powerOn, after: powerOnDelay, &actions)
-        enter(.waitingForAdapter(offByEscalation: true), cause, &actions)
+        startTimer(.powerOn, after: powerOnDelay(afterRetries: 0), &actions)
+        enter(.waitingForAdapter(powerOnRetries: 0), cause, &actions)
     }
 }

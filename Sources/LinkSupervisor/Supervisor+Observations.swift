@@ -7,7 +7,7 @@ extension Supervisor {
     mutating func observe(_ new: LinkObservation, _ actions: inout Actions) {
         let old = observation
         observation = new
-        if !new.devicePresent { history.deviceObjectGone = false }
+        if !new.devicePresent { current.outage?.deviceObjectGone = false }
         if new.radioBlock != old.radioBlock {
             actions.append(.report(new.radioBlock == .none ? .radioUnblocked : .radioBlocked(new.radioBlock)))
         }
@@ -16,29 +16,38 @@ extension Supervisor {
             // Told also when it was waited for already: a hung one that the
             // watchdog killed (systemd restarts it) is gone now.
             if old.bluezPresent && !new.bluezPresent { actions.append(.report(.bluezVanished)) }
-            if case .waitingForBluez = current { return }
+            if case .outage(_, .waitingForBluez) = current { return }
             linkGoneQuietly(&actions)
             return enter(.waitingForBluez, new.bluezPresent ? "bluetoothd does not answer" : "bluetoothd is not on the bus", &actions)
         }
         // An escalation switches the adapter off and on itself; it is
         // re-evaluated when the step finishes.
-        if case .escalating = current { return }
+        if case .outage(_, .escalating) = current { return }
         if !new.adapterUsable {
             adapterBecameUnusable()
             switch current {
-            case .waitingForAdapter: return considerAdapterRecovery(&actions)
-            case .waitingForBluez: break
-            case .searching, .connecting, .resolving, .pairing, .subscribing, .waitingForData, .online, .backingOff,
-                 .awaitingDisconnect, .escalating, .coolingDown, .away:
+            case .online:
                 actions.append(.report(.adapterUnavailable))
+            case .outage(_, let recovery):
+                switch recovery {
+                case .waitingForAdapter: return considerAdapterRecovery(&actions)
+                case .waitingForBluez: break
+                case .searching, .connecting, .resolving, .pairing, .subscribing, .waitingForData, .backingOff,
+                     .awaitingDisconnect, .escalating, .coolingDown, .away:
+                    actions.append(.report(.adapterUnavailable))
+                }
             }
             linkGoneQuietly(&actions)
-            enter(.waitingForAdapter(offByEscalation: false), adapterProblem, &actions)
+            enter(.waitingForAdapter(powerOnRetries: nil), adapterProblem, &actions)
             return considerAdapterRecovery(&actions)
         }
         if history.adapterUsableSince == nil { history.adapterUsableSince = now }
 
-        switch current {
+        guard case .outage(_, let recovery) = current else {
+            if !new.connected { linkLost(cause: "the link dropped", &actions) }
+            return
+        }
+        switch recovery {
         case .waitingForBluez:
             if !old.bluezPresent, history.hasBeenOnline { actions.append(.report(.bluezAppeared)) }
             attemptOrSearch(
@@ -51,7 +60,7 @@ extension Supervisor {
             attemptOrSearch(window: Window(start: now), cause: "the adapter is powered on", &actions)
         case .searching:
             if deviceKnown {
-                history.searchChecks = 0
+                current.outage?.searchChecks = 0
                 stopDiscoveryIfRunning(&actions)
                 attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd", &actions)
             }
@@ -62,7 +71,7 @@ extension Supervisor {
             // The Connect reply decides.
             if new.connected && !setup.connectedSeen {
                 setup.connectedSeen = true
-                current = .connecting(setup, connect: connect)
+                update(.connecting(setup, connect: connect))
             }
         case .resolving(var setup):
             if new.connected { setup.connectedSeen = true }
@@ -71,11 +80,11 @@ extension Supervisor {
             } else if new.linkReady {
                 startSubscribing(setup, &actions)
             } else {
-                current = .resolving(setup)
+                update(.resolving(setup))
             }
         case .pairing:
             if !new.connected { linkLost(cause: "the link dropped while pairing", &actions) }
-        case .subscribing, .waitingForData, .online:
+        case .subscribing, .waitingForData:
             if !new.connected { linkLost(cause: "the link dropped", &actions) }
         case .awaitingDisconnect(let wait):
             guard !new.connected else { return }
@@ -111,23 +120,23 @@ extension Supervisor {
 
     mutating func dongleAdvertising(_ actions: inout Actions) {
         history.lastSeen = now
-        if case .away(let away) = current {
+        if case .outage(_, .away(let away)) = current {
             guard deviceKnown else { return }
             return back(from: away, &actions)
         }
-        if case .searching = current, history.deviceObjectGone, observation.devicePresent {
+        if case .outage(let outage, .searching) = current, outage.deviceObjectGone, observation.devicePresent {
             // An advertisement on the dongle's object after bluetoothd said
             // it was gone: it has the dongle again.
-            history.deviceObjectGone = false
-            history.searchChecks = 0
+            current.outage?.deviceObjectGone = false
+            current.outage?.searchChecks = 0
             cancelTimer(.searchCheck, &actions)
             stopDiscoveryIfRunning(&actions)
             return attempt(window: Window(start: now), cause: "the dongle is advertising", &actions)
         }
-        guard case .coolingDown(var cooldown) = current else { return }
+        guard case .outage(_, .coolingDown(var cooldown)) = current else { return }
         let silentSince = cooldown.lastAdvertisement ?? cooldown.listeningSince
         cooldown.lastAdvertisement = now
-        current = .coolingDown(cooldown)
+        update(.coolingDown(cooldown))
         // Seen again after a silence: it woke up (or was woken).
         guard deviceKnown, now - silentSince >= settings.advertisingSilence else { return }
         cancelTimer(.retry, &actions)
@@ -144,7 +153,7 @@ extension Supervisor {
             // all along, so the connects that found nobody are a fault.
             return listenedInVain(window, &actions)
         }
-        history.searchChecks = 0
+        current.outage?.searchChecks = 0
         stopDiscoveryIfRunning(&actions)
         actions.append(.report(.dongleBack(awayFor: now - away.since)))
         attempt(

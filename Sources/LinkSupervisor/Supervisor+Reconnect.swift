@@ -1,8 +1,13 @@
 /// `tether reconnect`: a person asks for a connect attempt now.
 extension Supervisor {
     mutating func reconnectRequested(_ actions: inout Actions) {
-        outstanding.reconnectAnswer = true
-        switch current {
+        reconnectAnswerOwed = true
+        guard case .outage(_, let recovery) = current else {
+            // Online: a person's request starts a fresh window.
+            history.shortSessions = 0
+            return forceReconnect(cause: "reconnect requested", window: nil, &actions)
+        }
+        switch recovery {
         case .waitingForBluez:
             actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
         case .waitingForAdapter:
@@ -13,7 +18,7 @@ extension Supervisor {
                 cancelTimer(.adapterRecovery, &actions)
                 runRecovery(steps, &actions)
             }
-        case .online, .waitingForData, .subscribing, .pairing, .resolving:
+        case .waitingForData, .subscribing, .pairing, .resolving:
             history.shortSessions = 0
             // A person's request starts a fresh window.
             forceReconnect(cause: "reconnect requested", window: nil, &actions)
@@ -21,11 +26,11 @@ extension Supervisor {
             // The attempt in flight becomes the first of a fresh window.
             history.shortSessions = 0
             setup.window = Window(start: now, attempts: 1)
-            current = .connecting(setup, connect: connect)
+            update(.connecting(setup, connect: connect))
         case .escalating(var escalation):
             // The step may have the adapter off right now.
             escalation.reconnectRequested = true
-            current = .escalating(escalation)
+            update(.escalating(escalation))
         case .awaitingDisconnect:
             break  // already reconnecting
         case .backingOff, .coolingDown, .searching, .away:

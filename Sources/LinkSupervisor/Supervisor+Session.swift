@@ -7,68 +7,73 @@ extension Supervisor {
     /// Subscribed: online at once without a silence limit; with one, only
     /// once data flows (it may have come already: bluetoothd re-arms its
     /// notify sessions on reconnect, before we subscribe again).
+    /// The session is made with its keep-alive armed; the first poll goes
+    /// out at once (the dongle's idle clock has run since the connect, and
+    /// resolving services can take seconds), told after the transition.
     mutating func subscribed(_ setup: LinkSetup, _ actions: inout Actions) {
-        let session = Session(subscribedAt: now, lastDataAt: setup.lastDataAt)
-        guard let limit = settings.silenceLimit else {
-            return goOnline(session, window: setup.window, resubscribing: setup.resubscribing, polling: false, &actions)
+        var firstPoll: Actions = []
+        let session = Session(subscribedAt: now, lastDataAt: setup.lastDataAt, keepAlive: startKeepAlive(&firstPoll))
+        if let limit = settings.silenceLimit {
+            startTimer(.silence, after: limit, &actions)
+            if setup.lastDataAt == nil {
+                // The silence timer bounds this wait; the attempt's deadline is done.
+                cancelTimer(.attemptDeadline, &actions)
+                enter(
+                    .waitingForData(session, window: setup.window, resubscribing: setup.resubscribing),
+                    "subscribed; waiting for the first notification (silence limit \(limit.roundedText))", &actions)
+                return actions.append(contentsOf: firstPoll)
+            }
         }
-        startTimer(.silence, after: limit, &actions)
-        if setup.lastDataAt != nil {
-            return goOnline(session, window: setup.window, resubscribing: setup.resubscribing, polling: false, &actions)
-        }
-        // The silence timer bounds this wait; the attempt's deadline is done.
-        cancelTimer(.attemptDeadline, &actions)
-        enter(
-            .waitingForData(session, window: setup.window, resubscribing: setup.resubscribing),
-            "subscribed; waiting for the first notification (silence limit \(limit.roundedText))", &actions)
-        if settings.keepaliveEnabled { poll(&actions) }
+        goOnline(
+            session, window: setup.window, resubscribing: setup.resubscribing,
+            settings.silenceLimit == nil ? "subscribed" : "subscribed; data flows", &actions)
+        actions.append(contentsOf: firstPoll)
     }
 
     /// The hot path: at most once per loop turn while notifications flow.
     mutating func dataReceived(_ actions: inout Actions) {
+        let recovery: Recovery
         switch current {
         case .online(var session, let since):
             session.lastDataAt = now
             current = .online(session, since: since)
+            return
+        case .outage(_, let step):
+            recovery = step
+        }
+        switch recovery {
         case .connecting(var setup, let connect):
             setup.lastDataAt = now
-            current = .connecting(setup, connect: connect)
+            update(.connecting(setup, connect: connect))
         case .resolving(var setup):
             setup.lastDataAt = now
-            current = .resolving(setup)
+            update(.resolving(setup))
         case .pairing(var setup, let pair):
             setup.lastDataAt = now
-            current = .pairing(setup, pair: pair)
+            update(.pairing(setup, pair: pair))
         case .subscribing(var setup, let subscribe):
             setup.lastDataAt = now
-            current = .subscribing(setup, subscribe: subscribe)
+            update(.subscribing(setup, subscribe: subscribe))
         case .waitingForData(var session, let window, let resubscribing):
+            // The keep-alive already runs: the session goes on, online.
             session.lastDataAt = now
-            goOnline(session, window: window, resubscribing: resubscribing, polling: true, &actions)
+            goOnline(session, window: window, resubscribing: resubscribing, "data flows", &actions)
         case .waitingForBluez, .waitingForAdapter, .searching, .backingOff, .awaitingDisconnect, .escalating,
              .coolingDown, .away:
             break
         }
     }
 
-    /// Online: the window of the attempt that got here is closed.
-    /// `polling`: the keep-alive already runs (from waiting-for-data).
+    /// Online: the window of the attempt that got here is closed, and the
+    /// outage is over (its facts go with it).
     mutating func goOnline(
-        _ session: Session, window: Window, resubscribing: Bool, polling: Bool, _ actions: inout Actions
+        _ session: Session, window: Window, resubscribing: Bool, _ cause: String, _ actions: inout Actions
     ) {
         cancelTimer(.attemptDeadline, &actions)
-        history.bondLoss = .none
-        history.dropsBeforeResolve = 0
-        if history.hasBeenOnline && !resubscribing { reconnects += 1 }
+        if history.hasBeenOnline && !resubscribing { history.reconnects += 1 }
         history.hasBeenOnline = true
-        history.removedStaleDevice = false
         actions.append(.report(.connected(attempt: window.attempts)))
-        enter(
-            .online(session, since: now),
-            polling ? "data flows" : settings.silenceLimit == nil ? "subscribed" : "subscribed; data flows", &actions)
-        // The first poll goes out at once: the dongle's idle clock has run
-        // since the connect, and resolving services can take seconds.
-        if settings.keepaliveEnabled && !polling { poll(&actions) }
+        enterOnline(session, cause, &actions)
     }
 
     /// The link went down while it was up or coming up. A drop while coming
@@ -102,37 +107,51 @@ extension Supervisor {
     /// any drop while coming up.
     mutating func notificationsEnded(_ why: String, _ actions: inout Actions) {
         switch current {
-        case .subscribing, .waitingForData:
-            linkLost(cause: why, &actions)
         case .online:
-            _ = countSession()
-            stopLinkActivity(&actions)
-            actions.append(.report(.disconnected(unexpected: true)))
-            startTimer(.disconnectDeadline, after: settings.linkLossConfirmation, &actions)
-            enter(
-                .awaitingDisconnect(DisconnectWait(cause: why, requested: false, window: nil)),
-                "\(why); waiting for bluetoothd to report the link down", &actions)
-        case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .resolving, .pairing, .backingOff,
-             .awaitingDisconnect, .escalating, .coolingDown, .away:
-            break
+            linkEnding(cause: why, &actions)
+        case .outage(_, let recovery):
+            switch recovery {
+            case .subscribing, .waitingForData:
+                linkLost(cause: why, &actions)
+            case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .resolving, .pairing, .backingOff,
+                 .awaitingDisconnect, .escalating, .coolingDown, .away:
+                break
+            }
         }
+    }
+
+    /// The online link has ended by another sign than bluetoothd's own (the
+    /// notification socket closed, the kernel said why): the session is
+    /// counted and the outage begins now; the next attempt waits for
+    /// bluetoothd to report the link down, or `linkLossConfirmation`.
+    mutating func linkEnding(cause: String, _ actions: inout Actions) {
+        _ = countSession()
+        stopLinkActivity(&actions)
+        actions.append(.report(.disconnected(unexpected: true)))
+        startTimer(.disconnectDeadline, after: settings.linkLossConfirmation, &actions)
+        enter(
+            .awaitingDisconnect(DisconnectWait(cause: cause, requested: false, window: nil)),
+            "\(cause); waiting for bluetoothd to report the link down", &actions)
     }
 
     /// Drops a link that is up (or thought to be) and reconnects once
     /// bluetoothd confirms the disconnect, or after a deadline. `window`: the
-    /// window that goes on afterwards (an attempt that never carried data).
-    mutating func forceReconnect(cause: String, window: Window?, _ actions: inout Actions) {
+    /// window that goes on afterwards (an attempt that never carried data);
+    /// `beginning`: the outage that begins, if the link was online.
+    mutating func forceReconnect(
+        cause: String, window: Window?, beginning outage: Outage = Outage(), _ actions: inout Actions
+    ) {
         stopLinkActivity(&actions)
         actions.append(.disconnect)
         startTimer(.disconnectDeadline, after: policy.connectTimeout, &actions)
         enter(
             .awaitingDisconnect(DisconnectWait(cause: cause, requested: true, window: window)), "\(cause); disconnecting",
-            &actions)
+            beginning: outage, &actions)
     }
 
     /// The wait for bluetoothd to confirm a link loss ran out.
     mutating func disconnectDeadlinePassed(_ actions: inout Actions) {
-        guard case .awaitingDisconnect(let wait) = current else { return }
+        guard case .outage(_, .awaitingDisconnect(let wait)) = current else { return }
         scheduleAttempt(
             window: windowAfterLoss(wait.window, requested: wait.requested),
             cause: "\(wait.cause); " + (wait.requested ? "disconnect not confirmed" : "bluetoothd still shows the link up"),
@@ -147,11 +166,16 @@ extension Supervisor {
     mutating func characteristicsChanged(_ actions: inout Actions) {
         let connectedSeen: Bool
         switch current {
-        case .resolving(let setup), .pairing(let setup, _), .subscribing(let setup, _): connectedSeen = setup.connectedSeen
-        case .waitingForData, .online: connectedSeen = observation.connected
-        case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .backingOff, .awaitingDisconnect, .escalating,
-             .coolingDown, .away:
-            return
+        case .online:
+            connectedSeen = observation.connected
+        case .outage(_, let recovery):
+            switch recovery {
+            case .resolving(let setup), .pairing(let setup, _), .subscribing(let setup, _): connectedSeen = setup.connectedSeen
+            case .waitingForData: connectedSeen = observation.connected
+            case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .backingOff, .awaitingDisconnect,
+                 .escalating, .coolingDown, .away:
+                return
+            }
         }
         let window = current.window ?? Window(start: now, attempts: 1)
         stopLinkActivity(&actions)
@@ -181,8 +205,8 @@ extension Supervisor {
         let what = proven
             ? "no notification for \(silent.roundedText) (silence limit \(limit.roundedText))"
             : "no notification within \(silent.roundedText) of subscribing (silence limit \(limit.roundedText))"
-        silenceEvents += 1
-        lastError = what
+        history.silenceEvents += 1
+        history.lastError = what
         actions.append(.report(.silence(silentFor: silent, limit: limit, proven: proven)))
         if var window {
             // The attempt that brought the link up never carried data: it
@@ -193,8 +217,9 @@ extension Supervisor {
         }
         // A link that carried data fell silent: a hung application, or a
         // controller that stopped answering (its link layer may keep the
-        // link up in bluetoothd's eyes). Asking tells them apart at once.
-        requestControllerCheck(&actions)
-        forceReconnect(cause: what, window: nil, &actions)
+        // link up in bluetoothd's eyes). Asking tells them apart at once:
+        // the check belongs to the outage that begins now.
+        let check = newControllerCheck(&actions)
+        forceReconnect(cause: what, window: nil, beginning: Outage(controllerCheck: check), &actions)
     }
 }

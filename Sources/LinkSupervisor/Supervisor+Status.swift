@@ -13,7 +13,8 @@ extension Supervisor {
         /// Times the silence limit passed while subscribed.
         public var silenceEvents = 0
         /// The dongle refuses its bond and Tether does not (or no longer)
-        /// pair again: what an operator must do. Nil once online.
+        /// pair again: what an operator must do. Nil once online (the
+        /// outage it belongs to is over).
         public var bondProblem: String?
         /// While away: since when (the supervisor's clock).
         public var awaySince: Duration?
@@ -27,18 +28,22 @@ extension Supervisor {
         status.state = current.name
         status.windowAttempt = current.window?.attempts ?? 0
         switch current {
-        case .backingOff(_, let at): status.nextAttemptAt = at
-        case .coolingDown(let cooldown): status.nextAttemptAt = cooldown.blindAttemptAt
-        case .online(_, let since): status.connectedSince = since
-        case .away(let away): if away.confirmed { status.awaySince = away.since }
-        case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .resolving, .pairing, .subscribing,
-             .waitingForData, .awaitingDisconnect, .escalating:
-            break
+        case .online(_, let since):
+            status.connectedSince = since
+        case .outage(let outage, let recovery):
+            if case .reported(let problem) = outage.bondLoss { status.bondProblem = problem }
+            switch recovery {
+            case .backingOff(_, let at): status.nextAttemptAt = at
+            case .coolingDown(let cooldown): status.nextAttemptAt = cooldown.blindAttemptAt
+            case .away(let away): if away.confirmed { status.awaySince = away.since }
+            case .waitingForBluez, .waitingForAdapter, .searching, .connecting, .resolving, .pairing, .subscribing,
+                 .waitingForData, .awaitingDisconnect, .escalating:
+                break
+            }
         }
-        status.lastError = lastError
-        status.reconnects = reconnects
-        status.silenceEvents = silenceEvents
-        if case .reported(let problem) = history.bondLoss { status.bondProblem = problem }
+        status.lastError = history.lastError
+        status.reconnects = history.reconnects
+        status.silenceEvents = history.silenceEvents
         return status
     }
 }

@@ -9,16 +9,30 @@ import Pacing
 /// drive it on a virtual clock.
 ///
 /// In swift-nio's style: one `State` enum whose cases carry the data each
-/// state needs (Supervisor+State.swift), one function per input. Beside it
+/// state needs (Supervisor+State.swift): online, or an outage with its own
+/// facts and the step its recovery is at. One function per input, each
+/// adding the actions it decides, in order, to the event's accumulator
+/// (`Actions`, passed `inout`), which `handle` returns. Beside the state
 /// there are only the settings, the last observation of the world (an
-/// input), counts and facts about the past (`History`), and the effects
-/// asked for and not yet answered (`Outstanding`: armed timers, a
-/// RemoveDevice, a reconnect request's answer).
+/// input), what outlives every outage (`History`: facts about the past,
+/// adapter recovery pacing, the counts `status` shows), the timers armed,
+/// and whether a reconnect request still waits for its answer. The handlers
+/// live one concern to a file (Supervisor+<concern>.swift).
 ///
 /// Invariants:
-/// - at most one connect, one subscribe and one poll are in flight, each
-///   tagged with an id held only by the state that waits for it; results
-///   for anything else are stale and ignored;
+/// - every call whose answer comes back as an event (connect, subscribe,
+///   pair, poll, StartDiscovery, an escalation step, RemoveDevice, a
+///   controller check) carries an id, held only by the state that waits for
+///   it (a RemoveDevice and a controller check by the outage); an answer
+///   with any other id is stale and ignored. At most one of each is in
+///   flight (a stale object's removal supersedes a refused bond's);
+/// - going online ends the outage: its facts (a stale object removed, a
+///   bond refused or renewed, drops before resolve, search checks) and the
+///   answers it waited for are gone, by construction;
+/// - a link that is up (waiting for data, or online) has its keep-alive
+///   armed, when the settings enable it: a `Session` cannot be made without
+///   `startKeepAlive`, which sends the first poll and arms the timer, and
+///   each fire of that timer arms it again;
 /// - on a link that is up, the first poll and then one at least every
 ///   `keepaliveConfirmEvery` wait for bluetoothd's answer (all of them when
 ///   it is nil); the polls in between ask for none and are never in flight;
@@ -47,6 +61,9 @@ import Pacing
 ///   first notification of a session and left once none came for the limit;
 ///   the retry window of the attempt that brought the link up stays open
 ///   until then, so a link that never carries data is a failed attempt.
+///
+/// A value type, used by one owner at a time (the daemon's loop, a test, a
+/// simulation): no locking.
 public struct Supervisor: Sendable {
     /// What the handlers decide, in order: each handler appends to the
     /// accumulator of the one event being handled, which `handle` returns.
@@ -54,13 +71,14 @@ public struct Supervisor: Sendable {
 
     public let settings: Settings
     public internal(set) var observation = LinkObservation()
-    /// Where the supervisor is; see `State`.
-    var current: State = .waitingForBluez
+    /// Where the supervisor is; see `State`. Tether starts in an outage.
+    var current: State = .outage(Outage(), .waitingForBluez)
     var history = History()
-    var outstanding = Outstanding()
-    var lastError: String?
-    var reconnects = 0
-    var silenceEvents = 0
+    /// The timers armed: a fire of any other is stale.
+    var armedTimers: Set<SupervisorTimer> = []
+    /// A reconnect request waits for its answer (`answerReconnectIfDecided`).
+    /// Not a call in flight: the answer goes out, to every request waiting.
+    var reconnectAnswerOwed = false
     var random: SplitMix64
     /// The time of the event being handled (an input, set by `handle`).
     var now: Duration = .zero
@@ -72,10 +90,12 @@ public struct Supervisor: Sendable {
 
     public var state: SupervisorState { current.name }
     /// A `.checkController` is out and not answered (for tests).
-    var pendingControllerCheck: Bool { outstanding.controllerCheck != nil }
+    var pendingControllerCheck: Bool { current.outage?.controllerCheck != nil }
     /// Listening for evidence that the controller works after a window that
     /// found nobody (for tests: it shows as `backingOff`).
-    var listeningForEvidence: Bool { if case .away(let away) = current { !away.confirmed } else { false } }
+    var listeningForEvidence: Bool {
+        if case .outage(_, .away(let away)) = current { !away.confirmed } else { false }
+    }
 
     var policy: ReconnectPolicy { settings.policy }
 
@@ -111,24 +131,26 @@ public struct Supervisor: Sendable {
     /// A waiting reconnect request is answered once: when a connect attempt
     /// starts, or when bluetoothd or the adapter goes away first.
     private mutating func answerReconnectIfDecided(_ actions: inout Actions) {
-        guard outstanding.reconnectAnswer else { return }
+        guard reconnectAnswerOwed else { return }
         if actions.contains(where: { if case .answerReconnect = $0 { true } else { false } }) {
-            outstanding.reconnectAnswer = false
+            reconnectAnswerOwed = false
         } else if actions.contains(where: { if case .connect = $0 { true } else { false } }) {
-            outstanding.reconnectAnswer = false
+            reconnectAnswerOwed = false
             actions.append(.answerReconnect(.started(attempt: current.window?.attempts ?? 0)))
-        } else if case .waitingForBluez = current {
-            outstanding.reconnectAnswer = false
+        } else if case .outage(_, .waitingForBluez) = current {
+            reconnectAnswerOwed = false
             actions.append(.answerReconnect(.notReady("bluetoothd went away")))
-        } else if case .waitingForAdapter = current {
-            outstanding.reconnectAnswer = false
+        } else if case .outage(_, .waitingForAdapter) = current {
+            reconnectAnswerOwed = false
             actions.append(.answerReconnect(.notReady("the adapter went away or was powered off")))
         }
     }
 
     // MARK: Transitions and timers
 
-    mutating func enter(_ next: State, _ cause: String, _ actions: inout Actions) {
+    /// Enters `next`, a step of the outage going on, or of one that begins
+    /// now (`beginning`) when the link was online.
+    mutating func enter(_ next: Recovery, _ cause: String, beginning fresh: Outage = Outage(), _ actions: inout Actions) {
         let previous = current.name
         // The search's own timer goes with it (away shares it), and the scan watch.
         if current.waitsForAdvertisement, !next.waitsForAdvertisement {
@@ -137,17 +159,32 @@ public struct Supervisor: Sendable {
         }
         // A link that was up is the last time the dongle was seen.
         if previous == .online || previous == .waitingForData, next.name != previous { history.lastSeen = now }
-        current = next
+        current = .outage(current.outage ?? fresh, next)
         actions.append(.transition(from: previous, to: next.name, cause: cause))
     }
 
+    /// Goes online with `session`: the outage ends, and its facts with it.
+    mutating func enterOnline(_ session: Session, _ cause: String, _ actions: inout Actions) {
+        let previous = current.name
+        if previous == .waitingForData { history.lastSeen = now }
+        current = .online(session, since: now)
+        actions.append(.transition(from: previous, to: .online, cause: cause))
+    }
+
+    /// The outage goes on at `recovery` (its payload changed in place): no
+    /// transition. Online, there is no outage to go on.
+    mutating func update(_ recovery: Recovery) {
+        guard let outage = current.outage else { return }
+        current = .outage(outage, recovery)
+    }
+
     mutating func startTimer(_ timer: SupervisorTimer, after delay: Duration, _ actions: inout Actions) {
-        outstanding.timers.insert(timer)
+        armedTimers.insert(timer)
         actions.append(.startTimer(timer, after: delay))
     }
 
     mutating func cancelTimer(_ timer: SupervisorTimer, _ actions: inout Actions) {
-        guard outstanding.timers.remove(timer) != nil else { return }
+        guard armedTimers.remove(timer) != nil else { return }
         actions.append(.cancelTimer(timer))
     }
 

@@ -65,4 +65,33 @@ import Testing
         link.failDiscovery(failure)
         #expect(link.log.contains { $0.action == .report(.discoveryFailed(error: failure.description)) })
     }
+
+    /// A RemoveDevice asked for in one outage, answered only after the link
+    /// was online again and lost again: the outage it belonged to is over,
+    /// so its answer says nothing about the device object now.
+    @Test func aRemovalAnsweredAfterItsOutageEndedChangesNothing() {
+        var link = VirtualLink(settings: PairingTests.settings(pairs: true))
+        link.connectResult = nil
+        var bonded = VirtualLink.down
+        bonded.deviceBonded = true
+        link.observe(bonded)
+        link.send(.bondRejected("reason 4"))
+        let removal = link.lastRemoval
+        #expect(removal != 0)
+        link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
+        // Its answer is lost; the bond goes all the same, and the link comes up.
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+        // A new outage: the link drops, and the next connect is in flight.
+        link.connectResult = nil
+        link.observe(bonded)
+        #expect(link.state == .connecting)
+        link.clearLog()
+        link.send(.removeDeviceFinished(removal: removal, .success(())))
+        #expect(link.log.isEmpty)
+        #expect(link.state == .connecting)
+        #expect(link.supervisor.deviceKnown, "the old answer does not make the object count as gone")
+    }
 }

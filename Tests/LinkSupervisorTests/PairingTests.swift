@@ -207,6 +207,10 @@ import Testing
         link.send(.bondRejected("reason 4"))
         #expect(removals(link) == 2)
         #expect(bondLosses(link, repairing: true) == 2)
+        // The refusal is the kernel's reason for the link's end: the session
+        // is over and its outage begun, waiting for bluetoothd to agree.
+        #expect(link.state == .backingOff)
+        #expect(link.supervisor.status.connectedSince == nil)
     }
 
     @Test func withoutPairingALostBondIsReportedOnceWithWhatToDo() {

@@ -221,13 +221,13 @@ DST_BUGS += STARTNOTIFY_INPROGRESS_FAILS  # Sources/LinkCore/BlueZReplies.swift
 DST_BUGS += ESCALATION_WITHOUT_DEADLINE   # Sources/LinkCore/EscalationRun.swift
 DST_BUGS += WINDOW_WITHOUT_ATTEMPT_BOUND  # Sources/LinkPolicy/ReconnectPolicy.swift
 DST_BUGS += LINK_READY_IGNORES_GATT       # Sources/LinkSupervisor/LinkObservation.swift
-DST_BUGS += CONNECTS_REMOVED_OBJECT       # Sources/LinkSupervisor/Supervisor.swift
+DST_BUGS += CONNECTS_REMOVED_OBJECT       # Sources/LinkSupervisor/Supervisor+Attempts.swift
 DST_BUGS += WRITE_NOT_ROLLED_BACK         # Sources/Readings/ReadingLog.swift
 DST_BUGS += SEQ_REUSED_AFTER_RESTART      # Sources/Readings/ReadingLog.swift
 DST_BUGS += TORN_TAIL_KEPT                # Sources/Readings/LogTailRecovery.swift
-DST_BUGS += NO_KEEPALIVE_AFTER_RECONNECT  # Sources/LinkSupervisor/Supervisor.swift
-DST_BUGS += ONLINE_AFTER_SILENCE          # Sources/LinkSupervisor/Supervisor.swift
-DST_BUGS += STATUS_CHANGED_UNTOLD         # Sources/LinkSupervisor/Supervisor.swift
+DST_BUGS += NO_KEEPALIVE_AFTER_RECONNECT  # Sources/LinkSupervisor/Supervisor+KeepAlive.swift
+DST_BUGS += ONLINE_AFTER_SILENCE          # Sources/LinkSupervisor/Supervisor+Session.swift
+DST_BUGS += STATUS_CHANGED_UNTOLD         # Sources/LinkSupervisor/Supervisor+KeepAlive.swift
 # Each bug builds in its own scratch directory (the flags differ, and a
 # rebuild after a change to the sources is then incremental).
 DST_BUG_BUILD ?= .build-dst-bug

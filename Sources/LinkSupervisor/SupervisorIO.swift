@@ -111,6 +111,10 @@ extension SupervisorTimer {
 }
 
 /// Inputs to the supervisor.
+///
+/// The answer to a call (an action that is answered) echoes the call's id:
+/// the supervisor acts only on the answer its current state waits for, and
+/// ignores any other as stale.
 public enum SupervisorEvent: Sendable {
     /// The world as seen now (sent whenever it changes).
     case observed(LinkObservation)
@@ -130,9 +134,11 @@ public enum SupervisorEvent: Sendable {
     /// connect while bluetoothd keeps `Paired`.
     case bondRejected(String)
     case pollFinished(poll: Int, Result<Void, LinkFailure>)
-    case escalationFinished(EscalationStep, Result<Void, LinkFailure>)
-    /// StartDiscovery (or its filter) failed; discovery is not running.
-    case discoveryFailed(LinkFailure)
+    /// The escalation step asked for by `.escalate(step, run:)` finished.
+    case escalationFinished(EscalationStep, run: Int, Result<Void, LinkFailure>)
+    /// The StartDiscovery of `.startDiscovery(discovery)` (or its filter)
+    /// failed; discovery is not running.
+    case discoveryFailed(discovery: Int, LinkFailure)
     case timerFired(SupervisorTimer)
     /// An acquired notification socket reached its end (bluetoothd closes it
     /// when the link goes, when it exits, and on StopNotify): usually the
@@ -150,10 +156,10 @@ public enum SupervisorEvent: Sendable {
     /// (bluetoothd removes the old objects and exports new ones; notify
     /// sessions on the old ones are gone).
     case characteristicsChanged
-    /// Adapter1.RemoveDevice of a stale device object returned.
-    case removeDeviceFinished(Result<Void, LinkFailure>)
-    /// The answer to `.checkController`.
-    case controllerChecked(ControllerCheck)
+    /// The Adapter1.RemoveDevice of `.removeDevice(removal)` returned.
+    case removeDeviceFinished(removal: Int, Result<Void, LinkFailure>)
+    /// The answer to `.checkController(check)`.
+    case controllerChecked(check: Int, ControllerCheck)
 }
 
 /// Whether the controller itself answers a command (`.checkController`).
@@ -260,6 +266,11 @@ public enum SupervisorReport: Sendable, Equatable {
 }
 
 /// Outputs of the supervisor, carried out by the adapter layer in order.
+///
+/// Every call whose answer comes back as an event carries an id, which the
+/// answer echoes (`SupervisorEvent`): `connect`, `subscribe`, `pair`,
+/// `poll`, `startDiscovery` (answered only when it fails), `escalate`,
+/// `removeDevice`, `checkController`.
 public enum SupervisorAction: Sendable, Equatable {
     case connect(attempt: Int, timeout: Duration)
     /// Device1.Disconnect: cancels a pending connect or drops the link.
@@ -274,17 +285,22 @@ public enum SupervisorAction: Sendable, Equatable {
     /// A keep-alive write sent without asking bluetoothd for an answer
     /// (D-Bus NO_REPLY_EXPECTED): nothing reports back.
     case pollWithoutReply
-    case startDiscovery
+    /// StartDiscovery (with the discovery filter); a failure is answered by
+    /// `.discoveryFailed` with this id, a success not at all.
+    case startDiscovery(Int)
     case stopDiscovery
-    case escalate(EscalationStep)
+    /// Runs an escalation step; answered by `.escalationFinished` with this run.
+    case escalate(EscalationStep, run: Int)
     /// Adapter1.Powered = true, after an escalation left the adapter off.
     case powerOn
     /// Adapter1.RemoveDevice of the dongle's device object: a stale one, or
-    /// one whose bond the dongle refuses (its keys go with it).
-    case removeDevice
+    /// one whose bond the dongle refuses (its keys go with it); answered by
+    /// `.removeDeviceFinished` with this id.
+    case removeDevice(Int)
     /// Asks the controller itself, below bluetoothd, whether it answers (a
-    /// bounded informational HCI command); answered by `.controllerChecked`.
-    case checkController
+    /// bounded informational HCI command); answered by `.controllerChecked`
+    /// with this id.
+    case checkController(Int)
     case startTimer(SupervisorTimer, after: Duration)
     case cancelTimer(SupervisorTimer)
     case transition(from: SupervisorState, to: SupervisorState, cause: String)

@@ -42,7 +42,7 @@ import Testing
     }
 
     func steps(_ link: VirtualLink) -> [EscalationStep] {
-        link.log.compactMap { if case .escalate(let step) = $0.action { step } else { nil } }
+        link.log.compactMap { if case .escalate(let step, _) = $0.action { step } else { nil } }
     }
 
     func stepTimes(_ link: VirtualLink) -> [Duration] {
@@ -58,7 +58,7 @@ import Testing
         // The kernel lifts the block; bluetoothd powers the adapter on again.
         link.observe(VirtualLink.down)
         #expect(link.log.contains { $0.action == .report(.radioUnblocked) })
-        link.send(.escalationFinished(.rfkillUnblock, .success(())))
+        link.finishEscalation(.rfkillUnblock, .success(()))
         link.advance(by: .seconds(5))
         #expect(link.state == .online)
     }
@@ -98,9 +98,9 @@ import Testing
         #expect(steps(link) == [.usbReset])
         var rounds = 0
         for _ in 0..<40 {
-            guard case .escalate(let step)? = link.log.last(where: { if case .escalate = $0.action { true } else { false } })?.action
+            guard case .escalate(let step, _)? = link.log.last(where: { if case .escalate = $0.action { true } else { false } })?.action
             else { break }
-            link.send(.escalationFinished(step, .success(())))
+            link.finishEscalation(step, .success(()))
             if step == .usbRebind { rounds += 1 }
             if link.now > .seconds(3 * 3600) { break }
             link.advance(by: .seconds(1))
@@ -126,7 +126,7 @@ import Testing
         link.observe(Self.failedController)
         #expect(steps(link) == [.usbReset])
         link.observe(VirtualLink.down)  // re-probed: bluetoothd lists it, powered
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.usbReset, .success(()))
         #expect(steps(link) == [.usbReset])
         link.advance(by: .seconds(5))
         #expect(link.state == .online)
@@ -135,7 +135,7 @@ import Testing
     @Test func aPersonsReconnectRunsTheNextRoundWithoutWaitingForItsPace() {
         var link = link(escalation: [.usbReset])
         link.observe(Self.failedController)
-        link.send(.escalationFinished(.usbReset, .failure(LinkFailure(.fatal, "USBDEVFS_RESET failed"))))
+        link.finishEscalation(.usbReset, .failure(LinkFailure(.fatal, "USBDEVFS_RESET failed")))
         #expect(link.state == .waitingForAdapter)
         #expect(link.timers[.adapterRecovery] == link.now + .seconds(30))
         link.send(.reconnectRequested)
@@ -155,14 +155,14 @@ import Testing
         // The power cycle could not reach the controller and the hci-reset
         // took it down for good: bluetoothd no longer lists it.
         link.observe(LinkObservation(bluezPresent: true))
-        link.send(.escalationFinished(.powerCycle, .failure(LinkFailure(.fatal, "Timeout"))))
+        link.finishEscalation(.powerCycle, .failure(LinkFailure(.fatal, "Timeout")))
         #expect(steps(link) == [.powerCycle, .hciReset])
-        link.send(.escalationFinished(.hciReset, .success(())))
+        link.finishEscalation(.hciReset, .success(()))
         #expect(steps(link) == [.powerCycle, .hciReset, .usbReset])
         // The USB reset brings it back (under another index, same address).
         link.connectResult = .success(())
         link.observe(VirtualLink.down)
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.usbReset, .success(()))
         link.advance(by: .seconds(5))
         #expect(link.state == .online)
     }
@@ -180,17 +180,17 @@ import Testing
         return link
     }
 
-    func checks(_ link: VirtualLink) -> Int { link.count { $0 == .checkController } }
+    func checks(_ link: VirtualLink) -> Int { link.count { $0.checksController } }
 
     /// The controller asked while discovery runs does not answer: discovery
     /// stops and the steps run, `usb-reset` and never `power-cycle`.
     func answerUnresponsiveWhileDiscovering(_ link: inout VirtualLink, sourceLocation: SourceLocation = #_sourceLocation) {
         link.clearLog()
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         let actions = link.log.map(\.action)
         #expect(link.state == .escalating, sourceLocation: sourceLocation)
-        #expect(actions.contains(.escalate(.usbReset)), sourceLocation: sourceLocation)
-        #expect(!actions.contains(.escalate(.powerCycle)), sourceLocation: sourceLocation)
+        #expect(actions.contains { $0.escalatedStep == .usbReset }, sourceLocation: sourceLocation)
+        #expect(!actions.contains { $0.escalatedStep == .powerCycle }, sourceLocation: sourceLocation)
         #expect(actions.contains(.stopDiscovery), sourceLocation: sourceLocation)
     }
 
@@ -200,7 +200,7 @@ import Testing
         #expect(checks(link) == 0)  // one failure: not yet
         link.advance(by: .seconds(5))
         #expect(checks(link) == 1)
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         link.advance(by: .seconds(60))
         #expect(checks(link) == 1)
         #expect(!link.log.contains { $0.action == .report(.controllerUnresponsive("")) })
@@ -212,10 +212,10 @@ import Testing
         #expect(checks(link) == 1)
         #expect(link.state == .backingOff)
         let attempts = link.connectTimes.count
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci0 did not answer")) })
         #expect(link.state == .escalating)
-        #expect(link.log.last { if case .escalate = $0.action { true } else { false } }?.action == .escalate(.hciReset))
+        #expect(link.log.last { if case .escalate = $0.action { true } else { false } }?.action.escalatedStep == .hciReset)
         #expect(link.connectTimes.count == attempts)
         #expect(link.timers[.retry] == nil)
     }
@@ -223,11 +223,11 @@ import Testing
     @Test func anUnknownAnswerChangesNothing() {
         var link = refusing(escalation: [.hciReset])
         link.advance(by: .seconds(5))
-        link.send(.controllerChecked(.unknown("this kernel has no Bluetooth")))
+        link.answerControllerCheck(.unknown("this kernel has no Bluetooth"))
         #expect(link.state == .backingOff)
         link.advance(by: .seconds(400))
         // The window ran its course as before.
-        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
+        #expect(link.log.contains { $0.action.escalatedStep == .hciReset })
     }
 }
 
@@ -244,10 +244,10 @@ import Testing
         var unblocks: [Duration] = []
         for _ in 0..<200 {
             link.observe(AdapterRecoveryTests.blockedSoft)
-            if let last = link.log.last(where: { $0.action == .escalate(.rfkillUnblock) })?.time, unblocks.last != last {
+            if let last = link.log.last(where: { $0.action.escalatedStep == .rfkillUnblock })?.time, unblocks.last != last {
                 unblocks.append(last)
                 link.observe(VirtualLink.down)
-                link.send(.escalationFinished(.rfkillUnblock, .success(())))
+                link.finishEscalation(.rfkillUnblock, .success(()))
             }
             link.advance(by: .seconds(5))
             if link.now > .seconds(1800) { break }
@@ -270,7 +270,7 @@ import Testing
             link.observe(AdapterRecoveryTests.blockedSoft)
             #expect(link.state == .escalating)  // at once, every time
             link.observe(VirtualLink.down)
-            link.send(.escalationFinished(.rfkillUnblock, .success(())))
+            link.finishEscalation(.rfkillUnblock, .success(()))
             link.advance(by: .seconds(60))
             #expect(link.state == .online)
         }
@@ -287,9 +287,9 @@ extension ControllerCheckTests {
         link.advance(by: link.timers[.retry].map { $0 - link.now } ?? .zero)
         #expect(link.state == .connecting)
         link.clearLog()
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         #expect(link.log.contains { $0.action == .disconnect })
-        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
+        #expect(link.log.contains { $0.action.escalatedStep == .hciReset })
         #expect(link.timers[.attemptDeadline] == nil)
         #expect(link.state == .escalating)
     }
@@ -301,11 +301,11 @@ extension ControllerCheckTests {
         var link = refusing(escalation: [.powerCycle, .usbReset])
         link.advance(by: .seconds(5))
         #expect(checks(link) == 1)
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         link.advance(by: .seconds(200))
         #expect(link.state == .escalating)
-        link.send(.escalationFinished(.powerCycle, .success(())))
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.powerCycle, .success(()))
+        link.finishEscalation(.usbReset, .success(()))
         #expect(link.state == .coolingDown)
         #expect(checks(link) == 1, "the escalation's own blind attempt does not ask")
         link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
@@ -313,7 +313,7 @@ extension ControllerCheckTests {
         #expect(checks(link) == 2, "the cooldown's blind attempt failed: asked")
         answerUnresponsiveWhileDiscovering(&link)
         #expect(link.timers[.retry] == nil)
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.usbReset, .success(()))
         #expect(link.state == .coolingDown)
         link.advance(by: .seconds(60))
         #expect(checks(link) == 0, "no loop: the next ask is the next cooldown's (the log was cleared at the answer)")
@@ -322,14 +322,14 @@ extension ControllerCheckTests {
     @Test func aBlindAttemptOnAControllerThatAnswersChangesNothing() {
         var link = refusing(escalation: [.usbReset])
         link.advance(by: .seconds(5))
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         link.advance(by: .seconds(200))
         #expect(link.state == .escalating)
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.usbReset, .success(()))
         link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
         let asked = checks(link)
         #expect(asked == 2)
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         #expect(link.state == .coolingDown)
         #expect(link.timers[.retry] != nil)
         link.advance(by: SupervisorTests.settings.policy.cooldown + .seconds(1))
@@ -349,8 +349,8 @@ extension ControllerCheckTests {
         link.clearLog()
         link.advance(by: .seconds(21))
         #expect(checks(link) == 1)
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
-        #expect(link.log.contains { $0.action == .escalate(.usbReset) })
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
+        #expect(link.log.contains { $0.action.escalatedStep == .usbReset })
     }
 }
 
@@ -371,7 +371,7 @@ extension ControllerCheckTests {
     }
 
     func checkTimes(_ link: VirtualLink) -> [Duration] {
-        link.log.filter { $0.action == .checkController }.map(\.time)
+        link.log.filter { $0.action.checksController }.map(\.time)
     }
 
     @Test func aControllerThatWedgedWhileSearchingIsAskedAndReset() {
@@ -384,9 +384,9 @@ extension ControllerCheckTests {
         #expect(checks(link) == 1)
         answerUnresponsiveWhileDiscovering(&link)
         #expect(link.timers[.searchCheck] == nil, "the search's timer goes with it")
-        link.send(.escalationFinished(.usbReset, .success(())))
+        link.finishEscalation(.usbReset, .success(()))
         #expect(link.state == .searching, "the dongle is still unknown: searching again")
-        #expect(link.log.map(\.action).contains(.startDiscovery))
+        #expect(link.log.contains { $0.action.startsDiscovery })
         // Still wedged: the next ask, and the next reset, wait twice as long.
         link.advance(by: first * 2 - .milliseconds(1))
         #expect(checks(link) == 0)
@@ -400,7 +400,7 @@ extension ControllerCheckTests {
         for _ in 0..<200 {  // 3 h
             link.advance(by: .seconds(54))
             while answered < checks(link) {
-                link.send(.controllerChecked(.responsive))
+                link.answerControllerCheck(.responsive)
                 answered += 1
             }
         }
@@ -417,10 +417,10 @@ extension ControllerCheckTests {
     @Test func findingTheDongleRestartsThePace() {
         var link = searching(escalation: [.usbReset])
         link.advance(by: .seconds(31))
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         link.advance(by: .seconds(69))  // asked at 30 and 90
         #expect(checks(link) == 2)
-        link.send(.controllerChecked(.responsive))
+        link.answerControllerCheck(.responsive)
         link.observe(VirtualLink.down)  // found; the attempt fails
         #expect(link.state == .backingOff)
         #expect(link.timers[.searchCheck] == nil, "the search's timer goes with it")
@@ -440,12 +440,12 @@ extension ControllerCheckTests {
         var starts: [Duration] = []
         for _ in 0..<12 {
             starts.append(link.now)
-            link.send(.discoveryFailed(LinkFailure(.transient, "org.bluez.Error.Failed")))
+            link.failDiscovery(LinkFailure(.transient, "org.bluez.Error.Failed"))
             link.advance(by: link.timers[.discoveryRetry].map { $0 - link.now } ?? .zero)
         }
         let gaps = zip(starts.dropFirst(), starts).map { $0 - $1 }
         #expect(gaps.prefix(5) == [.seconds(5), .seconds(10), .seconds(20), .seconds(40), .seconds(60)])
         #expect(gaps.dropFirst(4).allSatisfy { $0 == SupervisorTests.settings.discoveryRetryCap })
-        #expect(link.count(where: { $0 == .startDiscovery }) == 13)
+        #expect(link.count(where: { $0.startsDiscovery }) == 13)
     }
 }

@@ -31,10 +31,10 @@ import Testing
         for _ in 0..<400 {
             guard link.state == .backingOff || link.state == .connecting, !link.supervisor.listeningForEvidence else { return }
             link.advance(by: .seconds(1))
-            if let check, link.log.last(where: { $0.action == .checkController }) != nil,
+            if let check, link.log.last(where: { $0.action.checksController }) != nil,
                link.supervisor.pendingControllerCheck
             {
-                link.send(.controllerChecked(check))
+                link.answerControllerCheck(check)
             }
         }
     }
@@ -42,7 +42,7 @@ import Testing
     /// Lets a listening supervisor decide, answering its controller checks with `check`.
     func finishListening(_ link: inout VirtualLink, answering check: ControllerCheck?) {
         for _ in 0..<60 where link.supervisor.listeningForEvidence {
-            if let check, link.supervisor.pendingControllerCheck { link.send(.controllerChecked(check)) }
+            if let check, link.supervisor.pendingControllerCheck { link.answerControllerCheck(check) }
             link.advance(by: .seconds(1))
         }
     }
@@ -61,11 +61,11 @@ import Testing
         // Its failures point at a stale object too (abort-by-local), and it
         // holds no bond: removed once, which costs nothing (discovery makes
         // it anew when the dongle advertises; a stale one never would).
-        #expect(link.count { $0 == .removeDevice } == 1)
+        #expect(link.count { $0.removesDevice } == 1)
         #expect(!reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
         let away = reports(link).filter { if case .dongleAway = $0 { true } else { false } }
         #expect(away == [.dongleAway(lastSeen: .seconds(60), evidence: "the controller answers")])
-        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action.startsDiscovery })
         #expect(link.supervisor.status.awaySince == .seconds(60))
         #expect(link.supervisor.status.nextAttemptAt == nil)
     }
@@ -74,7 +74,7 @@ import Testing
         var link = droppedLink(bonded: true)
         exhaustWindow(&link, answering: .responsive)
         #expect(link.state == .away)
-        #expect(link.count { $0 == .removeDevice } == 0)
+        #expect(link.count { $0.removesDevice } == 0)
     }
 
     @Test func otherAdvertisersCountAsEvidenceToo() {
@@ -92,12 +92,12 @@ import Testing
         #expect(link.supervisor.listeningForEvidence)
         finishListening(&link, answering: .unknown("this kernel has no Bluetooth"))
         #expect(link.state == .escalating)
-        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(link.log.contains { $0.action.escalatedStep == .powerCycle })
         #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
         #expect(!reports(link).contains { if case .dongleAway = $0 { true } else { false } })
         // It listened (discovering) for `awayListen` before it decided.
-        let listened = link.log.first { $0.action == .startDiscovery }?.time
-        let escalated = link.log.first { $0.action == .escalate(.powerCycle) }?.time
+        let listened = link.log.first { $0.action.startsDiscovery }?.time
+        let escalated = link.log.first { $0.action.escalatedStep == .powerCycle }?.time
         #expect(listened != nil && escalated == listened.map { $0 + SupervisorTests.settings.awayListen })
     }
 
@@ -106,7 +106,7 @@ import Testing
         exhaustWindow(&link, answering: nil)
         // Listening: shown as waiting, not yet as away.
         #expect(link.supervisor.status.awaySince == nil)
-        #expect(link.log.last { $0.action == .startDiscovery } != nil)
+        #expect(link.log.last { $0.action.startsDiscovery } != nil)
         link.advance(by: .seconds(3))
         link.send(.othersAdvertising)
         #expect(link.state == .away)
@@ -157,13 +157,13 @@ import Testing
         link.clearLog()
         for _ in 0..<(10 * 60) {  // ten hours, a minute at a time
             link.advance(by: .seconds(60))
-            if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+            if link.supervisor.pendingControllerCheck { link.answerControllerCheck(.responsive) }
         }
         #expect(link.state == .away)
         #expect(link.connectTimes.isEmpty)
         #expect(escalations(link) == 0)
         // Paced like the search's checks: doubling to the 10-minute cap.
-        let checks = link.count { $0 == .checkController }
+        let checks = link.count { $0.checksController }
         #expect(checks >= 55 && checks <= 70, "controller checks in ten hours: \(checks)")
         #expect(reports(link).isEmpty, "\(reports(link))")
         #expect(link.supervisor.status.awaySince == .seconds(60))
@@ -215,10 +215,10 @@ import Testing
         exhaustWindow(&link, answering: .responsive)
         link.clearLog()
         while !link.supervisor.pendingControllerCheck { link.advance(by: .seconds(10)) }
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         #expect(link.state == .escalating)
-        #expect(link.log.contains { $0.action == .escalate(.hciReset) })
-        #expect(!link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(link.log.contains { $0.action.escalatedStep == .hciReset })
+        #expect(!link.log.contains { $0.action.escalatedStep == .powerCycle })
         #expect(link.log.contains { $0.action == .stopDiscovery })
     }
 
@@ -233,13 +233,13 @@ import Testing
             link.send(.othersAdvertising)
         }
         link.clearLog()
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         #expect(link.state == .away)
         #expect(link.log.contains { if case .report(.controllerSlow("hci0 did not answer", _)) = $0.action { true } else { false } })
         #expect(!link.log.contains { if case .escalate = $0.action { true } else { false } })
         // Then silence: the controller passes nothing up, and the next check goes unanswered.
         while !link.supervisor.pendingControllerCheck { link.advance(by: .seconds(10)) }
-        link.send(.controllerChecked(.unresponsive("hci0 did not answer")))
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
         #expect(link.state == .escalating)
         #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci0 did not answer")) })
     }
@@ -277,7 +277,7 @@ import Testing
             }
         }
         #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
-        #expect(link.count { $0 == .startDiscovery } == 0)
+        #expect(link.count { $0.startsDiscovery } == 0)
         // The watch is re-armed lazily: about one wake-up per two minutes.
         #expect(link.count { $0 == .startTimer(.scanWatch, after: .seconds(120)) } <= 31)
     }
@@ -287,13 +287,13 @@ import Testing
         link.clearLog()
         link.advance(by: .seconds(130))
         #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })
-        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action.startsDiscovery })
         #expect(link.state == .away)
         link.clearLog()
         link.advance(by: .seconds(125))
         #expect(reports(link).contains { if case .scanStalled(_, restarting: false) = $0 { true } else { false } })
         #expect(link.state == .escalating)
-        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(link.log.contains { $0.action.escalatedStep == .powerCycle })
     }
 
     /// Away on the controller's word alone (nobody heard during the
@@ -329,11 +329,11 @@ import Testing
         link.clearLog()
         for _ in 0..<(12 * 60) {  // twelve hours
             link.advance(by: .seconds(60))
-            if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+            if link.supervisor.pendingControllerCheck { link.answerControllerCheck(.responsive) }
         }
         #expect(link.state == .away)
         #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
-        let renewals = link.count { $0 == .startDiscovery }
+        let renewals = link.count { $0.startsDiscovery }
         #expect(renewals >= 70 && renewals <= 73, "renewals in twelve hours: \(renewals)")
         #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
     }
@@ -352,7 +352,7 @@ extension ScanStallTests {
     }
 
     func answerChecks(_ link: inout VirtualLink) {
-        if link.supervisor.pendingControllerCheck { link.send(.controllerChecked(.responsive)) }
+        if link.supervisor.pendingControllerCheck { link.answerControllerCheck(.responsive) }
     }
 
     @Test func aSearchThatHearsOthersAndThenNobodyRestartsDiscoveryThenTakesTheSteps() {
@@ -363,7 +363,7 @@ extension ScanStallTests {
             answerChecks(&link)
         }
         #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })
-        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action == .stopDiscovery } && link.log.contains { $0.action.startsDiscovery })
         #expect(link.state == .searching)
         link.clearLog()
         for _ in 0..<13 {
@@ -371,7 +371,7 @@ extension ScanStallTests {
             answerChecks(&link)
         }
         #expect(reports(link).contains { if case .scanStalled(_, restarting: false) = $0 { true } else { false } })
-        #expect(link.log.contains { $0.action == .escalate(.powerCycle) })
+        #expect(link.log.contains { $0.action.escalatedStep == .powerCycle })
     }
 
     @Test func aSearchAmongOthersHeardAllAlongIsNoStall() {
@@ -396,7 +396,7 @@ extension ScanStallTests {
         }
         #expect(link.state == .searching)
         #expect(!reports(link).contains { if case .scanStalled = $0 { true } else { false } })
-        let renewals = link.count { $0 == .startDiscovery }
+        let renewals = link.count { $0.startsDiscovery }
         #expect(renewals >= 70 && renewals <= 73, "renewals in twelve hours: \(renewals)")
         #expect(link.count { if case .escalate = $0 { true } else { false } } == 0)
     }

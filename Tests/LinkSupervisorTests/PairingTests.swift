@@ -177,7 +177,7 @@ import Testing
     @Test func aSecondRefusalInTheSameOutageIsSaidOnceAndNotRenewed() {
         var link = refusingLink(pairs: true)
         link.send(.bondRejected("reason 4"))
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         // Re-paired (bonded again), and refused again before any data.
         var bonded = VirtualLink.down
         bonded.deviceBonded = true
@@ -197,7 +197,7 @@ import Testing
     @Test func onlineAgainAllowsOneMoreRenewal() {
         var link = refusingLink(pairs: true)
         link.send(.bondRejected("reason 4"))
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         link.connectResult = .success(())
         link.advance(by: .seconds(60))
         #expect(link.state == .online)
@@ -207,6 +207,10 @@ import Testing
         link.send(.bondRejected("reason 4"))
         #expect(removals(link) == 2)
         #expect(bondLosses(link, repairing: true) == 2)
+        // The refusal is the kernel's reason for the link's end: the session
+        // is over and its outage begun, waiting for bluetoothd to agree.
+        #expect(link.state == .backingOff)
+        #expect(link.supervisor.status.connectedSince == nil)
     }
 
     @Test func withoutPairingALostBondIsReportedOnceWithWhatToDo() {
@@ -238,7 +242,7 @@ import Testing
         link.connectResult = .failure(SupervisorTests.abort)
         link.observe(VirtualLink.down)
         link.advance(by: .seconds(400))
-        let steps = link.log.compactMap { if case .escalate(let step) = $0.action { step } else { nil } }
+        let steps = link.log.compactMap { if case .escalate(let step, _) = $0.action { step } else { nil } }
         #expect(steps.first == .powerCycle)
         #expect(!steps.contains(.rfkillUnblock))
     }
@@ -264,7 +268,7 @@ import Testing
         link.send(.bondRejected("reason 4"))
         link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
         // bluetoothd died with the kernel's oops: the removal got no reply.
-        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply"))))
+        link.answerRemoval(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply")))
         var gone = Self.bondedDown()
         gone.bluezPresent = false
         link.observe(gone)
@@ -276,7 +280,7 @@ import Testing
         #expect(removals(link) == 1)
         #expect(link.supervisor.status.lastError?.contains("removing it before connecting") == true)
         // Removed: found again without a bond, connected, paired, online.
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         var removed = VirtualLink.down
         removed.devicePresent = false
         link.observe(removed)
@@ -293,7 +297,7 @@ import Testing
         link.observe(Self.bondedDown())
         link.send(.bondRejected("reason 4"))
         link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
-        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply"))))
+        link.answerRemoval(.failure(LinkFailure(.transient, "org.freedesktop.DBus.Error.NoReply")))
         link.connectResult = .success(())
         link.observe(VirtualLink.down)  // the bond is gone after all
         link.advance(by: .seconds(5))

@@ -32,7 +32,7 @@ import Testing
         #expect(link.count { if case .report(.staleDeviceRemoved(let n, _)) = $0, n >= 5 { true } else { false } } == 1)
         #expect(link.state == .coolingDown)
         #expect(link.count { if case .startDiscovery = $0 { true } else { false } } >= 1)
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         // bluetoothd drops the object; the blind attempt has nothing to
         // connect to, so it searches; discovery makes it anew: a fresh window.
         var gone = VirtualLink.down
@@ -76,7 +76,7 @@ import Testing
 
     @Test func oneRemovalPerOutageThenTheUsualCooldown() {
         var link = exhaustedLink()
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         var gone = VirtualLink.down
         gone.devicePresent = false
         link.observe(gone)
@@ -135,8 +135,8 @@ import Testing
     @Test func theRemovalAnsweredBeforeItsSignalMeansSearchingNotAConnect() {
         var link = removingAndResetting()
         link.connectResult = .failure(Self.gone)
-        link.send(.removeDeviceFinished(.success(())))
-        link.send(.escalationFinished(.hciReset, .success(())))
+        link.answerRemoval(.success(()))
+        link.finishEscalation(.hciReset, .success(()))
         // Still listed, but removed: no Connect on it, discovery instead.
         #expect(link.count { if case .connect = $0 { true } else { false } } == 0)
         #expect(link.state == .searching)
@@ -154,7 +154,7 @@ import Testing
     func searchingAfterUnknownObject(sourceLocation: SourceLocation = #_sourceLocation) -> VirtualLink {
         var link = removingAndResetting()
         link.connectResult = .failure(Self.gone)
-        link.send(.escalationFinished(.hciReset, .success(())))
+        link.finishEscalation(.hciReset, .success(()))
         #expect(link.count { if case .connect = $0 { true } else { false } } == 1, sourceLocation: sourceLocation)
         #expect(link.state == .searching, sourceLocation: sourceLocation)
         link.connectResult = .success(())
@@ -166,7 +166,7 @@ import Testing
         #expect(link.supervisor.status.nextAttemptAt == nil)
         // Another observation that still lists it (the removal's reply, any
         // change) is no reason to try the gone object again.
-        link.send(.removeDeviceFinished(.success(())))
+        link.answerRemoval(.success(()))
         var changed = VirtualLink.down
         changed.disconnectReasonsHeard = true
         link.observe(changed)
@@ -192,7 +192,7 @@ import Testing
 
     @Test func aFailedRemovalGoesOnToCooldown() {
         var link = exhaustedLink()
-        link.send(.removeDeviceFinished(.failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
+        link.answerRemoval(.failure(LinkFailure(.transient, "org.bluez.Error.Failed")))
         #expect(link.count { if case .report(.staleDeviceRemovalFailed) = $0 { true } else { false } } == 1)
         #expect(link.state == .coolingDown)
         #expect(link.supervisor.status.nextAttemptAt != nil)

@@ -251,14 +251,14 @@ import Testing
         }
         // Then the escalation steps, in order.
         let steps = link.log.compactMap { entry -> EscalationStep? in
-            if case .escalate(let step) = entry.action { return step } else { return nil }
+            if case .escalate(let step, _) = entry.action { return step } else { return nil }
         }
         #expect(steps == [.powerCycle])
         #expect(link.state == .escalating)
-        link.send(.escalationFinished(.powerCycle, .success(())))
-        link.send(.escalationFinished(.hciReset, .failure(LinkFailure(.fatal, "unavailable: no Bluetooth in this kernel"))))
+        link.finishEscalation(.powerCycle, .success(()))
+        link.finishEscalation(.hciReset, .failure(LinkFailure(.fatal, "unavailable: no Bluetooth in this kernel")))
         #expect(link.state == .coolingDown)
-        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action.startsDiscovery })
         #expect(link.log.contains { $0.action == .report(.windowExhausted(attempts: times.count)) })
     }
 
@@ -441,7 +441,7 @@ import Testing
         unknown.devicePresent = false
         link.observe(unknown)
         #expect(link.state == .searching)
-        #expect(link.log.contains { $0.action == .startDiscovery })
+        #expect(link.log.contains { $0.action.startsDiscovery })
         #expect(link.connectTimes.isEmpty)
         link.observe(VirtualLink.down)
         #expect(link.log.contains { $0.action == .stopDiscovery })
@@ -545,7 +545,7 @@ import Testing
         var off = VirtualLink.down
         off.adapterPowered = false
         link.observe(off)
-        link.send(.escalationFinished(.powerCycle, .failure(LinkFailure(.transient, "org.bluez.Error.Failed"))))
+        link.finishEscalation(.powerCycle, .failure(LinkFailure(.transient, "org.bluez.Error.Failed")))
         #expect(link.state == .waitingForAdapter)
         return link
     }
@@ -578,7 +578,7 @@ import Testing
     @Test func aSuccessfulEscalationIsTriedOnceAtOnceThenCoolsDown() {
         var link = refusingLink(escalation: [.hciReset], running: .seconds(200))
         let before = link.connectTimes.count
-        link.send(.escalationFinished(.hciReset, .success(())))
+        link.finishEscalation(.hciReset, .success(()))
         #expect(link.connectTimes.count == before + 1)
         #expect(link.connectTimes.last == link.now)
         #expect(link.state == .coolingDown)
@@ -591,9 +591,9 @@ import Testing
         link.send(.reconnectRequested)
         #expect(link.connectTimes.count == before, "no attempt while the adapter may be off")
         link.connectResult = .success(())
-        link.send(.escalationFinished(.powerCycle, .success(())))
+        link.finishEscalation(.powerCycle, .success(()))
         #expect(link.connectTimes.count == before + 1)
-        #expect(!link.log.contains { $0.action == .escalate(.hciReset) }, "the person asked to reconnect now")
+        #expect(!link.log.contains { $0.action.escalatedStep == .hciReset }, "the person asked to reconnect now")
         #expect(link.state == .online)
     }
 
@@ -608,14 +608,14 @@ import Testing
         var off = VirtualLink.down
         off.adapterPowered = false
         link.observe(off)
-        link.send(.escalationFinished(.powerCycle, .success(())))
+        link.finishEscalation(.powerCycle, .success(()))
         #expect(link.state == .waitingForAdapter)
         link.observe(VirtualLink.down)  // powered again; the dongle still refuses
         link.advance(by: .seconds(200))
         #expect(link.state == .escalating)
         link.clearLog()
-        link.send(.escalationFinished(.powerCycle, .success(())))
-        #expect(link.log.contains { $0.action == .escalate(.hciReset) }, "every step of the next escalation runs")
+        link.finishEscalation(.powerCycle, .success(()))
+        #expect(link.log.contains { $0.action.escalatedStep == .hciReset }, "every step of the next escalation runs")
     }
 
     @Test func discoveryThatFailsToStartIsRetried() {
@@ -624,9 +624,9 @@ import Testing
         unknown.devicePresent = false
         link.observe(unknown)
         #expect(link.state == .searching)
-        link.send(.discoveryFailed(LinkFailure(.transient, "org.bluez.Error.NotReady")))
+        link.failDiscovery(LinkFailure(.transient, "org.bluez.Error.NotReady"))
         link.advance(by: Self.settings.discoveryRetry)
-        #expect(link.log.filter { $0.action == .startDiscovery }.count == 2)
+        #expect(link.log.filter { $0.action.startsDiscovery }.count == 2)
     }
 
     private func lastConnectID(_ link: VirtualLink) -> Int {

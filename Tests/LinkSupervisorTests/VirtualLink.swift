@@ -1,3 +1,4 @@
+import LinkPolicy
 @testable import LinkSupervisor
 import Testing
 
@@ -17,6 +18,13 @@ struct VirtualLink {
     /// shows the device bonded first (bluetoothd signals Paired before it
     /// replies).
     var pairResult: Result<Void, LinkFailure>? = .success(())
+    /// The ids of the last RemoveDevice, controller check and StartDiscovery
+    /// asked for, and of each escalation step's last run (kept when the log
+    /// is cleared): what the answers below echo.
+    var lastRemoval = 0
+    var lastControllerCheck = 0
+    var lastDiscovery = 0
+    var escalationRuns: [EscalationStep: Int] = [:]
 
     init(settings: Supervisor.Settings, seed: UInt64 = 1) {
         supervisor = Supervisor(settings: settings, seed: seed)
@@ -35,6 +43,10 @@ struct VirtualLink {
             switch action {
             case .startTimer(let timer, let delay): timers[timer] = now + delay
             case .cancelTimer(let timer): timers[timer] = nil
+            case .removeDevice(let id): lastRemoval = id
+            case .checkController(let id): lastControllerCheck = id
+            case .startDiscovery(let id): lastDiscovery = id
+            case .escalate(let step, let run): escalationRuns[step] = run
             default: break
             }
         }
@@ -71,11 +83,32 @@ struct VirtualLink {
 
     mutating func observe(_ observation: LinkObservation) { send(.observed(observation)) }
 
+    /// Answers the last RemoveDevice asked for.
+    mutating func answerRemoval(_ result: Result<Void, LinkFailure>) {
+        send(.removeDeviceFinished(removal: lastRemoval, result))
+    }
+
+    /// Answers the last controller check asked for.
+    mutating func answerControllerCheck(_ check: ControllerCheck) {
+        send(.controllerChecked(check: lastControllerCheck, check))
+    }
+
+    /// Finishes the last run of `step` (one never asked for: an id never
+    /// handed out, which the supervisor ignores).
+    mutating func finishEscalation(_ step: EscalationStep, _ result: Result<Void, LinkFailure>) {
+        send(.escalationFinished(step, run: escalationRuns[step] ?? 0, result))
+    }
+
+    /// Fails the last StartDiscovery asked for.
+    mutating func failDiscovery(_ failure: LinkFailure) {
+        send(.discoveryFailed(discovery: lastDiscovery, failure))
+    }
+
     /// The device object asked to go is gone (RemoveDevice answered, the
     /// object removed); a minute of searching later discovery finds the
     /// dongle again, without a bond, and connects now succeed.
     mutating func removedAndFoundAgain(sourceLocation: SourceLocation = #_sourceLocation) {
-        send(.removeDeviceFinished(.success(())))
+        answerRemoval(.success(()))
         var gone = VirtualLink.down
         gone.devicePresent = false
         observe(gone)
@@ -111,4 +144,12 @@ struct VirtualLink {
     func count(where match: (SupervisorAction) -> Bool) -> Int { log.filter { match($0.action) }.count }
 
     mutating func clearLog() { log.removeAll() }
+}
+
+extension SupervisorAction {
+    /// The step of an `.escalate`.
+    var escalatedStep: EscalationStep? { if case .escalate(let step, _) = self { step } else { nil } }
+    var startsDiscovery: Bool { if case .startDiscovery = self { true } else { false } }
+    var removesDevice: Bool { if case .removeDevice = self { true } else { false } }
+    var checksController: Bool { if case .checkController = self { true } else { false } }
 }

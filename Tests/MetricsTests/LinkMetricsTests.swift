@@ -106,9 +106,9 @@ import Testing
             .timerFired(.retry), actions: [.report(.windowExhausted(attempts: 12))], status: status(.escalating, reconnects: 2),
             at: .seconds(2)
         )
-        metrics.observe(.escalationFinished(.powerCycle, .success(())), actions: [], status: status(.escalating, reconnects: 2), at: .seconds(3))
+        metrics.observe(.escalationFinished(.powerCycle, run: 1, .success(())), actions: [], status: status(.escalating, reconnects: 2), at: .seconds(3))
         metrics.observe(
-            .escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))), actions: [],
+            .escalationFinished(.hciReset, run: 2, .failure(LinkFailure(.transient, "no adapter"))), actions: [],
             status: status(.coolingDown, reconnects: 2), at: .seconds(4)
         )
         metrics.observe(.reconnectRequested, actions: [.report(.bluezAppeared)], status: status(.searching, reconnects: 2), at: .seconds(5))

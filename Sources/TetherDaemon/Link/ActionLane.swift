@@ -63,6 +63,8 @@ final class ActionLane: @unchecked Sendable {
     private var heldForStopDiscovery: [SupervisorAction]?
     /// The escalation step in flight (`EscalationRun`'s rules), and its one timer.
     private var escalation = EscalationRun()
+    /// The supervisor's id for the step in flight, which its verdict echoes.
+    private var escalationRun = 0
     private var escalationTimer: EventLoop.TimerID?
     /// The keep-alive's call (its write, or its read), marshalled for this
     /// characteristic object.
@@ -125,7 +127,7 @@ final class ActionLane: @unchecked Sendable {
     }
 
     private static func isMarkOnly(_ action: SupervisorAction) -> Bool {
-        if case .escalate(let step) = action { return step != .powerCycle }
+        if case .escalate(let step, _) = action { return step != .powerCycle }
         return false
     }
 
@@ -167,9 +169,9 @@ final class ActionLane: @unchecked Sendable {
             poll(id, timeout: timeout)
         case .pollWithoutReply:
             pollWithoutReply()
-        case .startDiscovery:
+        case .startDiscovery(let id):
             guard let adapter = resolution.adapter?.path else {
-                return finish(.discoveryFailed(LinkFailure(.transient, "no adapter")))
+                return finish(.discoveryFailed(discovery: id, LinkFailure(.transient, "no adapter")))
             }
             // Both at once: the filter is served first (one client's calls are
             // served in order), and a StopDiscovery decided next cannot
@@ -179,7 +181,7 @@ final class ActionLane: @unchecked Sendable {
                 if case .failure(let error) = result { logger.warning("SetDiscoveryFilter: \(error); discovering unfiltered") }
             }
             send(.startDiscovery(adapter)) { [finish] result in
-                if let failure = BlueZReplies.startDiscovery(result.map { _ in () }) { finish(.discoveryFailed(failure)) }
+                if let failure = BlueZReplies.startDiscovery(result.map { _ in () }) { finish(.discoveryFailed(discovery: id, failure)) }
             }
         case .stopDiscovery:
             guard let adapter = resolution.adapter?.path else { return }
@@ -195,14 +197,15 @@ final class ActionLane: @unchecked Sendable {
                     logger.error("cannot power the adapter on: \(error)", metadata: ["error": "\(error)"])
                 }
             }
-        case .escalate(let step):
+        case .escalate(let step, let run):
+            escalationRun = run
             escalate(step)
-        case .removeDevice:
+        case .removeDevice(let id):
             guard let adapter = resolution.adapter?.path, let device = resolution.device?.path else {
-                return finish(.removeDeviceFinished(.failure(LinkFailure(.transient, "the device object is already gone"))))
+                return finish(.removeDeviceFinished(removal: id, .failure(LinkFailure(.transient, "the device object is already gone"))))
             }
             send(.removeDevice(adapter: adapter, device: device)) { [finish] result in
-                finish(.removeDeviceFinished(BlueZReplies.removeDevice(result.map { _ in () })))
+                finish(.removeDeviceFinished(removal: id, BlueZReplies.removeDevice(result.map { _ in () })))
             }
         case .startTimer, .cancelTimer, .transition, .report, .answerReconnect, .checkController:
             break  // the service's
@@ -404,7 +407,7 @@ final class ActionLane: @unchecked Sendable {
                 if let escalationTimer { loop.cancelTimer(escalationTimer) }
                 escalationTimer = nil
             case .finished(let step, let result):
-                finish(.escalationFinished(step, result))
+                finish(.escalationFinished(step, run: escalationRun, result))
             }
         }
     }

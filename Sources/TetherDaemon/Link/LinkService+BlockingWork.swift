@@ -24,8 +24,9 @@ extension LinkService {
         case hciReset(String)
         /// `usb-reset` or `usb-rebind` on the controller named.
         case usb(EscalationStep, controller: String)
-        /// Whether the controller named answers a command of its own.
-        case checkController(String)
+        /// Whether the controller named answers a command of its own (the
+        /// supervisor's check `check`).
+        case checkController(String, check: Int)
     }
 
     /// The controller's answer to a version request comes in milliseconds;
@@ -44,7 +45,7 @@ extension LinkService {
             case .usb(let step, let controller):
                 let result = await kernel.recoverUSB(step, controller: controller)
                 loop.execute { [self] in lane.escalationStepDone(step, result) }
-            case .checkController(let name):
+            case .checkController(let name, let id):
                 let check: ControllerCheck
                 switch await kernel.askVersion(name, timeout: Self.controllerCheckTimeout) {
                 case .answered: check = .responsive
@@ -53,7 +54,7 @@ extension LinkService {
                 }
                 loop.execute { [self] in
                     if case .unknown(let why) = check { report.logger.debug("controller check: \(why)") }
-                    deliver(.controllerChecked(check))
+                    deliver(.controllerChecked(check: id, check))
                 }
             }
         }

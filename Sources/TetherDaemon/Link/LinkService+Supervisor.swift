@@ -141,9 +141,9 @@ extension LinkService {
                 // end yet would make AcquireNotify say "Notify acquired".
                 closeNotifyReaders()
                 lane.perform(action)
-            case .escalate(let step) where step == .rfkillUnblock || step.reprobesController:
+            case .escalate(let step, let run) where step == .rfkillUnblock || step.reprobesController:
                 guard let controller = controllerName(adapter: resolution.adapter?.interfaceName) else {
-                    deliver(.escalationFinished(step, .failure(LinkFailure(.transient, "no controller"))))
+                    deliver(.escalationFinished(step, run: run, .failure(LinkFailure(.transient, "no controller"))))
                     continue
                 }
                 report.logger.warning(
@@ -155,15 +155,15 @@ extension LinkService {
                 } else {
                     blockingInput.yield(.usb(step, controller: controller))
                 }
-            case .checkController:
+            case .checkController(let id):
                 guard let adapter = resolution.adapter else {
-                    deliver(.controllerChecked(.unknown("no adapter")))
+                    deliver(.controllerChecked(check: id, .unknown("no adapter")))
                     continue
                 }
-                blockingInput.yield(.checkController(adapter.interfaceName))
-            case .escalate(.hciReset):
+                blockingInput.yield(.checkController(adapter.interfaceName, check: id))
+            case .escalate(.hciReset, let run):
                 guard let adapter = resolution.adapter else {
-                    deliver(.escalationFinished(.hciReset, .failure(LinkFailure(.transient, "no adapter"))))
+                    deliver(.escalationFinished(.hciReset, run: run, .failure(LinkFailure(.transient, "no adapter"))))
                     continue
                 }
                 report.logger.warning("escalating: hci-reset on \(adapter.interfaceName)", metadata: ["event": "escalation"])

@@ -292,7 +292,7 @@ public final class LinkMetrics: @unchecked Sendable {
                 pollStarts[oldest] = nil
                 polls[.timeout]?.increment()
             }
-        case .escalationFinished(let step, let result):
+        case .escalationFinished(let step, _, let result):
             let key = EscalationKey(step: step.rawValue, result: (try? result.get()) != nil ? "ok" : "failed")
             escalations[key]?.increment()
         default:

@@ -1,0 +1,43 @@
+/// `tether reconnect`: a person asks for a connect attempt now.
+extension Supervisor {
+    mutating func reconnectRequested(_ actions: inout Actions) {
+        reconnectAnswerOwed = true
+        guard case .outage(_, let recovery) = current else {
+            // Online: a person's request starts a fresh window.
+            history.shortSessions = 0
+            return forceReconnect(cause: "reconnect requested", window: nil, &actions)
+        }
+        switch recovery {
+        case .waitingForBluez:
+            actions.append(.answerReconnect(.notReady("bluetoothd is not running")))
+        case .waitingForAdapter:
+            let steps = recoverySteps
+            actions.append(.answerReconnect(.notReady(steps.isEmpty ? adapterProblem : "\(adapterProblem); recovering it now")))
+            // A person asked: the next recovery round need not wait its pace.
+            if !steps.isEmpty {
+                cancelTimer(.adapterRecovery, &actions)
+                runRecovery(steps, &actions)
+            }
+        case .waitingForData, .subscribing, .pairing, .resolving:
+            history.shortSessions = 0
+            // A person's request starts a fresh window.
+            forceReconnect(cause: "reconnect requested", window: nil, &actions)
+        case .connecting(var setup, let connect):
+            // The attempt in flight becomes the first of a fresh window.
+            history.shortSessions = 0
+            setup.window = Window(start: now, attempts: 1)
+            update(.connecting(setup, connect: connect))
+        case .escalating(var escalation):
+            // The step may have the adapter off right now.
+            escalation.reconnectRequested = true
+            update(.escalating(escalation))
+        case .awaitingDisconnect:
+            break  // already reconnecting
+        case .backingOff, .coolingDown, .searching, .away:
+            history.shortSessions = 0
+            cancelTimer(.retry, &actions)
+            stopDiscoveryIfRunning(&actions)
+            attempt(window: Window(start: now), cause: "reconnect requested", &actions)
+        }
+    }
+}

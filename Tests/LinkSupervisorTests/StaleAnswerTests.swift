@@ -1,0 +1,97 @@
+import LinkPolicy
+@testable import LinkSupervisor
+import Testing
+
+/// Every call whose answer comes back carries an id, held by the state that
+/// waits for it: an answer with any other id is stale and changes nothing.
+@Suite struct StaleAnswerTests {
+    static let abort = LinkFailure(.transient, "le-connection-abort-by-local")
+
+    /// A dongle that refuses every connect, run until its window is exhausted.
+    func exhaustedLink(escalation: [EscalationStep]) -> VirtualLink {
+        var settings = SupervisorTests.settings
+        settings.escalation = escalation
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(Self.abort)
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        return link
+    }
+
+    @Test func theVerdictOfAnEarlierRunOfTheSameStepIsIgnored() {
+        var link = exhaustedLink(escalation: [.hciReset])
+        #expect(link.state == .escalating)
+        let earlier = link.escalationRuns[.hciReset] ?? 0
+        // bluetoothd restarts meanwhile; the next window runs the step again.
+        link.observe(LinkObservation())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(200))
+        #expect(link.state == .escalating)
+        let current = link.escalationRuns[.hciReset] ?? 0
+        #expect(current != earlier)
+        link.send(.escalationFinished(.hciReset, run: earlier, .success(())))
+        #expect(link.state == .escalating, "the earlier run's verdict says nothing about this one")
+        link.finishEscalation(.hciReset, .success(()))
+        #expect(link.state != .escalating)
+    }
+
+    @Test func aControllerCheckAnswerWithAnotherIdIsIgnored() {
+        var link = exhaustedLink(escalation: [.hciReset])
+        #expect(link.supervisor.pendingControllerCheck)
+        link.clearLog()
+        link.send(.controllerChecked(check: link.lastControllerCheck + 1000, .unresponsive("hci0 did not answer")))
+        #expect(link.supervisor.pendingControllerCheck)
+        #expect(link.log.isEmpty)
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
+        #expect(!link.supervisor.pendingControllerCheck)
+        #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci0 did not answer")) })
+    }
+
+    @Test func theFailureOfAnEarlierStartDiscoveryIsIgnored() {
+        var link = VirtualLink(settings: SupervisorTests.settings)
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)
+        #expect(link.state == .searching)
+        let failure = LinkFailure(.transient, "org.bluez.Error.NotReady")
+        let first = link.lastDiscovery
+        link.failDiscovery(failure)
+        link.advance(by: SupervisorTests.settings.discoveryRetry)
+        #expect(link.lastDiscovery != first)
+        link.clearLog()
+        // The first one's answer again, late: the discovery running now is another.
+        link.send(.discoveryFailed(discovery: first, failure))
+        #expect(link.log.isEmpty)
+        link.failDiscovery(failure)
+        #expect(link.log.contains { $0.action == .report(.discoveryFailed(error: failure.description)) })
+    }
+
+    /// A RemoveDevice asked for in one outage, answered only after the link
+    /// was online again and lost again: the outage it belonged to is over,
+    /// so its answer says nothing about the device object now.
+    @Test func aRemovalAnsweredAfterItsOutageEndedChangesNothing() {
+        var link = VirtualLink(settings: PairingTests.settings(pairs: true))
+        link.connectResult = nil
+        var bonded = VirtualLink.down
+        bonded.deviceBonded = true
+        link.observe(bonded)
+        link.send(.bondRejected("reason 4"))
+        let removal = link.lastRemoval
+        #expect(removal != 0)
+        link.send(.connectFinished(attempt: 1, .failure(PairingTests.refused)))
+        // Its answer is lost; the bond goes all the same, and the link comes up.
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(5))
+        #expect(link.state == .online)
+        // A new outage: the link drops, and the next connect is in flight.
+        link.connectResult = nil
+        link.observe(bonded)
+        #expect(link.state == .connecting)
+        link.clearLog()
+        link.send(.removeDeviceFinished(removal: removal, .success(())))
+        #expect(link.log.isEmpty)
+        #expect(link.state == .connecting)
+        #expect(link.supervisor.deviceKnown, "the old answer does not make the object count as gone")
+    }
+}

@@ -98,11 +98,20 @@ final class InProcessBusPort: @unchecked Sendable {
     func clientClosed() {
         guard clientEndOpen else { return }
         clientEndOpen = false
-        if daemonEndOpen {
-            daemonEndOpen = false
-            daemon.assumeIsolated { $0.hungUp(self) }
+        if sharesDaemonLoop {
+            daemonSeesHangUp()
+        } else {
+            // After what the client sent before closing, as a socket's
+            // reader gets the data before the end of file.
+            daemon.loop.execute { [self] in daemonSeesHangUp() }
         }
         scheduleRead()
+    }
+
+    private func daemonSeesHangUp() {
+        guard daemonEndOpen else { return }
+        daemonEndOpen = false
+        daemon.assumeIsolated { $0.hungUp(self) }
     }
 
     // MARK: The daemon's end

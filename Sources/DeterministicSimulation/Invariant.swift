@@ -58,7 +58,8 @@ public enum Invariant: String, CaseIterable, Sendable {
                 + "however strong (an identical dongle of another vehicle nearby)"
         case .quietAmongMany:
             "among 80 or more advertisers, once the dongle's address is known, at most \(Self.maximumSignalsPerMinute) "
-                + "signals reach Tether in any simulated minute (its match rules keep the street out)"
+                + "PropertiesChanged signals of other devices (one per advertisement heard, unfiltered) reach Tether in any simulated minute "
+                + "(its match rules keep the street out; a new device's InterfacesAdded comes once)"
         case .simulationSetUp:
             "the simulated bluetoothd and the bus come up (a failure here is the simulation's, not Tether's)"
         }

@@ -93,6 +93,17 @@ struct InvariantChecker {
         for delivery in recentDeliveries where delivery.diskRefused { simulation.audit.excuse(delivery.sequence) }
     }
 
+    /// The bus went away: every connection closed, Tether's link service
+    /// ended with its connection (a new one starts once the bus is back).
+    mutating func busLost() {
+        state = .waitingForBluez
+        seen = LinkObservation()
+        subscribedSince = nil
+        cancelOwed = nil
+        pendingConnects = []
+        tetherNames = []
+    }
+
     mutating func processEnded() {
         tetherAlive = false
         subscribedSince = nil
@@ -210,7 +221,11 @@ struct InvariantChecker {
                 if error.disposition == .needsCancel { cancelOwed = error.description }
             }
         }
-        if message.kind == .signal, !fromTether, tetherNames.contains(message.receiver) {
+        // Per advertisement, bluetoothd sends a PropertiesChanged (RSSI, data);
+        // a new device object's InterfacesAdded comes once per device.
+        if message.kind == .signal, !fromTether, tetherNames.contains(message.receiver), message.member == "PropertiesChanged",
+           message.path.contains("/dev_"), !message.path.contains(Self.pathElement(SimulationSettings.dongleAddress))
+        {
             signalDelivered(simulation)
         }
     }
@@ -237,8 +252,10 @@ struct InvariantChecker {
         }
     }
 
-    /// Signals reaching Tether among many advertisers, once it knows its
-    /// dongle's address: its match rules keep the street out.
+    /// Other devices' property changes reaching Tether among many
+    /// advertisers, once it knows its dongle's address: its match rules keep
+    /// the street out (its own dongle's it hears, one per advertisement
+    /// while discovering).
     private mutating func signalDelivered(_ simulation: Simulation) {
         let minute = simulation.now.milliseconds / 60000
         if minute != signalMinute {
@@ -262,6 +279,12 @@ struct InvariantChecker {
         switch event.kind {
         case .notify:
             guard let sequence = event.seq else { return }
+            // A sequence number the dongle used for a notification bluetoothd
+            // could not send (its connection gone with the bus) was never
+            // delivered: the simulator records only what went out.
+            if UInt64(sequence) > simulation.delivered + 1 {
+                for skipped in (simulation.delivered + 1)..<UInt64(sequence) { simulation.audit.excuse(skipped) }
+            }
             simulation.delivered = max(simulation.delivered, UInt64(sequence))
             guard tetherAlive else {
                 simulation.audit.excuse(UInt64(sequence))

@@ -33,12 +33,14 @@ extension Simulation {
         let owner = try? await bus.nameOwner(of: BlueZ.service)
         var characteristics: [ObjectPath] = []
         var devices: [ObjectPath] = []
-        if let reply = try? await bus.call(
-            destination: BlueZ.service, path: .root, interface: StandardInterface.objectManager, method: "GetManagedObjects"),
-            let tree = try? ObjectTree(managedObjects: reply.first ?? .strings([]))
-        {
+        do {
+            let reply = try await bus.call(
+                destination: BlueZ.service, path: .root, interface: StandardInterface.objectManager, method: "GetManagedObjects")
+            let tree = try ObjectTree(managedObjects: reply.first ?? .strings([]))
             devices = tree.devices.map(\.path)
             characteristics = devices.flatMap { tree.characteristics(of: $0).map(\.path) }
+        } catch {
+            record(.world("forging: bluetoothd's tree could not be read (\(error)); forging without it"))
         }
         var forged = Self.forgedSequenceBase &+ UInt32(checker.forgedSent)
         for destination in [victim, nil] {

@@ -149,6 +149,7 @@ extension Simulation {
             record(.faultStarts(kind, "every connection closes"))
             beginOngoing(kind)
             await busDaemon.stop()
+            checker.busLost()
             return lasting(.milliseconds(500) ... .seconds(5))
         case .diskFull:
             record(.faultStarts(kind, ""))

@@ -1,4 +1,9 @@
 import CDBus
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
 
 /// One message an `InProcessBusDaemon` handed to a connection, as its
 /// header says (and, for an error, its text): what a simulation's checks
@@ -28,6 +33,9 @@ public struct BusTrafficRecord: Sendable, CustomStringConvertible {
     public var errorMessage: String?
     public var serial: UInt32
     public var replySerial: UInt32
+    /// For a PropertiesChanged of a GATT characteristic that carries its
+    /// `Value` (a notification): those bytes.
+    public var characteristicValue: [UInt8]?
 
     init(_ message: OpaquePointer, receiver: String) {
         func text(_ pointer: UnsafePointer<CChar>?) -> String? { pointer.map { String(cString: $0) } }
@@ -47,6 +55,10 @@ public struct BusTrafficRecord: Sendable, CustomStringConvertible {
         serial = dbus_message_get_serial(message)
         replySerial = dbus_message_get_reply_serial(message)
         errorMessage = nil
+        characteristicValue = nil
+        if kind == .signal, member == "PropertiesChanged" {
+            characteristicValue = Self.characteristicValue(of: message)
+        }
         if kind == .error {
             var iterator = DBusMessageIter()
             if dbus_message_iter_init(message, &iterator) != 0, dbus_message_iter_get_arg_type(&iterator) == CDBUS_TYPE_STRING {
@@ -55,6 +67,41 @@ public struct BusTrafficRecord: Sendable, CustomStringConvertible {
                 errorMessage = text(value)
             }
         }
+    }
+
+    /// `Value` from a PropertiesChanged("org.bluez.GattCharacteristic1",
+    /// {…"Value": ay…}, as), read in place with libdbus's iterator.
+    private static func characteristicValue(of message: OpaquePointer) -> [UInt8]? {
+        var arguments = DBusMessageIter()
+        guard dbus_message_iter_init(message, &arguments) != 0, dbus_message_iter_get_arg_type(&arguments) == CDBUS_TYPE_STRING
+        else { return nil }
+        var interface: UnsafePointer<CChar>?
+        dbus_message_iter_get_basic(&arguments, &interface)
+        guard let interface, strcmp(interface, "org.bluez.GattCharacteristic1") == 0, dbus_message_iter_next(&arguments) != 0,
+              dbus_message_iter_get_arg_type(&arguments) == CDBUS_TYPE_ARRAY
+        else { return nil }
+        var entries = DBusMessageIter()
+        dbus_message_iter_recurse(&arguments, &entries)
+        while dbus_message_iter_get_arg_type(&entries) == CDBUS_TYPE_DICT_ENTRY {
+            var entry = DBusMessageIter()
+            dbus_message_iter_recurse(&entries, &entry)
+            var key: UnsafePointer<CChar>?
+            dbus_message_iter_get_basic(&entry, &key)
+            if let key, strcmp(key, "Value") == 0, dbus_message_iter_next(&entry) != 0 {
+                var variant = DBusMessageIter()
+                dbus_message_iter_recurse(&entry, &variant)
+                guard dbus_message_iter_get_arg_type(&variant) == CDBUS_TYPE_ARRAY else { return nil }
+                var bytes = DBusMessageIter()
+                dbus_message_iter_recurse(&variant, &bytes)
+                var pointer: UnsafeRawPointer?
+                var count: Int32 = 0
+                withUnsafeMutablePointer(to: &pointer) { dbus_message_iter_get_fixed_array(&bytes, $0, &count) }
+                guard let pointer, count > 0 else { return [] }
+                return Array(UnsafeRawBufferPointer(start: pointer, count: Int(count)))
+            }
+            dbus_message_iter_next(&entries)
+        }
+        return nil
     }
 
     public var description: String {

@@ -58,7 +58,8 @@ public enum Invariant: String, CaseIterable, Sendable {
                 + "however strong (an identical dongle of another vehicle nearby)"
         case .quietAmongMany:
             "among 80 or more advertisers, once the dongle's address is known, at most \(Self.maximumSignalsPerMinute) "
-                + "PropertiesChanged signals of other devices (one per advertisement heard, unfiltered) reach Tether in any simulated minute "
+                + "(or 1 in \(Self.streetShare) of the street's reports, if more) PropertiesChanged signals of other devices "
+                + "(one per advertisement heard, unfiltered) reach Tether in any simulated minute "
                 + "(its match rules keep the street out; a new device's InterfacesAdded comes once)"
         case .simulationSetUp:
             "the simulated bluetoothd and the bus come up (a failure here is the simulation's, not Tether's)"
@@ -72,6 +73,8 @@ public enum Invariant: String, CaseIterable, Sendable {
     /// The dongle's notifications (at most 15 a minute here), the keep-alive's
     /// replies (12), a sample of the street every 10 s (6), and room for a drop.
     static let maximumSignalsPerMinute = 120
+    /// Among more advertisers: at most this fraction (1 in 5) of the street's reports.
+    static let streetShare = 5
     /// Subscribing, the first notification (at most one burst period, 10 s), escalation steps (~11 s each).
     static let recoverySlack: Duration = .seconds(60)
 }

@@ -44,6 +44,8 @@ struct SimulationSettings {
     static let dongleAddress = "AA:BB:CC:DD:EE:FF"
     static let twinAddress = "AA:BB:CC:DD:EE:F1"
     static let adapterAddress = "00:1A:7D:DA:71:13"
+    /// How often each other advertiser is reported while discovery runs.
+    static let otherAdvertisingInterval: Duration = .seconds(5)
     static let dongleName = "Tether-Dongle"
 
     init(random: inout SimulationRandom) {
@@ -112,7 +114,13 @@ struct SimulationSettings {
         // after 180 s and never come back, which no Tether can help.
         options.advertiseTimeout = .seconds(100 * 86400)
         options.notifyRate = notifyRate
+        // Once a second (Nordic's connectable advertising runs from 20 ms to
+        // 10 s; bluetoothd reports each): ten times fewer messages than the
+        // simulator's default 100 ms while discovery runs, which is much of
+        // a parked vehicle's simulated life.
+        options.advertisingInterval = .seconds(1)
         options.otherAdvertisers = otherAdvertisers
+        options.otherAdvertisingInterval = Self.otherAdvertisingInterval
         options.twinAddress = twin ? Self.twinAddress : nil
         // Longer than bluetoothd's real ~2 s would only slow the seeds.
         options.disconnectDelay = .milliseconds(500)

@@ -46,7 +46,7 @@ extension Supervisor {
             current.outage?.deviceObjectGone = false
             if observation.devicePresent {
                 stopDiscoveryIfRunning(&actions)
-                return attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd again", &actions)
+                return attemptAfterSearch(cause: "the dongle is known to bluetoothd again", &actions)
             }
         }
         current.outage?.searchChecks += 1

@@ -62,7 +62,7 @@ extension Supervisor {
             if deviceKnown {
                 current.outage?.searchChecks = 0
                 stopDiscoveryIfRunning(&actions)
-                attempt(window: Window(start: now), cause: "the dongle is known to bluetoothd", &actions)
+                attemptAfterSearch(cause: "the dongle is known to bluetoothd", &actions)
             }
         case .away(let away):
             // Its object made anew by discovery: it advertised.
@@ -131,7 +131,7 @@ extension Supervisor {
             current.outage?.searchChecks = 0
             cancelTimer(.searchCheck, &actions)
             stopDiscoveryIfRunning(&actions)
-            return attempt(window: Window(start: now), cause: "the dongle is advertising", &actions)
+            return attemptAfterSearch(cause: "the dongle is advertising", &actions)
         }
         guard case .outage(_, .coolingDown(var cooldown)) = current else { return }
         let silentSince = cooldown.lastAdvertisement ?? cooldown.listeningSince

@@ -17,6 +17,13 @@ extension Supervisor {
         /// observation without the object, an advertisement on it (it is
         /// back), or the next search check.
         var deviceObjectGone = false
+        /// The retry window whose attempt found the dongle's object gone
+        /// (`UnknownObject`): it goes on, with its backoff and its bounds,
+        /// once the object is back, so that an object which keeps answering
+        /// so while bluetoothd still shows it (and it advertises) costs one
+        /// bounded window, not a fresh window at every advertisement (`make
+        /// dst` found ten connects a second).
+        var windowOfGoneObject: Window?
         /// What became of a bond the dongle refused in this outage: the bond
         /// is renewed (removed, paired again) once per outage, so a dongle
         /// that refuses every bond costs one removal and one pairing, not a

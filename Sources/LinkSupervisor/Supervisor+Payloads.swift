@@ -45,6 +45,10 @@ extension Supervisor {
     /// A link coming up: from the connect attempt until subscribed.
     struct LinkSetup: Sendable {
         var window: Window
+        /// When this attempt's Connect went out (or, re-subscribing, when
+        /// the GATT objects moved): a connect that failed soon after found
+        /// someone, whatever its error says (`Settings.noAnswerAfter`).
+        var attemptedAt: Duration
         /// Connected=true was seen for this attempt (the Connect reply and the
         /// property change reach us by different paths, in either order).
         var connectedSeen: Bool

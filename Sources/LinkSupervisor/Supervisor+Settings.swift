@@ -85,6 +85,14 @@ extension Supervisor {
         /// device, taken for a refused bond when the kernel's reason is not
         /// heard.
         public var dropsBeforeResolveForBondLoss = 2
+        /// A connect that failed sooner than this after it went out found
+        /// someone (the link came up and was aborted, a stale object), even
+        /// with an error that also ends a connect nobody answered
+        /// (`le-connection-abort-by-local`): it does not count towards the
+        /// dongle being away. A Nordic dongle advertising answers a connect
+        /// within its advertising interval (≤ 1 s or so); the kernel gives
+        /// up on one nobody answers after 20 s.
+        public var noAnswerAfter: Duration = .seconds(5)
         /// After a window whose connects found nobody, with no evidence yet
         /// that the controller works: how long to listen for some (another
         /// device's advertisement, an answered controller check) before

@@ -6,7 +6,9 @@ import Foundation
 enum DeviceObject {
     /// The path bluetoothd derives from the adapter's and the address.
     static func path(adapter: ObjectPath, address: String) throws -> ObjectPath {
-        let element = "dev_" + address.uppercased().replacingOccurrences(of: ":", with: "_")
+        // No Foundation search (it bridges to NSString): discovery makes a
+        // path for every advertisement it reports.
+        let element = "dev_" + String(address.uppercased().map { $0 == ":" ? "_" : $0 })
         guard isValidAddress(address), let path = adapter.appending(element) else {
             throw SimulatorError.invalidAddress(address)
         }

@@ -173,7 +173,9 @@ extension Supervisor {
             // removal Tether asked for, the reply can come before
             // bluetoothd's InterfacesRemoved).
             current.outage?.deviceObjectGone = observation.devicePresent
-            current.outage?.windowOfGoneObject = window
+            // A blind attempt never reached the dongle: the object's return
+            // gets a fresh window, as after the escalation it followed.
+            current.outage?.windowOfGoneObject = window.blind ? nil : window
             return enterSearching(cause: "attempt failed: \(failure.description)", &actions)
         }
         checkControllerIfDue(&window, &actions)

@@ -11,6 +11,18 @@ import Synchronization
 //   DST_DAYS=D      simulated days per seed (default 2)
 //   DST_JOBS=J      seeds run side by side, each on one thread (default 2)
 
+// Swift seeds its hashing per process, so a dictionary's or a set's order
+// (the bus's handlers for one signal, the simulator's sessions) would differ
+// between two runs of one seed; with SWIFT_DETERMINISTIC_HASHING set it
+// does not. The runtime reads it at start: set it and start again.
+if ProcessInfo.processInfo.environment["SWIFT_DETERMINISTIC_HASHING"] == nil {
+    setenv("SWIFT_DETERMINISTIC_HASHING", "1", 1)
+    var argv = CommandLine.arguments.map { strdup($0) } + [nil]
+    execv("/proc/self/exe", &argv)
+    FileHandle.standardError.write(Data("tether-dst: cannot start again with SWIFT_DETERMINISTIC_HASHING=1: \(String(cString: strerror(errno)))\n".utf8))
+    exit(2)
+}
+
 let environment = ProcessInfo.processInfo.environment
 func setting(_ name: String, _ fallback: UInt64) -> UInt64 {
     guard let text = environment[name] else { return fallback }

@@ -115,7 +115,7 @@ final class VirtualSimulator {
         simulatorLoop = loops.makeLoop(named: "simulator")
         bluetoothd = loops.makeLoop(named: "bluetoothd")
         // Called on the simulator's loop, that is on this thread.
-        nonisolated(unsafe) let driver = loops
+        let driver = loops
         let simulatorLoops = SimulatorLoops(simulator: simulatorLoop, bluetoothd: bluetoothd) { loop, duration in
             driver.freeze(loop, until: loop.now + duration)
         }

@@ -20,6 +20,9 @@ import Testing
         #expect(link.state == .online)
         link.advance(by: .seconds(60))
         link.connectResult = .failure(Self.nobody)
+        // Nobody answers: the kernel gives up after 20 s (or Tether's own
+        // deadline comes first). A quick abort-by-local found someone.
+        link.connectLatency = .seconds(20)
         link.clearLog()
         link.observe(down)
         return link
@@ -137,6 +140,7 @@ import Testing
         link.send(.othersAdvertising)  // heard while online: it says nothing of the controller later
         link.advance(by: .seconds(30))
         link.connectResult = .failure(Self.nobody)
+        link.connectLatency = .seconds(20)
         link.observe(VirtualLink.down)
         exhaustWindow(&link, answering: nil)
         finishListening(&link, answering: nil)
@@ -175,6 +179,7 @@ import Testing
         link.advance(by: .seconds(8 * 3600))
         link.clearLog()
         link.connectResult = .success(())
+        link.connectLatency = .zero
         link.send(.advertising)
         #expect(link.state == .online)
         #expect(link.connectTimes == [link.now])
@@ -194,6 +199,7 @@ import Testing
         link.advance(by: .seconds(3600))
         link.clearLog()
         link.connectResult = .success(())
+        link.connectLatency = .zero
         link.observe(VirtualLink.down)
         #expect(link.state == .online)
         #expect(link.connectTimes.count == 1)
@@ -416,6 +422,7 @@ extension AwayTests {
             link.advance(by: .seconds(2))
         }
         link.connectResult = .failure(Self.nobody)
+        link.connectLatency = .seconds(20)
         link.clearLog()
         link.observe(VirtualLink.down)
         let first = link.supervisor.status.windowAttempt
@@ -423,5 +430,30 @@ extension AwayTests {
         #expect(first > 0, "the window starts with the flaps")
         #expect(link.state == .away, "\(reports(link))")
         #expect(escalations(link) == 0)
+    }
+}
+
+extension AwayTests {
+    /// A stale object (or a link that comes up and is aborted) fails each
+    /// connect with abort-by-local within milliseconds: someone answered.
+    /// Such a window is a fault, not an absence, whatever the controller
+    /// says (the soak once saw six quick ones taken for an absence, and a
+    /// fresh window at the dongle's next advertisement: twelve connects in
+    /// ten seconds).
+    @Test func quickAbortsAreNoAbsence() {
+        var link = droppedLink()
+        link.connectLatency = .milliseconds(30)
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state != .away)
+        #expect(!link.supervisor.listeningForEvidence)
+        #expect(!reports(link).contains { if case .dongleAway = $0 { true } else { false } })
+        #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
+    }
+
+    /// The same failures after the kernel's 20 s: nobody answered.
+    @Test func slowAbortsAreAnAbsence() {
+        var link = droppedLink()
+        exhaustWindow(&link, answering: .responsive)
+        #expect(link.state == .away)
     }
 }

@@ -95,3 +95,30 @@ import Testing
         #expect(link.supervisor.deviceKnown, "the old answer does not make the object count as gone")
     }
 }
+
+/// bluetoothd answering a Connect with `UnknownObject` while it still lists
+/// the object and reports its advertisements: each advertisement must not
+/// open a fresh window (`make dst` found ten connects a second).
+@Suite struct GoneObjectTests {
+    static let gone = LinkFailure(.transient, "org.freedesktop.DBus.Error.UnknownObject", deviceGone: true)
+
+    @Test func connectsOnAnObjectThatKeepsAnsweringUnknownObjectStayInOneBoundedWindow() {
+        var settings = SupervisorTests.settings
+        settings.escalation = []
+        var link = VirtualLink(settings: settings)
+        link.connectResult = .failure(Self.gone)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .searching)
+        // Advertisements on the object, ten a second, for two minutes.
+        for _ in 0..<1200 {
+            link.send(.advertising)
+            link.advance(by: .milliseconds(100))
+        }
+        let connects = link.count { if case .connect = $0 { true } else { false } }
+        #expect(connects > 1, "the window goes on once the object is back")
+        #expect(connects <= settings.policy.windowAttempts, "\(connects) connects in two minutes")
+        // No second in which more than one connect went out.
+        let seconds = Dictionary(grouping: link.connectTimes) { $0.components.seconds }
+        #expect(seconds.values.allSatisfy { $0.count <= 1 })
+    }
+}

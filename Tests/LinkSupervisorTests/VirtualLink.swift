@@ -12,6 +12,11 @@ struct VirtualLink {
     var log: [(time: Duration, action: SupervisorAction)] = []
     /// What the next connect/subscribe/poll returns, if answered automatically.
     var connectResult: Result<Void, LinkFailure>?
+    /// How long a connect takes to be answered (with `connectResult`);
+    /// zero: at once. A connect nobody answers ends after the kernel's 20 s,
+    /// or Tether's own deadline first.
+    var connectLatency: Duration = .zero
+    private var pendingConnect: (id: Int, result: Result<Void, LinkFailure>, due: Duration)?
     var answerSubscribes = true
     var pollResult: Result<Void, LinkFailure>? = .success(())
     /// What the next pair returns, if answered automatically; a success
@@ -53,7 +58,9 @@ struct VirtualLink {
         for action in actions {
             switch action {
             case .connect(let id, _):
-                if let result = connectResult {
+                if let result = connectResult, connectLatency > .zero {
+                    pendingConnect = (id, result, now + connectLatency)
+                } else if let result = connectResult {
                     if case .success = result {
                         // Connecting changes no bond.
                         var up = VirtualLink.up
@@ -121,7 +128,15 @@ struct VirtualLink {
     /// Moves the clock forward, firing due timers in deadline order.
     mutating func advance(by duration: Duration) {
         let end = now + duration
-        while let (timer, deadline) = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value }) {
+        while true {
+            let timer = timers.filter({ $0.value <= end }).min(by: { $0.value < $1.value })
+            if let pending = pendingConnect, pending.due <= end, timer.map({ pending.due <= $0.value }) ?? true {
+                now = pending.due
+                pendingConnect = nil
+                send(.connectFinished(attempt: pending.id, pending.result))
+                continue
+            }
+            guard let (timer, deadline) = timer else { break }
             now = deadline
             timers[timer] = nil
             send(.timerFired(timer))

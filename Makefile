@@ -228,6 +228,8 @@ DST_BUGS += TORN_TAIL_KEPT                # Sources/Readings/LogTailRecovery.swi
 DST_BUGS += NO_KEEPALIVE_AFTER_RECONNECT  # Sources/LinkSupervisor/Supervisor+KeepAlive.swift
 DST_BUGS += ONLINE_AFTER_SILENCE          # Sources/LinkSupervisor/Supervisor+Session.swift
 DST_BUGS += STATUS_CHANGED_UNTOLD         # Sources/LinkSupervisor/Supervisor+KeepAlive.swift
+DST_BUGS += SIGNAL_FROM_NON_OWNER         # Sources/TetherDaemon/Link/LinkService+Readings.swift
+DST_BUGS += OLD_ANSWER_ACTS               # Sources/LinkSupervisor/Supervisor+Attempts.swift
 # Each bug builds in its own scratch directory (the flags differ, and a
 # rebuild after a change to the sources is then incremental).
 DST_BUG_BUILD ?= .build-dst-bug

@@ -78,14 +78,18 @@ extension Supervisor {
         let connect = nextOperation()
         actions.append(.report(.reconnectAttempt(attempt: window.attempts, blind: window.blind)))
         enter(
-            .connecting(LinkSetup(window: window, attemptedAt: now, connectedSeen: observation.connected), connect: connect),
+            .connecting(LinkSetup(window: window, connectedSeen: observation.connected), connect: connect),
             "\(cause); attempt \(window.attempts)", &actions)
         actions.append(.connect(attempt: connect, timeout: policy.connectTimeout))
         startTimer(.attemptDeadline, after: policy.connectTimeout, &actions)
     }
 
     mutating func connectFinished(_ id: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions) {
+        #if DST_BUG_OLD_ANSWER_ACTS  // planted bug (make dst-selftest): an earlier attempt's answer taken for this one's
+        guard case .outage(_, .connecting(let setup, _)) = current else { return }
+        #else
         guard case .outage(_, .connecting(let setup, let connect)) = current, connect == id else { return }
+        #endif
         switch result {
         case .success:
             if observation.linkReady {
@@ -95,14 +99,8 @@ extension Supervisor {
             } else {
                 enter(.resolving(setup), "connected; waiting for services", &actions)
             }
-        case .failure(var failure):
+        case .failure(let failure):
             let droppedBeforeResolve = setup.connectedSeen && !observation.connected && observation.deviceBonded
-            // `le-connection-abort-by-local` also ends a link that came up
-            // and was aborted, or a connect on a stale object, within
-            // milliseconds: only a connect that ran on for a while found
-            // nobody (a window of quick ones is no absence; the soak saw
-            // six in 6 s taken for one, and a second window at once).
-            if failure.noAnswer, now - setup.attemptedAt < settings.noAnswerAfter { failure.noAnswer = false }
             attemptFailed(setup.window, failure, cancel: failure.kind == .needsCancel, &actions)
             if droppedBeforeResolve {
                 droppedBeforeResolving(failure.description, &actions)

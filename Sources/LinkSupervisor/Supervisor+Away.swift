@@ -35,15 +35,25 @@ extension Supervisor {
         cancelTimer(.searchCheck, &actions)
         startTimer(.searchCheck, after: settings.awayListen, &actions)
         enter(
-            .away(Away(phase: .listening(window), discovery: discovery, since: history.lastSeen ?? now)),
+            .away(Away(phase: .listening(window, since: now, evidence: nil), discovery: discovery, since: history.lastSeen ?? now)),
             "\(window.attempts) attempts found nobody; listening \(settings.awayListen.roundedText) for whether the controller hears anyone",
             &actions)
     }
 
-    /// Evidence that the controller works, while listening for it: away.
+    /// Evidence that the controller works, while listening for it: away,
+    /// once the dongle has had `awayVerdictAfter` to show itself.
     mutating func evidenceArrived(_ evidence: String, _ actions: inout Actions) {
-        guard case .outage(_, .away(let away)) = current, !away.confirmed else { return }
-        confirmAway(evidence: evidence, &actions)
+        guard case .outage(_, .away(var away)) = current, case .listening(let window, let since, let kept) = away.phase else {
+            return
+        }
+        let verdictAt = since + settings.awayVerdictAfter
+        guard now < verdictAt else { return confirmAway(evidence: evidence, &actions) }
+        guard kept == nil else { return }
+        away.phase = .listening(window, since: since, evidence: evidence)
+        update(.away(away))
+        // The search check that ends the listening comes sooner, then.
+        cancelTimer(.searchCheck, &actions)
+        startTimer(.searchCheck, after: verdictAt - now, &actions)
     }
 
     /// Listening heard nobody and the controller did not say it works, or

@@ -35,7 +35,9 @@ extension Supervisor {
     /// controller check tells a dongle that sleeps (nothing to do but listen)
     /// from a controller that hears nothing.
     mutating func searchCheckFired(_ actions: inout Actions) {
-        if case .outage(_, .away(let away)) = current, case .listening(let window) = away.phase {
+        if case .outage(_, .away(let away)) = current, case .listening(let window, _, let evidence) = away.phase {
+            // The dongle did not show itself: the evidence kept decides.
+            if let evidence { return confirmAway(evidence: evidence, &actions) }
             return listenedInVain(window, &actions)
         }
         guard current.waitsForAdvertisement else { return }

@@ -148,7 +148,7 @@ extension Supervisor {
     /// one opened by an advertisement, so connects that fail now are a
     /// fault, not another absence.
     mutating func back(from away: Away, _ actions: inout Actions) {
-        if case .listening(let window) = away.phase {
+        if case .listening(let window, _, _) = away.phase {
             // Heard while Tether was still making up its mind: it was there
             // all along, so the connects that found nobody are a fault.
             return listenedInVain(window, &actions)

@@ -45,10 +45,6 @@ extension Supervisor {
     /// A link coming up: from the connect attempt until subscribed.
     struct LinkSetup: Sendable {
         var window: Window
-        /// When this attempt's Connect went out (or, re-subscribing, when
-        /// the GATT objects moved): a connect that failed soon after found
-        /// someone, whatever its error says (`Settings.noAnswerAfter`).
-        var attemptedAt: Duration
         /// Connected=true was seen for this attempt (the Connect reply and the
         /// property change reach us by different paths, in either order).
         var connectedSeen: Bool
@@ -115,7 +111,12 @@ extension Supervisor {
             /// whether the controller works: discovering and asking it, for
             /// `Settings.awayListen`. Nothing heard by then makes the window
             /// a fault after all (what a wedged controller gives).
-            case listening(Window)
+            ///
+            /// Evidence that comes sooner than `Settings.awayVerdictAfter`
+            /// after listening began is kept (`evidence`) and decides only
+            /// then: a dongle that is there advertises within that time,
+            /// and its advertisement makes the window a fault after all.
+            case listening(Window, since: Duration, evidence: String?)
             /// Away: `evidence` shows that the controller works.
             case confirmed(evidence: String)
         }

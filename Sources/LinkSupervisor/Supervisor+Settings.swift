@@ -85,14 +85,15 @@ extension Supervisor {
         /// device, taken for a refused bond when the kernel's reason is not
         /// heard.
         public var dropsBeforeResolveForBondLoss = 2
-        /// A connect that failed sooner than this after it went out found
-        /// someone (the link came up and was aborted, a stale object), even
-        /// with an error that also ends a connect nobody answered
-        /// (`le-connection-abort-by-local`): it does not count towards the
-        /// dongle being away. A Nordic dongle advertising answers a connect
-        /// within its advertising interval (≤ 1 s or so); the kernel gives
-        /// up on one nobody answers after 20 s.
-        public var noAnswerAfter: Duration = .seconds(5)
+        /// After a window whose connects found nobody, the soonest the
+        /// dongle is taken for away, however early the evidence that the
+        /// controller works comes (others are heard within milliseconds in a
+        /// busy place): a dongle that is there advertises within this
+        /// (Nordic's connectable advertising: ≤ 1–2 s), and then the
+        /// window was a fault (a stale object, RF trouble) and is handled as
+        /// one, not as an absence followed by a second window at once (the
+        /// soak once saw twelve connects in ten seconds that way).
+        public var awayVerdictAfter: Duration = .seconds(3)
         /// After a window whose connects found nobody, with no evidence yet
         /// that the controller works: how long to listen for some (another
         /// device's advertisement, an answered controller check) before

@@ -434,26 +434,35 @@ extension AwayTests {
 }
 
 extension AwayTests {
-    /// A stale object (or a link that comes up and is aborted) fails each
-    /// connect with abort-by-local within milliseconds: someone answered.
-    /// Such a window is a fault, not an absence, whatever the controller
-    /// says (the soak once saw six quick ones taken for an absence, and a
-    /// fresh window at the dongle's next advertisement: twelve connects in
-    /// ten seconds).
-    @Test func quickAbortsAreNoAbsence() {
+    /// Others heard within milliseconds of the listening's start, and the
+    /// dongle a second later: it was there all along, so the connects that
+    /// found nobody were a fault (a stale object, RF trouble), handled as
+    /// one, not as an absence followed at once by a second window (the soak
+    /// once saw twelve connects in ten seconds that way).
+    @Test func theDongleHeardSoonAfterOthersMakesTheWindowAFault() {
         var link = droppedLink()
-        link.connectLatency = .milliseconds(30)
-        exhaustWindow(&link, answering: .responsive)
-        #expect(link.state != .away)
-        #expect(!link.supervisor.listeningForEvidence)
+        exhaustWindow(&link, answering: nil)
+        #expect(link.supervisor.listeningForEvidence)
+        link.send(.othersAdvertising)
+        #expect(link.supervisor.listeningForEvidence, "no verdict before the dongle had its chance to show itself")
+        link.advance(by: .seconds(1))
+        link.send(.advertising)
         #expect(!reports(link).contains { if case .dongleAway = $0 { true } else { false } })
         #expect(reports(link).contains { if case .windowExhausted = $0 { true } else { false } })
     }
 
-    /// The same failures after the kernel's 20 s: nobody answered.
-    @Test func slowAbortsAreAnAbsence() {
+    /// Others heard at once and the dongle not within the verdict's time: away.
+    @Test func othersHeardAtOnceMakeItAwayAfterTheVerdictsTime() {
         var link = droppedLink()
-        exhaustWindow(&link, answering: .responsive)
+        exhaustWindow(&link, answering: nil)
+        let started = link.now
+        link.send(.othersAdvertising)
+        link.advance(by: SupervisorTests.settings.awayVerdictAfter)
         #expect(link.state == .away)
+        let listening = link.log.first { if case .transition(_, _, let cause) = $0.action { cause.contains("listening") } else { false } }
+        let away = link.log.first { if case .report(.dongleAway) = $0.action { true } else { false } }
+        // Not at the evidence: when the dongle has had its time to show itself.
+        #expect(away != nil && away?.time != started)
+        #expect(away?.time == listening.map { $0.time + SupervisorTests.settings.awayVerdictAfter })
     }
 }

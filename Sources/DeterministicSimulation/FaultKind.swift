@@ -20,7 +20,8 @@ enum FaultKind: String, CaseIterable, Sendable {
     case adapterPowerOff = "adapter-power-off"
     /// The controller is removed and comes back under another index (a USB replug).
     case controllerRenumbered = "controller-renumbered"
-    /// The controller stops answering (`Powered` stays true) until a power cycle or an HCI reset.
+    /// The controller stops answering (`Powered` stays true) until a power cycle
+    /// or an HCI reset (one in three: until an HCI reset; powering on fails).
     case controllerLockup = "controller-lockup"
     /// The vehicle is parked: the dongle stops advertising, its link drops;
     /// minutes or a night later it advertises again.

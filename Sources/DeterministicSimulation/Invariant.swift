@@ -10,6 +10,7 @@ public enum Invariant: String, CaseIterable, Sendable {
     case callOrder = "call-order"
     case boundedActions = "bounded-actions"
     case recoversAfterFaults = "recovers-after-faults"
+    case escalationStepBounded = "escalation-step-bounded"
     case stopDrains = "stop-drains"
     case statusTold = "status-told"
     case believesOnlyBluetoothd = "believes-only-bluetoothd"
@@ -44,6 +45,10 @@ public enum Invariant: String, CaseIterable, Sendable {
         case .recoversAfterFaults:
             "once every fault has cleared (and Tether runs), online within cooldown + window + connect_timeout + "
                 + "\(Self.recoverySlack.simulationStamp)"
+        case .escalationStepBounded:
+            "every escalation step begun gets its verdict within \(Self.escalationStepBound.simulationStamp) while the "
+                + "supervisor is escalating (a power cycle's calls and pauses, then at most 15 s for the adapter to show "
+                + "powered): a step whose adapter never comes back is judged failed, and the next step runs"
         case .stopDrains:
             "a stop (SIGTERM) with a working disk leaves nothing unwritten: every reading delivered is in the log"
         case .statusTold:
@@ -75,6 +80,9 @@ public enum Invariant: String, CaseIterable, Sendable {
     static let maximumSignalsPerMinute = 120
     /// Among more advertisers: at most this fraction (1 in 5) of the street's reports.
     static let streetShare = 5
+    /// A power cycle's four calls (each at most the 25 s D-Bus timeout of a
+    /// hung bluetoothd), its pauses (2.5 s), and the adapter's 15 s at most.
+    static let escalationStepBound: Duration = .seconds(4 * 25 + 3 + 15 + 2)
     /// Subscribing, the first notification (at most one burst period, 10 s), escalation steps (~11 s each).
     static let recoverySlack: Duration = .seconds(60)
 }

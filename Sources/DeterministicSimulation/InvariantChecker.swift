@@ -34,6 +34,8 @@ struct InvariantChecker {
     private var pendingConnects: Set<UInt32> = []
     /// A Connect was answered with a needs-cancel error; no Disconnect since.
     private var cancelOwed: String?
+    /// The escalation step under way (its run) and when it began.
+    private var escalationStep: (run: Int, since: Duration)?
     /// Tether has been online with its dongle (then it is bound to it).
     private var boundToDongle = false
 
@@ -76,6 +78,7 @@ struct InvariantChecker {
         pendingConnects = []
         subscribedSince = nil
         lastAttempt = 0
+        escalationStep = nil
     }
 
     /// SIGKILL: what was delivered and not yet written may be lost, if it
@@ -102,6 +105,7 @@ struct InvariantChecker {
         cancelOwed = nil
         pendingConnects = []
         tetherNames = []
+        escalationStep = nil
     }
 
     mutating func processEnded() {
@@ -110,6 +114,7 @@ struct InvariantChecker {
         cancelOwed = nil
         pendingConnects = []
         recentDeliveries.removeAll()
+        escalationStep = nil
     }
 
     // MARK: The supervisor's decisions
@@ -117,12 +122,14 @@ struct InvariantChecker {
     mutating func decided(_ decision: SupervisorDecision, _ simulation: Simulation) {
         let now = simulation.now
         if case .observed(let observation) = decision.event {
+            count(.believesOnlyBluetoothd)
             if !observation.bluezPresent, simulation.bluezOwner != nil, !simulation.bluetoothdHung {
                 simulation.violated(
                     .believesOnlyBluetoothd, "the supervisor was told bluetoothd left the bus while it owns org.bluez")
             }
             seen = observation
         }
+        if case .escalationFinished(_, let run, _) = decision.event, escalationStep?.run == run { escalationStep = nil }
         count(.statusTold)
         if Supervisor.leavesStatusAsItWas(decision.event, deciding: decision.actions), decision.status != decision.statusBefore {
             simulation.violated(
@@ -130,6 +137,7 @@ struct InvariantChecker {
                 "the status changed (\(decision.statusBefore) → \(decision.status)) in a step said to leave it: \(decision.event), deciding \(decision.actions)")
         }
         state = decision.status.state
+        if state != .escalating { escalationStep = nil }
         if state == .online || state == .waitingForData {
             if subscribedSince == nil {
                 subscribedSince = now
@@ -162,6 +170,8 @@ struct InvariantChecker {
                 if !seen.bluezPresent || !seen.adapterPresent || !seen.adapterPowered {
                     simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
                 }
+            case .escalate(_, let run):
+                escalationStep = (run, now)
             case .report(.reconnectAttempt(let attempt, _)):
                 count(.retryWindowBounded)
                 if attempt <= lastAttempt || lastAttempt == 0 { windowFirstAttemptAt = now }
@@ -204,6 +214,7 @@ struct InvariantChecker {
                     simulation.violated(.callOrder, "Connect while another Connect of this process is unanswered")
                 }
                 pendingConnects.insert(message.serial)
+                if boundToDongle, settings.twin { count(.ownDongleOnly) }
                 if boundToDongle, settings.twin, Self.contains(message.path, Self.twinElement) {
                     simulation.violated(.ownDongleOnly, "Connect to the other vehicle's dongle \(SimulationSettings.twinAddress) after binding to its own")
                 }
@@ -355,6 +366,14 @@ struct InvariantChecker {
             if gap > settings.keepaliveInterval + Invariant.keepaliveSlack {
                 simulation.violated(.keepaliveGap, "no keep-alive for \(gap.simulationStamp) while \(state.rawValue)")
             }
+        }
+
+        count(.escalationStepBounded)
+        if let step = escalationStep, now - step.since > Invariant.escalationStepBound {
+            simulation.violated(
+                .escalationStepBounded,
+                "escalation run \(step.run) has had no verdict for \((now - step.since).simulationStamp)")
+            escalationStep = nil
         }
 
         count(.onlineOnlyWhileDataFlows)

@@ -82,6 +82,7 @@ struct LogAudit {
                     cursor.gapCounted += count
                     cursor.gapCredit += count
                 case .reading(let id):
+                    simulation.checker.count(.believesOnlyBluetoothd)
                     if id >= UInt64(Simulation.forgedSequenceBase) {
                         return simulation.violated(.believesOnlyBluetoothd, "a forged notification (\(id)) is in the log (seq \(record.seq))")
                     }

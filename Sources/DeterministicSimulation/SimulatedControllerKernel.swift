@@ -10,7 +10,9 @@ import TetherDaemon
 /// simulator's (a lockup cleared, the links gone, the adapter powered off
 /// and on), the controller check asks whether the simulator's controller is
 /// locked up (and a locked-up one makes the check wait out its timeout), and
-/// the controller is no USB device, as a virtual one is not.
+/// the controller is no USB device, as a virtual one is not. A seed may
+/// deny HCI commands (`permitted` false: a gateway without CAP_NET_ADMIN),
+/// as the kernel does with `EPERM`.
 ///
 /// Threading: the daemon calls it from its blocking-work task, which in the
 /// simulation prefers the daemon's virtual loop; the calls hop to the
@@ -19,9 +21,11 @@ struct SimulatedControllerKernel: ControllerKernel {
     let simulator: Simulator
     /// The daemon's loop, on whose timers a check of a locked-up controller waits.
     let loop: EventLoop
+    let permitted: Bool
 
     func reset(_ controller: String) async -> Result<Void, LinkFailure> {
-        await simulator.resetController() ? .success(()) : .failure(LinkFailure(.fatal, "\(controller): No such device"))
+        guard permitted else { return .failure(LinkFailure(.fatal, "\(controller): Operation not permitted")) }
+        return await simulator.resetController() ? .success(()) : .failure(LinkFailure(.fatal, "\(controller): No such device"))
     }
 
     func recoverUSB(_ step: EscalationStep, controller: String) async -> Result<Void, LinkFailure> {
@@ -29,6 +33,7 @@ struct SimulatedControllerKernel: ControllerKernel {
     }
 
     func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer {
+        guard permitted else { return .notAsked("\(controller): Operation not permitted") }
         switch await simulator.controllerAnswer {
         case .answers:
             return .answered

@@ -107,8 +107,11 @@ extension Simulation {
             await simulator.removeAdapter()
             return ongoing(.milliseconds(500) ... .seconds(10))
         case .controllerLockup:
-            record(.faultStarts(kind, "until a power cycle or a reset"))
-            await simulator.setLockup(true, clearsOnPowerCycle: true)
+            // One in three is the kind a power cycle does not clear (opening
+            // the controller times out and it stays off): only an HCI reset does.
+            let clearsOnPowerCycle = random.int(0...2) != 0
+            record(.faultStarts(kind, clearsOnPowerCycle ? "until a power cycle or a reset" : "until a reset"))
+            await simulator.setLockup(true, clearsOnPowerCycle: clearsOnPowerCycle)
             // Without a step that clears it the controller stays wedged:
             // a gateway's operator would power it off and on, later.
             return ongoing(.seconds(300) ... .seconds(900))

@@ -168,6 +168,7 @@ final class Simulation: @unchecked Sendable {
         options.eventObserver = { [self] event in checker.simulatorEvent(event, self) }
         let busDaemon = busDaemon
         let loops = self.loops
+        checker.count(.simulationSetUp)
         do {
             simulator = try await Simulator.start(
                 connect: { loop throws(DBusError) in try await Bus.connect(to: busDaemon, on: loop) },
@@ -190,7 +191,7 @@ final class Simulation: @unchecked Sendable {
         do {
             tether = try SimulatedTether(
                 incarnation: incarnation, loop: loop, config: config, disk: disk, busDaemon: busDaemon,
-                kernel: SimulatedControllerKernel(simulator: simulator, loop: loop), seed: seed &+ UInt64(incarnation),
+                kernel: SimulatedControllerKernel(simulator: simulator, loop: loop, permitted: settings.controllerCommandsPermitted), seed: seed &+ UInt64(incarnation),
                 logger: logger, wallClock: { [self] in wallClock },
                 observe: { [self] decision in checker.decided(decision, self) },
                 connected: { [self] name in checker.tetherConnected(as: name) })

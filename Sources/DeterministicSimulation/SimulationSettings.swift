@@ -40,6 +40,11 @@ struct SimulationSettings {
     var notifyRate: Double
     /// Mean time between two faults.
     var faultEvery: Duration
+    /// The daemon may send HCI commands (CAP_NET_ADMIN, a kernel with raw
+    /// HCI sockets): the controller check and an HCI reset work. Without,
+    /// a wedged controller is found only by failed attempts, and a power
+    /// cycle is tried on it.
+    var controllerCommandsPermitted: Bool
 
     static let dongleAddress = "AA:BB:CC:DD:EE:FF"
     static let twinAddress = "AA:BB:CC:DD:EE:F1"
@@ -64,6 +69,7 @@ struct SimulationSettings {
         findsByName = random.chance(0.25)
         twin = findsByName && random.chance(0.5)
         otherAdvertisers = random.pick([0, 0, 3, 20])
+        controllerCommandsPermitted = random.chance(0.75)
     }
 
     /// `tether.toml` for this seed, its readings (and binding) in `directory`.

@@ -120,7 +120,8 @@ struct LinkReportLog: Sendable {
         case .radioBlocked:
             logger.error("the adapter is blocked by rfkill (soft block): \"rfkill unblock bluetooth\" clears it, or \"rfkill-unblock\" in reconnect.escalate lets Tether do it", metadata: with(["rfkill": "soft"]))
         case .controllerUnresponsive(let detail):
-            logger.error("the controller does not answer (\(detail)): escalating now", metadata: with(["error": "\(detail)"]))
+            logger.error(
+                "the controller does not answer (\(detail)): attempts end; the escalation steps but power-cycle (which goes through it) run, or a cooldown when there are none", metadata: with(["error": "\(detail)"]))
         case .controllerSlow(let detail, let heardAgo):
             logger.warning(
                 "the controller did not answer in time (\(detail)), but other devices' advertisements came through it \(heardAgo.roundedText) ago: it works; asking again at the next check, no step",

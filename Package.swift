@@ -14,6 +14,8 @@ import PackageDescription
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
 //   BlueZ               a typed client for org.bluez
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
+//   TextColumns         fixed-width columns and fixed-point figures without Foundation (the log, the CLI's
+//                       tables): standard library only
 //   Pacing              one backoff for everything Tether repeats, the generator its jitter draws from (SplitMix64),
 //                       durations as logs print them: standard library only
 //   LinkPolicy          what an operator decides about the link, as values (ReconnectPolicy, EscalationStep), which
@@ -29,7 +31,11 @@ import PackageDescription
 //   LinkCore            the link's pure decisions below the supervisor, which ActionLane and `make dst` both run:
 //                       what bluetoothd's answer to each call means (BlueZReplies: InProgress that is success,
 //                       errors as LinkFailures, who can fix a refusal) and an escalation step's run (EscalationRun)
-//   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging
+//   ControlAPI          the control API io.tether.Tether1 that the daemon serves and the CLI calls: its
+//                       address (bus name, path, errors), the client, and LinkStatus (the status it publishes)
+//   DongleScan          `tether scan`: nearby dongles found through bluetoothd, printed safely (TerminalText)
+//   TetherDaemon        adapters: runs the supervisor against BlueZ, records readings, logging, serves the
+//                       control API (ControlServer)
 //   DeterministicSimulation  the daemon from the bus up (session, link service, recorder, readings log) against the
 //                       simulated bluetoothd, on virtual loops through an in-process bus, with a model disk (`make dst`)
 //   CommandLineArguments  what the two executables share: argument types (durations), `main` (CommandMain)
@@ -91,6 +97,7 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
         .target(name: "Hex", swiftSettings: productSettings),
+        .target(name: "TextColumns", swiftSettings: productSettings),
         .target(name: "Pacing", swiftSettings: productSettings),
         .target(name: "LinkPolicy", dependencies: ["Pacing"], swiftSettings: productSettings),
         .target(name: "LinkSupervisor", dependencies: ["LinkPolicy", "Pacing"], swiftSettings: productSettings),
@@ -125,10 +132,16 @@ let package = Package(
             name: "LinkCore", dependencies: ["DBus", "BlueZ", "LinkPolicy", "LinkSupervisor", "Configuration"],
             swiftSettings: productSettings),
         .target(
+            name: "ControlAPI", dependencies: ["DBus", "Configuration", "Pacing", "LinkSupervisor"],
+            swiftSettings: productSettings),
+        .target(
+            name: "DongleScan", dependencies: ["BlueZ", "DBus", "Configuration", "LinkCore", "TextColumns"],
+            swiftSettings: productSettings),
+        .target(
             name: "TetherDaemon",
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "USBDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
-                "Configuration",
+                "Configuration", "ControlAPI", "TextColumns",
                 "Readings", "Systemd", "MetricsTextfile", "DurableFile",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
@@ -140,7 +153,7 @@ let package = Package(
             name: "DeterministicSimulation",
             dependencies: [
                 "Pacing", "LinkPolicy", "LinkSupervisor", "BlueZ", "DBus", "EventLoop", "HCI", "Readings", "Configuration",
-                "Simulator", "Systemd", "TetherDaemon", .product(name: "Logging", package: "swift-log"),
+                "Simulator", "Systemd", "ControlAPI", "TetherDaemon", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
@@ -151,8 +164,8 @@ let package = Package(
         .executableTarget(
             name: "tether",
             dependencies: [
-                "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "DBus",
-                "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess",
+                "TetherDaemon", "ControlAPI", "DongleScan", "TextColumns", "LinkSupervisor", "Configuration", "Readings",
+                "CommandLineArguments", "DBus", "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -163,8 +176,8 @@ let package = Package(
         .executableTarget(
             name: "tether-dev",
             dependencies: [
-                "TetherDaemon", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments", "Pacing",
-                "DBus", "ChildProcess", "EventLoop",
+                "TetherDaemon", "ControlAPI", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments",
+                "Pacing", "DBus", "ChildProcess", "EventLoop",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
@@ -203,8 +216,8 @@ let package = Package(
         .testTarget(
             name: "IntegrationTests",
             dependencies: [
-                "TetherDaemon", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ", "DBus", "Systemd",
-                "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile", "HCI", "Rfkill",
+                "TetherDaemon", "ControlAPI", "DongleScan", "LinkSupervisor", "Configuration", "Readings", "Simulator", "BlueZ",
+                "DBus", "Systemd", "TestSupport", "Forwarding", "MQTT", "EventLoop", "MetricsTextfile", "HCI", "Rfkill",
             ]
         ),
     ],

@@ -1,6 +1,6 @@
 import BlueZ
+import ControlAPI
 import DBus
-import TetherDaemon
 
 /// The other clients of the system bus: an operator running `tether
 /// reconnect`, and a local user who forges signals (anyone may send signals

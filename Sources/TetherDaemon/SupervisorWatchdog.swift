@@ -1,4 +1,5 @@
 import Configuration
+import ControlAPI
 import EventLoop
 import Logging
 import Synchronization

@@ -1,5 +1,6 @@
 import ArgumentParser
 import Configuration
+import ControlAPI
 import DBus
 import FoundationEssentials
 #if canImport(Glibc)
@@ -7,7 +8,6 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import TetherDaemon
 
 /// Connects the CLI to a daemon's control object on the system bus (or
 /// DBUS_SYSTEM_BUS_ADDRESS), turning failures into messages and exit codes.

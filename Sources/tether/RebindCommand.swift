@@ -1,6 +1,6 @@
 import ArgumentParser
 import CommandLineArguments
-import TetherDaemon
+import ControlAPI
 
 struct RebindCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

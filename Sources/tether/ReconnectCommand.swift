@@ -1,6 +1,7 @@
 import ArgumentParser
 import CommandLineArguments
 import Configuration
+import ControlAPI
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -8,7 +9,6 @@ import Glibc
 import Musl
 #endif
 import LinkSupervisor
-import TetherDaemon
 
 struct ReconnectCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -2,13 +2,13 @@ import ArgumentParser
 import CommandLineArguments
 import Configuration
 import DBus
+import DongleScan
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
-import TetherDaemon
 
 struct ScanCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

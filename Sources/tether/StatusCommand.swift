@@ -1,6 +1,7 @@
 import ArgumentParser
 import CommandLineArguments
 import Configuration
+import ControlAPI
 import Forwarding
 import FoundationEssentials
 import LinkSupervisor
@@ -11,7 +12,7 @@ import Musl
 #endif
 import Readings
 import Systemd
-import TetherDaemon
+import TextColumns
 
 struct StatusCommand: AsyncParsableCommand {
     static let configuration = CommandConfiguration(

@@ -1,4 +1,5 @@
 import Configuration
+import ControlAPI
 import DBus
 import Foundation
 import Simulator

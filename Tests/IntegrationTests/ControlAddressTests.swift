@@ -1,8 +1,8 @@
 import Configuration
+import ControlAPI
 import DBus
 import FoundationEssentials
 import Testing
-import TetherDaemon
 
 @Suite struct ControlAddressTests {
     @Test func namesAndPathsPerInstance() throws {

@@ -1,5 +1,5 @@
+import DongleScan
 import Testing
-import TetherDaemon
 
 /// `tether scan` prints what nearby advertisers say their name is: no
 /// control character or escape sequence of theirs reaches the terminal.

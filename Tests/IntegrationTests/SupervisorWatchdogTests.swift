@@ -1,3 +1,4 @@
+import ControlAPI
 import EventLoop
 import Foundation
 import Logging

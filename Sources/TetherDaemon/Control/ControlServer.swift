@@ -1,3 +1,4 @@
+import ControlAPI
 import DBus
 import EventLoop
 import LinkSupervisor

@@ -1,3 +1,5 @@
+import ControlAPI
+
 /// What the control interface needs of a link: its status and a way to
 /// force a reconnect. `LinkService` is one; tests can supply another.
 public protocol ControlledLink: Sendable {

@@ -1,3 +1,4 @@
+import ControlAPI
 import FoundationEssentials
 import Pacing
 #if canImport(Glibc)
@@ -8,6 +9,7 @@ import Musl
 import LinkPolicy
 import LinkSupervisor
 import Logging
+import TextColumns
 
 /// The daemon's account of what the supervisor decided: one log line per
 /// transition and report, with journald fields (TETHER_EVENT, TETHER_STATE,

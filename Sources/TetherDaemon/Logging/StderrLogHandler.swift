@@ -6,6 +6,7 @@ import Musl
 #endif
 import Logging
 import Systemd
+import TextColumns
 
 /// Plain log lines on stderr: time, level, message, then `key=value` metadata.
 /// Used when the daemon is not under journald (a terminal, the demo, tests).

@@ -1,5 +1,6 @@
 import ChildProcess
 import Configuration
+import ControlAPI
 import DBus
 import EventLoop
 import Foundation

@@ -8,6 +8,7 @@ import Glibc
 import Musl
 #endif
 import LinkCore
+import TextColumns
 
 /// A dongle found by `tether scan`.
 public struct ScanResult: Sendable, Equatable {

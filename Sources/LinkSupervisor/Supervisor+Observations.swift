@@ -17,6 +17,15 @@ extension Supervisor {
             // watchdog killed (systemd restarts it) is gone now.
             if old.bluezPresent && !new.bluezPresent { actions.append(.report(.bluezVanished)) }
             if case .outage(_, .waitingForBluez) = current { return }
+            if new.bluezPresent, case .outage(_, .connecting) = current {
+                // Hung, bluetoothd still holds this attempt's Connect in its
+                // queue and serves it when it wakes. A Disconnect queued
+                // behind it cancels it there (bluetoothd serves a client's
+                // calls in order), so the next attempt's Connect does not
+                // find it pending (`InProgress`: a wasted attempt and a
+                // cancel; the DST's seed 43).
+                actions.append(.disconnect)
+            }
             linkGoneQuietly(&actions)
             return enter(.waitingForBluez, new.bluezPresent ? "bluetoothd does not answer" : "bluetoothd is not on the bus", &actions)
         }

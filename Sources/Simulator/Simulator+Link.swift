@@ -10,7 +10,11 @@ extension Simulator {
         try ensureRunning()
         log.record(.connectRequest) { $0.client = client }
         do {
-            try await performConnect(client: client)
+            // Registered in the same step as the request, as bluetoothd's
+            // handler does (device->connect): a Disconnect queued behind
+            // this Connect finds it pending whatever runs between the two.
+            let started = try startConnect(client: client)
+            try await performConnect(client: client, started: started)
         } catch {
             log.record(.connectFailed) {
                 $0.client = client
@@ -21,8 +25,17 @@ extension Simulator {
         }
     }
 
-    /// Connect's work after the request is logged; Pair() connects with it too.
-    func performConnect(client: String) async throws(DBusError) {
+    /// A connection under way: what `startConnect` registered.
+    struct ConnectStart {
+        var waitID: Int
+        var generation: Int
+        var wedged: Bool
+    }
+
+    /// Connect's first step, with no suspension: bluetoothd's checks, then
+    /// the connection registered as pending. Nil: answered from bluetoothd's
+    /// own state (the device is connected).
+    func startConnect(client: String) throws(DBusError) -> ConnectStart? {
         // bluetoothd checks these before it starts a connection.
         guard powered else { throw BlueZFault.notReady }
         guard pendingConnect == nil else { throw BlueZFault.connectInProgress }
@@ -31,12 +44,20 @@ extension Simulator {
         // An LE Connect on a connected device succeeds (it is not
         // AlreadyConnected); bluetoothd answers it from its own state, so a
         // link only it still believes in (a locked-up controller) counts.
-        if dongle.state == .connected || ghostLink { return }
+        if dongle.state == .connected || ghostLink { return nil }
+        let started = ConnectStart(waitID: makeWaitID(), generation: generation, wedged: lockup != nil)
+        pendingConnect = PendingConnect(waitID: started.waitID, client: client)
+        return started
+    }
 
-        let waitID = makeWaitID()
-        let startGeneration = generation
-        let wedged = lockup != nil
-        pendingConnect = PendingConnect(waitID: waitID, client: client)
+    /// Connect's work after `startConnect`; Pair() connects with both too.
+    func performConnect(client: String, started: ConnectStart?) async throws(DBusError) {
+        guard let started else { return }
+        let waitID = started.waitID
+        let startGeneration = started.generation
+        let wedged = started.wedged
+        // Cancelled (a Disconnect) before its wait began: nothing to wait for.
+        guard pendingConnect?.waitID == waitID else { throw BlueZFault.abortByLocal }
         // A locked-up controller never answers LE Create Connection: the
         // kernel's command times out and the connection fails.
         await pause(wedged ? options.hciCommandTimeout : connectLatency, id: waitID)

@@ -190,7 +190,7 @@ extension Simulator {
             // MGMT Pair Device on an unconnected LE device: the kernel
             // connects first (as Connect does), then pairs.
             do {
-                try await performConnect(client: client)
+                try await performConnect(client: client, started: startConnect(client: client))
             } catch {
                 if error == BlueZFault.notReady || error.name == BlueZ.ErrorName.inProgress { throw error }
                 throw BlueZFault.connectionAttemptFailed

@@ -434,6 +434,35 @@ import Testing
         #expect(link.state == .online)
     }
 
+    @Test func aConnectLeftInAHungBluetoothdIsCancelledBeforeTheNextAttempt() {
+        // bluetoothd hangs with this attempt's Connect unanswered: a
+        // Disconnect goes after it (served in order when bluetoothd wakes),
+        // and the next Connect only once it answers again.
+        var link = VirtualLink(settings: Self.settings)
+        link.connectResult = .success(())
+        link.connectLatency = .seconds(20)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        link.advance(by: .seconds(5))
+        link.clearLog()
+        var hung = VirtualLink.down
+        hung.bluezAnswering = false
+        link.observe(hung)
+        #expect(link.state == .waitingForBluez)
+        let disconnect = link.log.firstIndex { $0.action == .disconnect }
+        #expect(disconnect != nil)
+        #expect(link.connectTimes.isEmpty)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        let connect = link.log.firstIndex { if case .connect = $0.action { true } else { false } }
+        if let disconnect, let connect { #expect(disconnect < connect) } else { Issue.record("no disconnect, or no new connect") }
+
+        // Gone from the bus rather than hung: nothing to cancel.
+        link.clearLog()
+        link.observe(LinkObservation())
+        #expect(!link.log.contains { $0.action == .disconnect })
+    }
+
     @Test func unknownDongleIsSearchedForWithDiscovery() {
         var link = VirtualLink(settings: Self.settings)
         link.connectResult = .success(())

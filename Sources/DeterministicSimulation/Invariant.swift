@@ -35,7 +35,8 @@ public enum Invariant: String, CaseIterable, Sendable {
         case .retryWindowBounded:
             "no attempt of a retry window is numbered above window_attempts, and none starts window or more after the window's first"
         case .callOrder:
-            "toward bluetoothd: no Connect while one of this process is pending; after a Connect answered with a "
+            "toward bluetoothd: no Connect while one of this process is pending with no Disconnect sent after it "
+                + "(bluetoothd serves a client's calls in order: that Disconnect cancels it first); after a Connect answered with a "
                 + "needs-cancel error (InProgress), a Disconnect before the next Connect; no Connect while the supervisor "
                 + "saw bluetoothd away or the adapter unusable, nor on a device object it removed (RemoveDevice answered) before "
                 + "bluetoothd signalled the removal; StartNotify only on a link seen connected, resolved and "

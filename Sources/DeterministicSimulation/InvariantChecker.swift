@@ -30,7 +30,8 @@ struct InvariantChecker {
     private var lastPollAt: Duration = .zero
     private var lastAttempt = 0
     private var windowFirstAttemptAt: Duration = .zero
-    /// Connect calls of this process awaiting bluetoothd's reply, by serial.
+    /// Connect calls of this process awaiting bluetoothd's reply, by
+    /// serial, with no Disconnect sent after them.
     private var pendingConnects: Set<UInt32> = []
     /// A Connect was answered with a needs-cancel error; no Disconnect since.
     private var cancelOwed: String?
@@ -219,7 +220,11 @@ struct InvariantChecker {
                     simulation.violated(.ownDongleOnly, "Connect to the other vehicle's dongle \(SimulationSettings.twinAddress) after binding to its own")
                 }
             case "Disconnect":
+                // bluetoothd serves a client's calls in order: the Connects
+                // sent before this Disconnect are cancelled (or answered)
+                // before it serves any Connect sent after it.
                 cancelOwed = nil
+                pendingConnects = []
             case "WriteValue":
                 lastPollAt = now
             default:

@@ -78,7 +78,7 @@ extension Supervisor {
         let connect = nextOperation()
         actions.append(.report(.reconnectAttempt(attempt: window.attempts, blind: window.blind)))
         enter(
-            .connecting(LinkSetup(window: window, connectedSeen: observation.connected), connect: connect),
+            .connecting(LinkSetup(window: window, attemptStartedAt: now, connectedSeen: observation.connected), connect: connect),
             "\(cause); attempt \(window.attempts)", &actions)
         actions.append(.connect(attempt: connect, timeout: policy.connectTimeout))
         startTimer(.attemptDeadline, after: policy.connectTimeout, &actions)

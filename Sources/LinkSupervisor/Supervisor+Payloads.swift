@@ -45,6 +45,8 @@ extension Supervisor {
     /// A link coming up: from the connect attempt until subscribed.
     struct LinkSetup: Sendable {
         var window: Window
+        /// When this attempt began (its Connect, or the re-subscription).
+        var attemptStartedAt: Duration
         /// Connected=true was seen for this attempt (the Connect reply and the
         /// property change reach us by different paths, in either order).
         var connectedSeen: Bool

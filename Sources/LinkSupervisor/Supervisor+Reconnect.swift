@@ -23,9 +23,11 @@ extension Supervisor {
             // A person's request starts a fresh window.
             forceReconnect(cause: "reconnect requested", window: nil, &actions)
         case .connecting(var setup, let connect):
-            // The attempt in flight becomes the first of a fresh window.
+            // The attempt in flight becomes the first of a fresh window,
+            // which began with it (its later attempts stay within `window`
+            // of the first, as every window's do; the DST's seed 83).
             history.shortSessions = 0
-            setup.window = Window(start: now, attempts: 1)
+            setup.window = Window(start: setup.attemptStartedAt, attempts: 1)
             update(.connecting(setup, connect: connect))
         case .escalating(var escalation):
             // The step may have the adapter off right now.

@@ -180,7 +180,7 @@ extension Supervisor {
         let window = current.window ?? Window(start: now, attempts: 1)
         stopLinkActivity(&actions)
         startTimer(.attemptDeadline, after: policy.connectTimeout, &actions)
-        let setup = LinkSetup(window: window, connectedSeen: connectedSeen, resubscribing: true)
+        let setup = LinkSetup(window: window, attemptStartedAt: now, connectedSeen: connectedSeen, resubscribing: true)
         if observation.linkReady {
             startSubscribing(setup, cause: "the dongle's GATT database changed; subscribing again", &actions)
         } else {

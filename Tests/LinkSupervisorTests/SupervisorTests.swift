@@ -105,6 +105,26 @@ import Testing
         #expect(link.answers.count == 1)
     }
 
+    @Test func aReconnectRequestDuringAnAttemptKeepsItsWindowFromThatAttempt() {
+        // The attempt in flight becomes the first of a fresh window: the
+        // window began with it, so no later attempt of it starts `window`
+        // (180 s) or more after it (the DST's seed 83 saw one 3 min 5 s after).
+        var link = VirtualLink(settings: Self.settings)
+        link.connectResult = .success(())
+        link.connectLatency = .seconds(60)  // every Connect outlives connect_timeout (20 s)
+        link.observe(VirtualLink.down)
+        #expect(link.state == .connecting)
+        link.advance(by: .seconds(10))
+        link.send(.reconnectRequested)
+        link.advance(by: .seconds(400))
+        let attempts = link.log.compactMap { entry -> (time: Duration, number: Int)? in
+            if case .report(.reconnectAttempt(let number, _)) = entry.action { (entry.time, number) } else { nil }
+        }
+        let window = attempts.prefix { $0.number != 1 || $0.time == .zero }
+        #expect(window.count > 2)
+        #expect(window.allSatisfy { $0.time < .seconds(180) }, "\(window)")
+    }
+
     @Test func aReconnectRequestWithNothingToConnectWithIsAnsweredAtOnce() {
         var link = VirtualLink(settings: Self.settings)
         link.send(.reconnectRequested)

@@ -29,7 +29,9 @@ public enum Invariant: String, CaseIterable, Sendable {
             "while the link is up and subscribed (waiting-for-data or online), no keep-alive gap exceeds "
                 + "keepalive.interval + \(Self.keepaliveSlack.simulationStamp)"
         case .dongleNeverSleeps:
-            "the dongle never reaches its idle-sleep deadline (keepalive.sleep_after without a write) while connected"
+            "the dongle never reaches its idle-sleep deadline (keepalive.sleep_after without a write) while connected; "
+                + "excused only while bluetoothd hangs (no write gets through it) when the hang has lasted sleep_after "
+                + "less one keep-alive interval, or Tether started again within sleep_after"
         case .onlineOnlyWhileDataFlows:
             "the state is online only if a notification came within silence_limit + \(Self.silenceSlack.simulationStamp)"
         case .retryWindowBounded:

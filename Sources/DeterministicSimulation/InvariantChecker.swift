@@ -42,6 +42,10 @@ struct InvariantChecker {
 
     // MARK: bluetoothd's side
 
+    /// When bluetoothd's latest hang began, and when the Tether process
+    /// last started (for what `dongle-never-sleeps` excuses).
+    private var hangStartedAt: Duration?
+    private var tetherStartedAt: Duration = .zero
     /// When a notification last went to Tether.
     private var lastNotificationAt: Duration?
     private var callSecond: Int64 = -1
@@ -72,6 +76,7 @@ struct InvariantChecker {
 
     mutating func processStarted(_ simulation: Simulation) {
         tetherAlive = true
+        tetherStartedAt = simulation.now
         tetherNames = []
         seen = LinkObservation()
         state = .waitingForBluez
@@ -342,9 +347,11 @@ struct InvariantChecker {
 
     mutating func simulatorEvent(_ event: SimulatorEvent, _ simulation: Simulation) {
         switch event.kind {
+        case .hang:
+            hangStartedAt = simulation.now
         case .sleep:
             count(.dongleNeverSleeps)
-            if event.reason == "idle" {
+            if event.reason == "idle", !sleepExcused(simulation) {
                 simulation.violated(
                     .dongleNeverSleeps,
                     "the dongle reached its idle-sleep deadline (\(settings.sleepAfter.roundedText) without a write) while \(state.rawValue)")
@@ -357,6 +364,17 @@ struct InvariantChecker {
         if simulation.trace.wantsRoutine || event.kind != .notify && event.kind != .write {
             simulation.record(.simulator(event))
         }
+    }
+
+    /// No write reaches the dongle through a hung bluetoothd: a sleep while
+    /// it hangs is Tether's fault only if a diligent Tether had its chance,
+    /// that is unless the hang has lasted all but one keep-alive interval of
+    /// `sleep_after`, or Tether started again (after a kill) within it.
+    private func sleepExcused(_ simulation: Simulation) -> Bool {
+        guard simulation.bluetoothdHung, let hangStartedAt else { return false }
+        let now = simulation.now
+        return now - hangStartedAt >= settings.sleepAfter - settings.keepaliveInterval - Invariant.keepaliveSlack
+            || now - tetherStartedAt < settings.sleepAfter
     }
 
     // MARK: After every instant

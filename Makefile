@@ -197,10 +197,11 @@ DURATION ?= 10m
 soak: build
 	$$($(SWIFT) build --show-bin-path)/tether-dev soak --duration $(DURATION)
 
-# Deterministic simulation (docs/development.md, "Deterministic simulation"): the supervisor,
-# the BlueZ error mapping and the readings log on a virtual clock against a
-# model of bluetoothd, the adapter, the dongle and the disk; faults chosen by
-# seed; invariants checked after every step. By default 183 seeds of 2
+# Deterministic simulation (docs/development.md, "Deterministic simulation"): the
+# daemon from the D-Bus message up (its session, link service, supervisor and
+# readings log) on virtual time against the simulated bluetoothd, through an
+# in-process bus daemon, with a model of the disk; faults chosen by seed;
+# invariants checked as things happen. By default 183 seeds of 2
 # simulated days (a simulated year), DST_JOBS at a time; exits 1 on the first
 # violation with its replay command. DST_SEEDS=N runs N seeds; DST_SEED=S
 # replays one and prints its trace (DST_TRACE=full: polls and readings too);

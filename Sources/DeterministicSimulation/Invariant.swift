@@ -83,9 +83,11 @@ public enum Invariant: String, CaseIterable, Sendable {
     static let maximumSignalsPerMinute = 120
     /// Among more advertisers: at most this fraction (1 in 5) of the street's reports.
     static let streetShare = 5
-    /// A power cycle's four calls (each at most the 25 s D-Bus timeout of a
-    /// hung bluetoothd), its pauses (2.5 s), and the adapter's 15 s at most.
-    static let escalationStepBound: Duration = .seconds(4 * 25 + 3 + 15 + 2)
+    /// A power cycle's four calls (each at most `BlueZClient.callTimeout`,
+    /// 10 s, with a hung bluetoothd), its pauses (2.5 s) and the adapter's
+    /// 15 s at most make 57.5 s; the bound is about twice that, slack so
+    /// that only a step left without its deadline fails it.
+    static let escalationStepBound: Duration = .seconds(120)
     /// Subscribing, the first notification (at most one burst period, 10 s), escalation steps (~11 s each).
     static let recoverySlack: Duration = .seconds(60)
 }

@@ -59,6 +59,24 @@ extension Simulator {
         }
     }
 
+    /// The objects made for other advertisers under the current adapter,
+    /// forgotten: when the controller leaves, bluetoothd removes every
+    /// device object under its adapter, strangers' too, and a controller
+    /// that comes back (as another hciN, or the same) starts with none.
+    func forgetStrangers() -> [ObjectPath] {
+        var paths = othersExported.sorted().compactMap { try? DeviceObject.path(adapter: adapterPath, address: Self.otherAddress($0)) }
+        if twinExported, let address = options.twinAddress, let path = try? DeviceObject.path(adapter: adapterPath, address: address) {
+            paths.append(path)
+        }
+        if bootloaderExported, let path = try? DeviceObject.path(adapter: adapterPath, address: Self.bootloaderAddress(of: options.address)) {
+            paths.append(path)
+        }
+        othersExported.removeAll()
+        twinExported = false
+        bootloaderExported = false
+        return paths
+    }
+
     /// The identical dongle of another vehicle: the dongle's name and
     /// services, 15 dB stronger than the dongle's usual signal.
     private func reportTwin(on bus: Bus) async {

@@ -353,14 +353,16 @@ public actor Simulator {
     }
 
     /// The controller leaves the kernel (unplugged, or reset off the bus):
-    /// bluetoothd removes the device's objects and the adapter's
-    /// (InterfacesRemoved), every session with them; the dongle's link drops.
+    /// bluetoothd removes the device objects (the dongle's and every
+    /// stranger's) and the adapter's (InterfacesRemoved), every session with
+    /// them; the dongle's link drops.
     public func removeAdapter() async {
         guard !stopped, adapterPresent else { return }
         adapterPresent = false
         log.record(.adapterRemoved) { $0.reason = adapterPath.rawValue }
         var paths = gattExported ? (exportedGatt ?? gatt).removalOrder : []
         if deviceExported { paths.append(devicePath) }
+        paths += forgetStrangers()
         paths.append(adapterPath)
         forgetAdapterState(reason: "adapter-removed")
         // The controller goes, and its rfkill switch and lockup with it.

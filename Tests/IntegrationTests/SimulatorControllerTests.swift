@@ -238,4 +238,42 @@ import Testing
             try await f.connectAndResolve()
         }
     }
+
+    // MARK: A controller that leaves
+
+    /// bluetoothd removes every device object under an adapter that goes,
+    /// strangers' too; under the next one discovery makes them anew. (The
+    /// simulator kept the bootloader's object as made, so after the
+    /// controller came back as hci1 it changed the RSSI of a path that no
+    /// longer existed and DfuTarg was never heard: a soak's firmware update
+    /// was escalated as a controller fault.)
+    @Test func strangersObjectsLeaveWithTheAdapterAndAreMadeAgainUnderTheNextOne() async throws {
+        try await withSimulator({
+            $0.otherAdvertisers = 2
+            $0.advertisingInterval = .milliseconds(30)
+            $0.otherAdvertisingInterval = .milliseconds(60)
+        }) { f in
+            await f.simulator.setBootloader(true)
+            try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")
+            func strangers(under adapter: String) async throws -> Set<String> {
+                let objects = try await f.managedObjects()
+                return Set(objects.compactMap { path, interfaces in
+                    guard path.rawValue.hasPrefix(adapter + "/dev_"), let device = interfaces[BlueZ.deviceInterface],
+                          case .string(let name) = device["Name"], name != SimulatorOptions().name
+                    else { return nil }
+                    return name
+                })
+            }
+            #expect(await eventually(timeout: .seconds(3)) {
+                (try? await strangers(under: "/org/bluez/hci0")) == ["DfuTarg", "Other-0", "Other-1"]
+            })
+            await f.simulator.removeAdapter()
+            #expect(try await f.managedObjects().keys.allSatisfy { !$0.rawValue.hasPrefix("/org/bluez/hci0") })
+            try await f.simulator.addAdapter(name: "hci1", address: SimulatorOptions().adapterAddress)
+            try await f.call("/org/bluez/hci1", BlueZ.adapterInterface, "StartDiscovery")
+            #expect(await eventually(timeout: .seconds(3)) {
+                (try? await strangers(under: "/org/bluez/hci1")) == ["DfuTarg", "Other-0", "Other-1"]
+            })
+        }
+    }
 }

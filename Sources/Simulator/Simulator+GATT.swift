@@ -98,20 +98,41 @@ extension Simulator {
     }
 
     /// Notify sessions belong to the caller's unique name; a second
-    /// StartNotify from the same client succeeds without a second session.
-    /// Not activity for the idle timer.
+    /// StartNotify from the same client succeeds without a second session,
+    /// unless that session waits for a link (`dormantNotifySessions`):
+    /// then `InProgress`, as gatt-client.c answers a client whose session
+    /// has no notify id. With no link (the cached objects still exported),
+    /// a new session is made dormant and the call succeeds: the next link
+    /// enables it. Not activity for the idle timer.
     func startNotify(_ characteristic: GattDatabase.Characteristic, client: String) async throws {
-        try requireLink()
+        try ensureRunning()
         if notifyAcquisitions[characteristic.path] != nil { throw BlueZFault.notPermitted("Notify acquired") }
         guard characteristic.isNotifiable else { throw BlueZFault.notSupported }
         var sessions = notifySessions[characteristic.path] ?? []
-        guard !sessions.contains(client) else { return }
+        if sessions.contains(client) {
+            if dormantNotifySessions[characteristic.path]?.contains(client) == true { throw BlueZFault.inProgress }
+            return
+        }
+        if dongle.state != .connected, !ghostLink {
+            sessions.insert(client)
+            notifySessions[characteristic.path] = sessions
+            dormantNotifySessions[characteristic.path, default: []].insert(client)
+            if sessions.count == 1 { notifyingOnNextLink.insert(characteristic.path) }
+            log.record(.startNotify) {
+                $0.client = client
+                $0.uuid = characteristic.uuid
+                $0.reason = "until-connected"
+            }
+            return
+        }
+        try requireLink()
         // A new session writes the CCCD: an ATT request.
         try await awaitWedgedController(failingWith: BlueZFault.failed("Operation failed"), after: options.attTimeout)
         if sessions.isEmpty { try await ensureEncryption() }
         sessions = notifySessions[characteristic.path] ?? []
         guard sessions.insert(client).inserted else { return }
         notifySessions[characteristic.path] = sessions
+        dormantNotifySessions[characteristic.path]?.remove(client)
         log.record(.startNotify) {
             $0.client = client
             $0.uuid = characteristic.uuid
@@ -169,7 +190,7 @@ extension Simulator {
         }
     }
 
-    private func setNotifying(_ path: ObjectPath, _ on: Bool) async {
+    func setNotifying(_ path: ObjectPath, _ on: Bool) async {
         guard gattExported, let bus = bluez else { return }
         try? await bus.setProperties(path, BlueZ.gattCharacteristicInterface, ["Notifying": .boolean(on)])
     }

@@ -103,6 +103,9 @@ extension Simulator {
         dongle.linkUp(at: loop.now)
         linkID += 1
         let link = linkID
+        // The ATT channel is up: every surviving notify session is
+        // registered again (gatt_client_init → btd_gatt_client_connected).
+        dormantNotifySessions.removeAll()
         // A bonded device's link is encrypted with the stored key before its
         // ATT channel is used ("Elevating security level since LTK is available").
         linkEncrypted = paired && dongleHasKey
@@ -138,6 +141,10 @@ extension Simulator {
     /// notifications resume without a new StartNotify.
     private func exportGatt() async {
         guard let bus = bluez, dongle.state == .connected else { return }
+        // Objects exported before show the Notifying they had; new ones are
+        // exported with it.
+        let cachedNotifying = gattExported ? notifyingOnNextLink : []
+        notifyingOnNextLink.removeAll()
         if gattExported, let old = exportedGatt, old.layout != gatt.layout {
             // The firmware changed while disconnected: this connection's
             // discovery finds another database and replaces the cached objects.
@@ -149,6 +156,9 @@ extension Simulator {
             let notifying = Set(notifySessions.filter { !$0.value.isEmpty }.keys)
             let objects = gatt.exportedObjects(devicePath: devicePath, simulator: self, notifying: notifying)
             try? await bus.exportObjects(objects)
+        }
+        for path in cachedNotifying.sorted() where !(notifySessions[path]?.isEmpty ?? true) {
+            await setNotifying(path, true)
         }
         guard dongle.state == .connected else { return }
         servicesResolved = true
@@ -262,6 +272,8 @@ extension Simulator {
         guard dongle.state == .connected else { return false }
         dongle.linkDown(asleep: asleep)
         linkID += 1
+        // Sessions outlive the link unregistered (btd_gatt_client_disconnected).
+        dormantNotifySessions = notifySessions.filter { !$0.value.isEmpty }
         linkEncrypted = false
         // A pairing waiting on its agent ends with the link (the agent gets
         // Cancel()); one that was not bonded ends here too (Paired=false).

@@ -151,6 +151,15 @@ public actor Simulator {
     /// Notify sessions by characteristic path: the unique names of the
     /// clients holding them. They outlive the link (and the exported objects).
     var notifySessions: [ObjectPath: Set<String>] = [:]
+    /// The sessions among `notifySessions` that are registered with no GATT
+    /// client: the link dropped since they were made (gatt-client.c
+    /// `clear_notify_id`), or they were made while disconnected. The next
+    /// link's ATT channel registers them again (`btd_gatt_client_connected`);
+    /// until then their client's StartNotify is answered `InProgress`.
+    var dormantNotifySessions: [ObjectPath: Set<String>] = [:]
+    /// Characteristics whose first session was made with no link: they turn
+    /// Notifying=true when the next link enables it (register_notify_cb).
+    var notifyingOnNextLink: Set<ObjectPath> = []
     /// Acquired notifications (AcquireNotify) by characteristic path; they
     /// end with the link.
     var notifyAcquisitions: [ObjectPath: NotifyAcquisition] = [:]

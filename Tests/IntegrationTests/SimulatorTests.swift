@@ -360,6 +360,31 @@ import Testing
         }
     }
 
+    /// gatt-client.c: a link loss leaves each session without a notify id
+    /// until the next link's ATT channel registers it again; meanwhile its
+    /// client's StartNotify is `InProgress`. A client without a session is
+    /// given one for the next link, and the call succeeds.
+    @Test func aSessionWaitingForTheNextLinkAnswersInProgress() async throws {
+        try await withSimulator({ $0.notifyRate = 50 }) { f in
+            try await f.connectAndResolve()
+            try await f.call(Self.tx, BlueZ.gattCharacteristicInterface, "StartNotify")
+            await f.simulator.dropLink(reason: "supervision-timeout")
+            #expect(await f.callError(Self.tx, BlueZ.gattCharacteristicInterface, "StartNotify")
+                == DBusError.remote(name: BlueZ.ErrorName.inProgress, message: "In Progress"))
+            let other = try await Bus.connect(address: f.daemon.address)
+            _ = try await other.call(destination: BlueZ.service, path: Self.tx, interface: BlueZ.gattCharacteristicInterface, method: "StartNotify")
+            let otherSignals = try await f.record()
+            try await f.connectAndResolve()
+            // Both sessions enabled by the link alone; a second StartNotify is success again.
+            try await otherSignals.waitUntil(timeout: .seconds(5)) { await $0.sequences(Self.tx).count >= 3 }
+            try await f.call(Self.tx, BlueZ.gattCharacteristicInterface, "StartNotify")
+            _ = try await other.call(destination: BlueZ.service, path: Self.tx, interface: BlueZ.gattCharacteristicInterface, method: "StartNotify")
+            let events = await f.simulator.events.filter { $0.kind == .startNotify }
+            #expect(events.map(\.reason) == [nil, "until-connected"])
+            await other.close()
+        }
+    }
+
     @Test func aClientLeavingTheBusEndsItsSessions() async throws {
         try await withSimulator { f in
             try await f.connectAndResolve()

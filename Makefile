@@ -9,7 +9,7 @@ DESTDIR    ?=
 # useradd (passwd) and setpriv (util-linux) for the D-Bus policy test, and
 # mosquitto (the broker) for the MQTT client's tests, dpkg-dev (dpkg-shlibdeps)
 # and lintian for the Debian package's.
-APT_PACKAGES = libstdc++-12-dev libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp
+APT_PACKAGES = libstdc++-12-dev libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp python3-jsonschema
 
 # Where `make install` puts things ($(DESTDIR) is prepended to each). With
 # PREFIX=/usr they are Debian's own places; with the default /usr/local,
@@ -35,6 +35,10 @@ FISHCOMPDIR   ?= $(DATADIR)/fish/vendor_completions.d
 # The drop-in that gives the units the metrics textfile directory, and the alert
 # rules (docs/operations.md, "Metrics").
 EXAMPLESDIR   ?= $(DATADIR)/doc/tether/examples
+# The reading record's JSON Schema (docs/operations.md, "The reading record"):
+# data a consumer may validate against, so not under doc/ (which a minimal
+# system may leave out).
+SCHEMADIR     ?= $(DATADIR)/tether
 
 # The Debian architecture to build and package for: `make deb ARCH=arm64`.
 # The host's (dpkg --print-architecture, the default) is built natively: the
@@ -324,6 +328,7 @@ install: $(BIN_PREREQ) $(if $(TETHER_BIN),,man) completions
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	install -D -m 0644 systemd/metrics-textfile.conf "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf"
 	install -D -m 0644 config/tether-alerts.yml "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
+	install -D -m 0644 docs/reading.schema.json "$(DESTDIR)$(SCHEMADIR)/reading.schema.json"
 	install -D -m 0644 packaging/man/tether.toml.5 "$(DESTDIR)$(MANDIR)/man5/tether.toml.5"
 	@set -e; for page in $(GEN_DIR)/man/*.1; do \
 	  [ -e "$$page" ] || continue; \
@@ -379,6 +384,8 @@ uninstall:
 	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
 	rm -f "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf" "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
+	rm -f "$(DESTDIR)$(SCHEMADIR)/reading.schema.json"
+	rmdir "$(DESTDIR)$(SCHEMADIR)" 2>/dev/null || true
 	rm -f "$(DESTDIR)$(MANDIR)/man1/tether.1" "$(DESTDIR)$(MANDIR)/man1/tether".*.1
 	rm -f "$(DESTDIR)$(MANDIR)/man5/tether.toml.5"
 	rm -f "$(DESTDIR)$(BASHCOMPDIR)/tether" "$(DESTDIR)$(ZSHCOMPDIR)/_tether" "$(DESTDIR)$(FISHCOMPDIR)/tether.fish"

@@ -5,6 +5,7 @@ import PackageDescription
 //   CDBus, CBluetooth, CMosquitto  C shims over libdbus-1, libbluetooth and libmosquitto
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   CProcess            C shim: process-wide prctl(2) settings (variadic in C, so not callable from Swift)
+//   CClock              C shim: the kernel's NTP status (adjtimex(2); <sys/timex.h> is not in Swift's Glibc)
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers;
 //                       the root task and task sleeps on it, so the daemon needs no libdispatch thread
@@ -87,6 +88,7 @@ let package = Package(
         .target(name: "CMosquitto"),
         .target(name: "CSystemd"),
         .target(name: "CProcess"),
+        .target(name: "CClock"),
         .target(name: "ChildProcess", swiftSettings: productSettings),
         .target(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
@@ -104,7 +106,7 @@ let package = Package(
         .target(
             name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: productSettings),
-        .target(name: "Readings", dependencies: ["Hex", "EventLoop"], swiftSettings: productSettings),
+        .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
             name: "MetricsTextfile",

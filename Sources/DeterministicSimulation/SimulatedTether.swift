@@ -37,7 +37,7 @@ final class SimulatedTether: @unchecked Sendable {
     /// be opened (the daemon exits 73 then).
     init(
         incarnation: Int, loop: EventLoop, config: TetherConfig, disk: DiskModel, busDaemon: InProcessBusDaemon,
-        kernel: any ControllerKernel, seed: UInt64, logger: Logger, wallClock: @escaping @Sendable () -> Date,
+        kernel: any ControllerKernel, seed: UInt64, logger: Logger, wallClock: @escaping @Sendable () -> Date, bootClock: BootClock,
         observe: @escaping (SupervisorDecision) -> Void, connected: @escaping (String) -> Void
     ) throws {
         self.incarnation = incarnation
@@ -65,7 +65,7 @@ final class SimulatedTether: @unchecked Sendable {
             },
             recorder: recorder, logger: logger, notifier: SystemdNotifier(environment: [:]), loop: loop, io: loop,
             metrics: nil,
-            link: LinkEnvironment(rfkill: nil, kernelReasons: false, kernel: kernel, seed: seed, wallClock: wallClock),
+            link: LinkEnvironment(rfkill: nil, kernelReasons: false, kernel: kernel, seed: seed, wallClock: wallClock, bootClock: bootClock),
             onLinkService: { [unowned self] service in
                 service.decisionObserver = observer.value
                 self.service = service

@@ -3,6 +3,7 @@ import DBus
 import EventLoop
 import Foundation
 import Logging
+import Readings
 import Simulator
 @_spi(Simulation) import TetherDaemon
 
@@ -106,6 +107,14 @@ final class Simulation: @unchecked Sendable {
         Date(timeIntervalSince1970: 1_800_000_000 + Double((now + wallOffset).milliseconds) / 1000)
     }
 
+    /// The simulated gateway booted when the run began and never reboots
+    /// (a daemon killed and started again keeps the boot); its clock counts
+    /// as synchronised while the wall clock has not been moved.
+    var bootClock: BootClock {
+        let bootID = String(format: "00000000-0000-4000-8000-%012llx", seed & 0xFFFF_FFFF_FFFF)
+        return BootClock { [self] in BootStamp(bootID: bootID, sinceBoot: now, clockSynchronised: wallOffset == .zero) }
+    }
+
     /// Runs to the end or the first violation.
     func run() -> Violation? {
         try? FileManager.default.removeItem(atPath: directory)
@@ -192,7 +201,7 @@ final class Simulation: @unchecked Sendable {
             tether = try SimulatedTether(
                 incarnation: incarnation, loop: loop, config: config, disk: disk, busDaemon: busDaemon,
                 kernel: SimulatedControllerKernel(simulator: simulator, loop: loop, permitted: settings.controllerCommandsPermitted), seed: seed &+ UInt64(incarnation),
-                logger: logger, wallClock: { [self] in wallClock },
+                logger: logger, wallClock: { [self] in wallClock }, bootClock: bootClock,
                 observe: { [self] decision in checker.decided(decision, self) },
                 connected: { [self] name in checker.tetherConnected(as: name) })
         } catch {

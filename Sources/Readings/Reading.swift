@@ -22,12 +22,19 @@ public struct Reading: Sendable, Equatable {
     public var characteristic: String
     public var source: Source
     public var payload: [UInt8]
+    /// The boot, the time since it and the clock's synchronisation when the
+    /// reading arrived (taken with `receivedAt`); nil: not known.
+    public var boot: BootStamp?
 
-    public init(receivedAt: Date = Date(), device: String, characteristic: String, source: Source = .notify, payload: [UInt8]) {
+    public init(
+        receivedAt: Date = Date(), device: String, characteristic: String, source: Source = .notify, payload: [UInt8],
+        boot: BootStamp? = nil
+    ) {
         self.receivedAt = receivedAt
         self.device = device
         self.characteristic = characteristic
         self.source = source
         self.payload = payload
+        self.boot = boot
     }
 }

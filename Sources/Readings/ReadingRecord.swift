@@ -16,8 +16,25 @@ public struct ReadingRecord: Sendable, Equatable, Decodable {
     public var source: String
     public var hex: String?
     public var count: Int?
+    /// `v`: the record's version; nil (absent) is 1.
+    public var version: UInt64?
+    /// `boot_id`, `boot_ms`, `clock_synced` (`BootStamp`); nil in version 1.
+    public var bootID: String?
+    public var bootMilliseconds: UInt64?
+    public var clockSynchronised: Bool?
 
-    public init(ts: String, seq: UInt64, device: String, char: String? = nil, source: String, hex: String? = nil, count: Int? = nil) {
+    enum CodingKeys: String, CodingKey, CaseIterable {
+        case ts, seq, device, char, source, hex, count
+        case version = "v"
+        case bootID = "boot_id"
+        case bootMilliseconds = "boot_ms"
+        case clockSynchronised = "clock_synced"
+    }
+
+    public init(
+        ts: String, seq: UInt64, device: String, char: String? = nil, source: String, hex: String? = nil, count: Int? = nil,
+        version: UInt64? = nil, bootID: String? = nil, bootMilliseconds: UInt64? = nil, clockSynchronised: Bool? = nil
+    ) {
         self.ts = ts
         self.seq = seq
         self.device = device
@@ -25,6 +42,10 @@ public struct ReadingRecord: Sendable, Equatable, Decodable {
         self.source = source
         self.hex = hex
         self.count = count
+        self.version = version
+        self.bootID = bootID
+        self.bootMilliseconds = bootMilliseconds
+        self.clockSynchronised = clockSynchronised
     }
 
     /// The payload bytes decoded from `hex`; nil for gap records or malformed hex.
@@ -47,7 +68,7 @@ public struct ReadingRecord: Sendable, Equatable, Decodable {
     }
 
     /// Decodes one line (without its newline); nil unless it is a well-formed record.
-    static func decode(line: some Collection<UInt8>, using decoder: JSONDecoder) -> ReadingRecord? {
+    public static func decode(line: some Collection<UInt8>, using decoder: JSONDecoder) -> ReadingRecord? {
         guard let record = try? decoder.decode(ReadingRecord.self, from: Data(line)), record.isWellFormed else { return nil }
         return record
     }

@@ -9,9 +9,17 @@ import Hex
 /// Formats log lines by hand, straight into a byte buffer: this runs for every
 /// reading, and the fixed key order keeps the files greppable and diffable.
 ///
-/// `{"ts":"2026-11-21T13:45:12.345Z","seq":1234,"device":"AA:BB:CC:DD:EE:FF","char":"6e40…","source":"notify","hex":"0a0b0c"}`
+/// `{"ts":"2026-11-21T13:45:12.345Z","seq":1234,"device":"AA:BB:CC:DD:EE:FF","char":"6e40…","source":"notify","hex":"0a0b0c","v":2,"boot_id":"…","boot_ms":123456,"clock_synced":true}`
+///
+/// The fields, their types and meaning, and the rule for adding fields are
+/// in `packaging/reading.schema.json` (installed as
+/// /usr/share/tether/reading.schema.json). Fields are only ever added, at
+/// the end of the line, and `v` goes up when they are; the prefix up to
+/// `seq` is fixed (`ReadingLogReader` finds records by it).
 enum RecordFormat {
     static let gapSource = "gap"
+    /// Version 1: no `v` field, `ts` alone; 2: `v`, `boot_id`, `boot_ms`, `clock_synced`.
+    static let version: UInt64 = 2
 
     static func appendReading(_ reading: Reading, seq: UInt64, to buffer: inout [UInt8]) {
         appendPrefix(at: reading.receivedAt, seq: seq, device: reading.device, to: &buffer)
@@ -21,13 +29,29 @@ enum RecordFormat {
         append(reading.source.rawValue, to: &buffer)
         append(#"","hex":""#, to: &buffer)
         HexBytes.append(reading.payload, to: &buffer)
-        append("\"}\n", to: &buffer)
+        append("\"", to: &buffer)
+        appendVersion(boot: reading.boot, to: &buffer)
+        append("}\n", to: &buffer)
+    }
+
+    /// `,"v":2` and, when known, the boot's stamp.
+    private static func appendVersion(boot: BootStamp?, to buffer: inout [UInt8]) {
+        append(#","v":"#, to: &buffer)
+        appendDecimal(version, to: &buffer)
+        guard let boot else { return }
+        append(#","boot_id":"#, to: &buffer)
+        appendJSONString(boot.bootID, to: &buffer)
+        append(#","boot_ms":"#, to: &buffer)
+        let (seconds, attoseconds) = boot.sinceBoot.components
+        appendDecimal(UInt64(clamping: max(0, seconds)) &* 1000 &+ UInt64(clamping: max(0, attoseconds / 1_000_000_000_000_000)), to: &buffer)
+        append(boot.clockSynchronised ? #","clock_synced":true"# : #","clock_synced":false"#, to: &buffer)
     }
 
     static func appendGap(count: Int, device: String, at date: Date, seq: UInt64, to buffer: inout [UInt8]) {
         appendPrefix(at: date, seq: seq, device: device, to: &buffer)
         append(#","source":"gap","count":"#, to: &buffer)
         append(String(count), to: &buffer)
+        appendVersion(boot: nil, to: &buffer)
         append("}\n", to: &buffer)
     }
 

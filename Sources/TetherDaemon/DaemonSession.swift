@@ -25,12 +25,16 @@ public struct LinkEnvironment: Sendable {
     /// Each link service's jitter seed; nil: a random one.
     public var seed: UInt64?
     public var wallClock: @Sendable () -> Date
+    /// The boot's identity, time since boot and the clock's synchronisation
+    /// that every reading carries (`BootStamp`).
+    public var bootClock: BootClock
 
     public init(
         rfkill: RfkillSource? = RfkillSource(), passkey: Passkey? = nil, kernelReasons: Bool = true,
         kernel: any ControllerKernel = SystemControllerKernel(), seed: UInt64? = nil,
-        wallClock: @escaping @Sendable () -> Date = { Date() }
+        wallClock: @escaping @Sendable () -> Date = { Date() }, bootClock: BootClock = .system()
     ) {
+        self.bootClock = bootClock
         self.rfkill = rfkill
         self.passkey = passkey
         self.kernelReasons = kernelReasons
@@ -142,7 +146,8 @@ public final class DaemonSession: Sendable {
             let service = LinkService(
                 config: config, bus: bus, recorder: recorder, logger: logger, metrics: metrics,
                 kernelReasons: link.kernelReasons, rfkill: link.rfkill, seed: link.seed ?? UInt64.random(in: .min ... .max),
-                blockingWork: io, kernel: link.kernel, passkey: link.passkey, wallClock: link.wallClock)
+                blockingWork: io, kernel: link.kernel, passkey: link.passkey, wallClock: link.wallClock,
+                bootClock: link.bootClock)
             onLinkService?(service)
             let control = ControlServer(bus: bus, address: address, link: service)
             do {

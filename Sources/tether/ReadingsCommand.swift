@@ -27,6 +27,12 @@ struct ReadingsCommand: ParsableCommand {
             m, h). --follow then keeps printing records as the daemon writes them, across file \
             rotation, like tail -F, until Ctrl-C or SIGTERM.
 
+            --redate adds "ts_redated" to each record taken while the system clock was not yet \
+            synchronised (its "clock_synced" is false) whose boot has a synchronised record: the \
+            boot's start by that record ("ts" minus "boot_ms") plus the record's own "boot_ms" \
+            (docs/operations.md, "Dating readings"). Other records are printed as stored. It reads \
+            the records twice, so it cannot be combined with --follow.
+
             Exit status: 0 when done (also when stopped by a signal or when the reader of the output \
             goes away, as with head); 66 if the readings directory does not exist or cannot be read; \
             74 if reading fails or the output cannot be written; 78 if the config cannot be read or \
@@ -47,6 +53,15 @@ struct ReadingsCommand: ParsableCommand {
 
     @Flag(name: .shortAndLong, help: "After the existing records, keep printing new ones as they are written.")
     var follow = false
+
+    @Flag(help: "Add \"ts_redated\", the true time, to records taken before the clock was synchronised.")
+    var redate = false
+
+    func validate() throws {
+        if redate, follow {
+            throw ValidationError("--redate reads every record of a boot before printing one; it cannot be combined with --follow")
+        }
+    }
 
     /// sysexits.h
     enum Exit {
@@ -93,12 +108,55 @@ struct ReadingsCommand: ParsableCommand {
                 throw Self.fail(error, reading: directory, opening: true)
             }
             do {
-                try reader.readAvailable { try output.emit($0) }
+                if redate {
+                    try printRedated(directory: directory, since: cutoff, first: reader, to: output)
+                } else {
+                    try reader.readAvailable { try output.emit($0) }
+                }
             } catch is StandardOutput.Closed {
                 return
             } catch {
                 throw Self.fail(error, reading: directory, opening: false)
             }
+        }
+    }
+
+    /// Two passes: the first learns each boot's start from its first
+    /// synchronised record, the second prints every record, with
+    /// `"ts_redated"` before the closing brace where the rule dates it.
+    private func printRedated(directory: String, since cutoff: Date?, first: ReadingLogReader, to output: StandardOutput) throws {
+        let decoder = JSONDecoder()
+        var redating = ReadingRedating()
+        _ = try first.readAvailable { batch in
+            Self.lines(of: batch) { line in
+                if let record = ReadingRecord.decode(line: line, using: decoder) { redating.learn(record) }
+            }
+        }
+        let second = try ReadingLogReader(directory: directory, since: cutoff)
+        _ = try second.readAvailable { batch in
+            var out: [UInt8] = []
+            out.reserveCapacity(batch.count + batch.count / 4)
+            Self.lines(of: batch) { line in
+                if let record = ReadingRecord.decode(line: line, using: decoder), let redated = redating.redated(record),
+                   line.last == UInt8(ascii: "}")
+                {
+                    out += line.dropLast()
+                    out += Array(#","ts_redated":""#.utf8) + Array(redated.utf8) + Array("\"}".utf8)
+                } else {
+                    out += line
+                }
+                out.append(UInt8(ascii: "\n"))
+            }
+            try out.withUnsafeBytes { try output.emit($0) }
+        }
+    }
+
+    /// Each newline-terminated line of `batch`, without its newline.
+    private static func lines(of batch: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+        var start = 0
+        for index in batch.indices where batch[index] == UInt8(ascii: "\n") {
+            try body(UnsafeRawBufferPointer(rebasing: batch[start..<index]))
+            start = index + 1
         }
     }
 

@@ -1,6 +1,7 @@
 import ChildProcess
 import DBus
 import Foundation
+import Readings
 import Simulator
 import TestSupport
 import Testing
@@ -81,6 +82,38 @@ import TetherDaemon
         #expect(seqs == Array(1...onDisk.count))
         let missing = try await tether.run(["readings", "--directory", harness.directory.url.appendingPathComponent("nope").path])
         #expect(missing.status == 66, "\(missing.all)")
+        await harness.stop()
+    }
+
+    /// `tether readings --redate`: the worked example of docs/operations.md
+    /// ("Dating readings") through the CLI, on a log written as the daemon
+    /// writes it.
+    @Test func readingsRedatePrintsTheTrueTimeOfRecordsTakenBeforeTheClockWasSet() async throws {
+        let harness = try await DaemonHarness()
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let log = try ReadingLog(directory: harness.readingsDirectory, rotateSize: 1 << 20, retainSize: 1 << 30)
+        let boot = "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11"
+        func reading(_ wall: String, _ sinceBoot: Duration, synced: Bool) throws -> Reading {
+            let milliseconds = try #require(UTCTimestamp.milliseconds(wall))
+            return Reading(
+                receivedAt: Date(timeIntervalSince1970: Double(milliseconds) / 1000), device: DaemonHarness.address, characteristic: "c",
+                payload: [1], boot: BootStamp(bootID: boot, sinceBoot: sinceBoot, clockSynchronised: synced))
+        }
+        try log.append([
+            try reading("2026-12-01T08:00:05.000Z", .seconds(21), synced: false),
+            try reading("2026-12-06T07:15:40.000Z", .seconds(95), synced: true),
+        ])
+        log.close()
+        let printed = try await tether.run(["readings", "--directory", harness.readingsDirectory, "--redate"])
+        #expect(printed.status == 0, "\(printed.all)")
+        let lines = printed.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        #expect(lines.first?.hasSuffix(#""clock_synced":false,"ts_redated":"2026-12-06T07:14:26.000Z"}"#) == true, "\(lines)")
+        #expect(lines.last?.contains("ts_redated") == false, "a synchronised record is printed as stored")
+        let plain = try await tether.run(["readings", "--directory", harness.readingsDirectory])
+        #expect(!plain.stdout.contains("ts_redated"), "without --redate the records are printed exactly as stored")
+        let both = try await tether.run(["readings", "--directory", harness.readingsDirectory, "--redate", "--follow"])
+        #expect(both.status == 64 && both.stderr.contains("cannot be combined with --follow"), "\(both.all)")
         await harness.stop()
     }
 

@@ -1,6 +1,7 @@
 import ChildProcess
 import DBus
 import Foundation
+import Readings
 import Simulator
 import TestSupport
 import Testing
@@ -81,6 +82,45 @@ import Testing
         let seqs = all.map(\.seq)
         #expect(seqs == Array(1...UInt64(seqs.count)), "seq must continue without gaps or repeats")
         #expect(seqs.prefix(seqsAfterKill.count).elementsEqual(seqsAfterKill))
+    }
+
+    /// `tether run` stamps every reading with this boot's identity, the time
+    /// since boot taken with its `ts`, and the kernel's clock status
+    /// (docs/operations.md, "Dating readings").
+    @Test func everyReadingCarriesTheBootItWasTakenInAndTheTimeSinceIt() async throws {
+        let harness = try await DaemonHarness()
+        let config = try Self.writeConfig(harness)
+        func sinceBoot() -> UInt64 {
+            var now = timespec()
+            clock_gettime(CLOCK_BOOTTIME, &now)
+            return UInt64(now.tv_sec) * 1000 + UInt64(now.tv_nsec) / 1_000_000
+        }
+        let before = sinceBoot()
+        let daemon = try startDaemon(harness, config: config)
+        #expect(await eventually { ((try? harness.records().count) ?? 0) > 20 })
+        _ = daemon.terminate()
+        let after = sinceBoot()
+        let records = try harness.records()
+        await harness.stop()
+        let bootID = try String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8)
+            .trimmingCharacters(in: .whitespacesAndNewlines)
+        let synchronised = BootClock.system().now()?.clockSynchronised
+        #expect(!records.isEmpty)
+        for record in records {
+            #expect(record.version == 2)
+            #expect(record.bootID == bootID)
+            #expect(record.clockSynchronised == synchronised)
+            let milliseconds = try #require(record.bootMilliseconds)
+            #expect((before...after).contains(milliseconds), "boot_ms \(milliseconds) outside the run, \(before)...\(after)")
+        }
+        let times = records.compactMap(\.bootMilliseconds)
+        #expect(times == times.sorted(), "time since boot never goes back across the records")
+        // ts and boot_ms were read together: their difference is the same to
+        // the clock's resolution and the milliseconds both are cut to.
+        let starts = records.compactMap { record in
+            UTCTimestamp.milliseconds(record.ts).map { $0 - Int64(record.bootMilliseconds ?? 0) }
+        }
+        #expect((starts.max() ?? 0) - (starts.min() ?? 0) <= 5, "ts − boot_ms varies by \((starts.max() ?? 0) - (starts.min() ?? 0)) ms")
     }
 
     /// The daemon runs on threads of its own and none of libdispatch's: once

@@ -83,6 +83,7 @@ import Testing
             "./usr/share/fish/vendor_completions.d/tether.fish",
             "./usr/share/doc/tether/copyright", "./usr/share/doc/tether/changelog.gz",
             "./usr/share/doc/tether/examples/metrics-textfile.conf", "./usr/share/doc/tether/examples/tether-alerts.yml",
+            "./usr/share/tether/reading.schema.json",
             "./usr/share/lintian/overrides/tether",
         ]
         for path in expected {

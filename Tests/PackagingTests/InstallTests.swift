@@ -49,6 +49,7 @@ import Testing
             "etc/tether/tether.toml": "config/tether.toml",
             "usr/share/doc/tether/examples/metrics-textfile.conf": "systemd/metrics-textfile.conf",
             "usr/share/doc/tether/examples/tether-alerts.yml": "config/tether-alerts.yml",
+            "usr/share/tether/reading.schema.json": "docs/reading.schema.json",
         ]
         for (installed, source) in copies {
             #expect(files.contentsEqual(atPath: "\(root)/\(installed)", andPath: Packaging.path(source)), "\(installed)")

@@ -66,7 +66,8 @@ struct ReadingLogTests {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
-        let reading = Reading(receivedAt: testDate, device: testDevice, characteristic: ConfigUUID.nusTX, source: .notify, payload: [0x0a, 0x0b, 0x0c])
+        let boot = BootStamp(bootID: "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11", sinceBoot: .milliseconds(83_004_017) + .microseconds(900), clockSynchronised: false)
+        let reading = Reading(receivedAt: testDate, device: testDevice, characteristic: ConfigUUID.nusTX, source: .notify, payload: [0x0a, 0x0b, 0x0c], boot: boot)
         #expect(try log.append([reading]) == 1...1)
         try log.append([Reading(receivedAt: testDate, device: testDevice, characteristic: ConfigUUID.nusRX, source: .read, payload: [])])
         try log.appendGap(count: 42, device: testDevice, at: testDate)
@@ -76,16 +77,17 @@ struct ReadingLogTests {
         #expect(files == ["readings-00000000000000000001.jsonl"])
         let text = String(decoding: try dir.contents(of: files[0]), as: UTF8.self)
         #expect(text == """
-            {"ts":"2026-11-21T13:45:12.345Z","seq":1,"device":"AA:BB:CC:DD:EE:FF","char":"6e400003-b5a3-f393-e0a9-e50e24dcca9e","source":"notify","hex":"0a0b0c"}
-            {"ts":"2026-11-21T13:45:12.345Z","seq":2,"device":"AA:BB:CC:DD:EE:FF","char":"6e400002-b5a3-f393-e0a9-e50e24dcca9e","source":"read","hex":""}
-            {"ts":"2026-11-21T13:45:12.345Z","seq":3,"device":"AA:BB:CC:DD:EE:FF","source":"gap","count":42}
+            {"ts":"2026-11-21T13:45:12.345Z","seq":1,"device":"AA:BB:CC:DD:EE:FF","char":"6e400003-b5a3-f393-e0a9-e50e24dcca9e","source":"notify","hex":"0a0b0c","v":2,"boot_id":"0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11","boot_ms":83004017,"clock_synced":false}
+            {"ts":"2026-11-21T13:45:12.345Z","seq":2,"device":"AA:BB:CC:DD:EE:FF","char":"6e400002-b5a3-f393-e0a9-e50e24dcca9e","source":"read","hex":"","v":2}
+            {"ts":"2026-11-21T13:45:12.345Z","seq":3,"device":"AA:BB:CC:DD:EE:FF","source":"gap","count":42,"v":2}
 
             """)
         let records = try ReadingLog.readRecords(directory: dir.path)
         #expect(records.map(\.seq) == [1, 2, 3])
         #expect(records[0].payload == [0x0a, 0x0b, 0x0c])
         #expect(records[1].payload == [])
-        #expect(records[2] == ReadingRecord(ts: "2026-11-21T13:45:12.345Z", seq: 3, device: testDevice, source: "gap", count: 42))
+        #expect(records[0].bootID == boot.bootID && records[0].bootMilliseconds == 83_004_017 && records[0].clockSynchronised == false)
+        #expect(records[2] == ReadingRecord(ts: "2026-11-21T13:45:12.345Z", seq: 3, device: testDevice, source: "gap", count: 42, version: 2))
         #expect(records[2].payload == nil)
     }
 

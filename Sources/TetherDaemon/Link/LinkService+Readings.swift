@@ -45,6 +45,9 @@ extension LinkService {
     /// moderation: replies to our own calls (a reconnect's) are never held back
     /// unless a dense stream of notifications is flowing.
     func take(_ reading: Reading) {
+        var reading = reading
+        // The boot's clocks, read in the same turn as the wall clock was.
+        if reading.boot == nil { reading.boot = bootClock.now() }
         turnReadings.append(reading)
         lastTakenThisTurn = reading.receivedAt
         loop.noteBusy()

@@ -99,6 +99,8 @@ public final class LinkService: @unchecked Sendable {
     let start: MonotonicInstant
     /// The wall clock: readings' arrival, drops, "connected since".
     let wallClock: @Sendable () -> Date
+    /// What each reading is stamped with besides the wall clock.
+    let bootClock: BootClock
     /// When `.othersAdvertising` was last told to the supervisor.
     var othersAdvertisingToldAt: Duration?
     /// When other devices are let in again (`DeviceScope`).
@@ -216,11 +218,12 @@ public final class LinkService: @unchecked Sendable {
         kernelReasons: Bool = true, rfkill: RfkillSource? = RfkillSource(),
         seed: UInt64 = UInt64.random(in: .min ... .max), blockingWork: any TaskExecutor = globalConcurrentExecutor,
         kernel: any ControllerKernel = SystemControllerKernel(),
-        passkey: Passkey? = nil, wallClock: @escaping @Sendable () -> Date = { Date() }
+        passkey: Passkey? = nil, wallClock: @escaping @Sendable () -> Date = { Date() }, bootClock: BootClock = .none
     ) {
         self.blockingWork = blockingWork
         self.kernel = kernel
         self.wallClock = wallClock
+        self.bootClock = bootClock
         start = bus.loop.now
         self.kernelReasons = kernelReasons
         rfkillSource = rfkill

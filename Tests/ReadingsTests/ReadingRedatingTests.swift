@@ -1,0 +1,56 @@
+@testable import Readings
+import Testing
+
+/// The re-dating rule of docs/operations.md ("Dating readings"), on the
+/// worked example given there.
+struct ReadingRedatingTests {
+    static let boot = "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11"
+
+    func record(_ ts: String, seq: UInt64, boot: String = boot, ms: UInt64, synced: Bool) -> ReadingRecord {
+        ReadingRecord(ts: ts, seq: seq, device: "AA:BB:CC:DD:EE:FF", char: "c", source: "notify", hex: "00",
+                      version: 2, bootID: boot, bootMilliseconds: ms, clockSynchronised: synced)
+    }
+
+    /// A Raspberry Pi boots with its clock at the last shutdown (fake-hwclock,
+    /// 2026-12-01 08:00:05), records two readings, then NTP sets the clock
+    /// (true time 2026-12-06 07:15:40 at 95 s since boot).
+    @Test func theWorkedExample() {
+        let early1 = record("2026-12-01T08:00:05.000Z", seq: 1, ms: 21_000, synced: false)
+        let early2 = record("2026-12-01T08:00:50.500Z", seq: 2, ms: 66_500, synced: false)
+        let synced = record("2026-12-06T07:15:40.000Z", seq: 3, ms: 95_000, synced: true)
+        let later = record("2026-12-06T07:16:40.000Z", seq: 4, ms: 155_000, synced: true)
+        var redating = ReadingRedating()
+        for record in [early1, early2, synced, later] { redating.learn(record) }
+        // The boot began at 07:15:40.000 − 95 s = 07:14:05.000.
+        #expect(redating.redated(early1) == "2026-12-06T07:14:26.000Z")
+        #expect(redating.redated(early2) == "2026-12-06T07:15:11.500Z")
+        #expect(redating.redated(synced) == nil, "a synchronised ts stands")
+        #expect(redating.redated(later) == nil)
+        // Another boot's unsynchronised record is not dated by this one.
+        let otherBoot = record("1970-01-01T00:00:30.000Z", seq: 5, boot: "11111111-2222-4333-8444-555555555555", ms: 30_000, synced: false)
+        #expect(redating.redated(otherBoot) == nil)
+        // A version 1 record carries nothing to date it by.
+        #expect(redating.redated(ReadingRecord(ts: "1970-01-01T00:00:30.000Z", seq: 6, device: "A", char: "c", source: "notify", hex: "")) == nil)
+        #expect(redating.bootsDated == 1)
+    }
+
+    /// The earliest synchronised record dates the boot: a later clock step
+    /// (someone set it back two hours) does not move the start.
+    @Test func theFirstSynchronisedRecordOfABootDatesIt() {
+        var redating = ReadingRedating()
+        redating.learn(record("2026-12-06T07:15:40.000Z", seq: 1, ms: 95_000, synced: true))
+        redating.learn(record("2026-12-06T05:16:40.000Z", seq: 2, ms: 155_000, synced: true))
+        #expect(redating.redated(record("2026-12-01T08:00:05.000Z", seq: 3, ms: 21_000, synced: false)) == "2026-12-06T07:14:26.000Z")
+    }
+
+    @Test(arguments: ["1970-01-01T00:00:00.000Z", "2000-02-29T23:59:59.999Z", "2026-12-06T07:14:05.000Z", "2100-03-01T00:00:00.001Z", "9999-12-31T23:59:59.999Z"])
+    func timestampsRoundTrip(_ text: String) throws {
+        let milliseconds = try #require(UTCTimestamp.milliseconds(text))
+        #expect(UTCTimestamp.string(milliseconds: milliseconds) == text)
+    }
+
+    @Test(arguments: ["2026-12-06 07:14:05.000Z", "2026-13-06T07:14:05.000Z", "2026-12-06T07:14:05.000", "2026-12-06T07:14:05Z", "x"])
+    func otherShapesAreNotTimestamps(_ text: String) {
+        #expect(UTCTimestamp.milliseconds(text) == nil)
+    }
+}

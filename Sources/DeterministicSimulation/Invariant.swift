@@ -3,6 +3,7 @@
 /// simulation"); `statement` is what each promises, bounds included.
 public enum Invariant: String, CaseIterable, Sendable {
     case readingsExactlyOnce = "readings-exactly-once"
+    case readingsDatable = "readings-datable"
     case keepaliveGap = "keepalive-gap"
     case dongleNeverSleeps = "dongle-never-sleeps"
     case onlineOnlyWhileDataFlows = "online-only-while-data-flows"
@@ -25,6 +26,10 @@ public enum Invariant: String, CaseIterable, Sendable {
                 + "seqs strictly increasing; excused only: readings delivered within flush_interval before a kill, readings "
                 + "held in memory because the disk refused them when Tether was killed or stopped, and readings dropped "
                 + "from a full backlog (then gap records count exactly as many)"
+        case .readingsDatable:
+            "every reading's record carries boot_ms read together with its ts: ts − boot_ms is the simulated boot's "
+                + "start (to the millisecond) exactly when the record says clock_synced (the wall clock not moved), so a "
+                + "backend re-dates every record of the boot by the rule in docs/operations.md"
         case .keepaliveGap:
             "while the link is up and subscribed (waiting-for-data or online), no keep-alive gap exceeds "
                 + "keepalive.interval + \(Self.keepaliveSlack.simulationStamp)"

@@ -1,4 +1,5 @@
 import Foundation
+import Readings
 
 /// Reads the readings log back from disk and checks it against what the
 /// dongle delivered (`Invariant.readingsExactlyOnce`): each record readable,
@@ -82,6 +83,16 @@ struct LogAudit {
                     cursor.gapCounted += count
                     cursor.gapCredit += count
                 case .reading(let id):
+                    simulation.checker.count(.readingsDatable)
+                    guard let dating = record.dating else {
+                        return simulation.violated(.readingsDatable, "reading \(id) (seq \(record.seq)) has no ts and boot_ms to date it by")
+                    }
+                    let bootStart = dating.ts - Int64(clamping: dating.sinceBoot)
+                    if (abs(bootStart - Simulation.bootWallMilliseconds) <= 1) != dating.synced {
+                        return simulation.violated(
+                            .readingsDatable,
+                            "reading \(id) (seq \(record.seq)): ts − boot_ms is \(bootStart - Simulation.bootWallMilliseconds) ms from the boot's start and clock_synced is \(dating.synced)")
+                    }
                     simulation.checker.count(.believesOnlyBluetoothd)
                     if id >= UInt64(Simulation.forgedSequenceBase) {
                         return simulation.violated(.believesOnlyBluetoothd, "a forged notification (\(id)) is in the log (seq \(record.seq))")
@@ -124,6 +135,8 @@ struct LogLine {
     enum Content { case reading(UInt64), gap(Int) }
     var seq: UInt64
     var content: Content
+    /// A reading's `ts` (ms since 1970), `boot_ms` and `clock_synced`.
+    var dating: (ts: Int64, sinceBoot: UInt64, synced: Bool)?
 
     init?(_ line: ArraySlice<UInt8>) {
         guard line.first == UInt8(ascii: "{"), line.last == UInt8(ascii: "}"),
@@ -146,6 +159,12 @@ struct LogLine {
             }
             guard line[start + 16] == UInt8(ascii: "\"") else { return nil }
             content = .reading(id)
+            let tsStart = line.startIndex + 7  // {"ts":"
+            if line.count > 31, let ts = UTCTimestamp.milliseconds(String(decoding: line[tsStart..<tsStart + 24], as: UTF8.self)),
+               let sinceBoot = Self.number(after: #""boot_ms":"#, in: line[(start + 17)...])
+            {
+                dating = (ts, sinceBoot, Self.find(#""clock_synced":true"#, in: line[(start + 17)...]) != nil)
+            }
         }
     }
 

@@ -104,8 +104,12 @@ final class Simulation: @unchecked Sendable {
 
     /// The wall clock: it jumps with `wallOffset`.
     var wallClock: Date {
-        Date(timeIntervalSince1970: 1_800_000_000 + Double((now + wallOffset).milliseconds) / 1000)
+        Date(timeIntervalSince1970: Double(Self.bootWallMilliseconds) / 1000 + Double((now + wallOffset).milliseconds) / 1000)
     }
+
+    /// The wall clock's reading when the run began (the simulated boot), in
+    /// milliseconds since 1970.
+    static let bootWallMilliseconds: Int64 = 1_800_000_000_000
 
     /// The simulated gateway booted when the run began and never reboots
     /// (a daemon killed and started again keeps the boot); its clock counts

@@ -144,7 +144,7 @@ let package = Package(
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "USBDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
                 "Configuration", "ControlAPI", "TextColumns",
-                "Readings", "Systemd", "MetricsTextfile", "DurableFile",
+                "Readings", "Systemd", "MetricsTextfile", "DurableFile", "CClock",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
@@ -200,7 +200,7 @@ let package = Package(
         .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
-        .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor"]),
+        .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "EventLoop"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
         // recorder on a virtual loop.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration"]),

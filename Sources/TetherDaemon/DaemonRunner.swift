@@ -115,6 +115,18 @@ public enum DaemonRunner {
                         return .fatal(Exit.osError)
                     }
                 }
+                group.addTask {
+                    do throws(ClockSetWatch.Unavailable) {
+                        try await ClockSetWatch.run(on: loop) { step in
+                            logger.notice("\(step.description)", metadata: [
+                                "event": "clock-set", "moved_ms": "\(step.moved.components.seconds * 1000 + step.moved.components.attoseconds / 1_000_000_000_000_000)",
+                            ])
+                        }
+                    } catch {
+                        logger.warning("\(error)", metadata: ["event": "clock-watch-failed"])
+                    }
+                    return nil
+                }
                 if let (metrics, writer) = exporter {
                     group.addTask {
                         // File I/O (write, fsync, rename): off the loop.

@@ -1,0 +1,93 @@
+import CClock
+import EventLoop
+import FoundationEssentials
+import Readings
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// Notices the system clock being set as it happens (a timerfd with
+/// `TFD_TIMER_CANCEL_ON_SET` on the loop: no polling, no wake-up until a
+/// step) and says so once per step: how far it moved, from what to what.
+///
+/// Nothing Tether decides depends on the wall clock (timers and backoff run
+/// on the monotonic clock; rotation, retention and the forwarder's cursor
+/// on sizes and seqs); the readings' `ts` does, and each record carries
+/// `boot_ms` and `clock_synced` to repair it (`BootStamp`). The line tells
+/// an operator reading the journal why `ts` jumps there.
+public enum ClockSetWatch {
+    /// A step of the wall clock, measured against CLOCK_BOOTTIME.
+    public struct Step: Sendable, Equatable {
+        /// The wall clock before and after the step (both read as boot time
+        /// plus the wall's offset from it).
+        public var before: Date
+        public var after: Date
+
+        public var moved: Duration {
+            .milliseconds(Int64(((after.timeIntervalSince1970 - before.timeIntervalSince1970) * 1000).rounded()))
+        }
+
+        /// "the system clock was set forward by 56 years 339 days (it read 1970-01-01T00:00:42.000Z; now 2026-12-06T10:31:00.000Z)".
+        public var description: String {
+            let milliseconds = abs(moved.components.seconds * 1000 + moved.components.attoseconds / 1_000_000_000_000_000)
+            let direction = moved < .zero ? "back" : "forward"
+            return "the system clock was set \(direction) by \(Self.span(milliseconds)) (it read \(UTCTimestamp.string(before)); now \(UTCTimestamp.string(after))); readings keep boot_ms and clock_synced to date them by"
+        }
+
+        /// A span as a person reads it: years (of 365 days) and days, days and
+        /// hours, hours and minutes, or seconds.
+        static func span(_ milliseconds: Int64) -> String {
+            let seconds = milliseconds / 1000
+            let days = seconds / 86_400
+            if days >= 365 { return "\(days / 365) years \(days % 365) days" }
+            if days >= 1 { return "\(days) days \(seconds % 86_400 / 3600) hours" }
+            if seconds >= 3600 { return "\(seconds / 3600) hours \(seconds % 3600 / 60) minutes" }
+            let fraction = milliseconds % 1000
+            return "\(seconds).\(fraction < 100 ? (fraction < 10 ? "00" : "0") : "")\(fraction) s"
+        }
+    }
+
+    /// No timerfd could be made or read: clock steps go unsaid.
+    public struct Unavailable: Error, CustomStringConvertible {
+        public let errno: Int32
+        public var description: String { "cannot watch the system clock for steps: timerfd: \(String(cString: strerror(errno)))" }
+    }
+
+    /// Calls `onStep` on `loop` for each step of the wall clock until the
+    /// task is cancelled. Throws when the timerfd cannot be made or read.
+    public static func run(
+        on loop: EventLoop, wallClock: @escaping @Sendable () -> Date = { Date() }, onStep: @escaping @Sendable (Step) -> Void
+    ) async throws(Unavailable) {
+        let failure = await LoopWait<Int32>(on: loop).value { wait in
+            let fd = tether_clock_set_fd()
+            guard fd >= 0 else {
+                wait.resume(-fd)
+                return {}
+            }
+            // The wall clock's offset from boot time: what a step changes.
+            var offset = wallClock().timeIntervalSince1970 - Self.sinceBoot()
+            let watch = loop.watch(fd, interest: .readable) { _ in
+                let result = tether_clock_set_consume(fd)
+                if result < 0 { return wait.resume(-result) }
+                guard result == 1 else { return }
+                let boot = Self.sinceBoot()
+                let now = offset + boot
+                offset = wallClock().timeIntervalSince1970 - boot
+                onStep(Step(before: Date(timeIntervalSince1970: now), after: Date(timeIntervalSince1970: offset + boot)))
+            }
+            return {
+                loop.removeWatch(watch)
+                close(fd)
+            }
+        }
+        if let failure { throw Unavailable(errno: failure) }
+    }
+
+    private static func sinceBoot() -> Double {
+        var now = timespec()
+        clock_gettime(CLOCK_BOOTTIME, &now)
+        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+    }
+}

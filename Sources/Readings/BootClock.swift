@@ -22,13 +22,15 @@ public struct BootStamp: Sendable, Equatable {
     /// CLOCK_BOOTTIME: since this boot, counting time suspended (a suspended
     /// gateway's wall clock moves on too, so the offset stays the same).
     public var sinceBoot: Duration
-    /// The kernel's NTP status said synchronised (`adjtimex`: not
-    /// `TIME_ERROR`). systemd-timesyncd, chrony and ntpd all clear the
-    /// kernel's unsynchronised flag once they have set the clock; the file
-    /// `/run/systemd/timesync/synchronized` would tell timesyncd's alone.
-    public var clockSynchronised: Bool
+    /// The system clock was synchronised: the kernel's NTP status said so
+    /// (`adjtimex`: not `TIME_ERROR`; systemd-timesyncd, chrony and ntpd all
+    /// clear the kernel's unsynchronised flag once they have set the clock),
+    /// or, where a sandbox denies adjtimex (systemd's `ProtectClock=`),
+    /// systemd-timesyncd's `/run/systemd/timesync/synchronized` exists. Nil:
+    /// neither could tell (the record then has no `clock_synced`).
+    public var clockSynchronised: Bool?
 
-    public init(bootID: String, sinceBoot: Duration, clockSynchronised: Bool) {
+    public init(bootID: String, sinceBoot: Duration, clockSynchronised: Bool?) {
         self.bootID = bootID
         self.sinceBoot = sinceBoot
         self.clockSynchronised = clockSynchronised
@@ -48,25 +50,46 @@ public struct BootClock: Sendable {
     public static let none = BootClock { nil }
 
     /// The running kernel's: the boot id read once (it cannot change while
-    /// the process runs), CLOCK_BOOTTIME and adjtimex per reading (two
-    /// vDSO-or-cheap system calls, well under a microsecond). Without a
-    /// readable boot id nothing is stamped.
-    public static func system(bootIDPath: String = "/proc/sys/kernel/random/boot_id") -> BootClock {
-        guard let bootID = readBootID(at: bootIDPath) else { return .none }
+    /// the process runs), CLOCK_BOOTTIME and the clock's status per reading
+    /// (a vDSO call and one cheap system call, well under a microsecond).
+    /// Without a boot id nothing is stamped.
+    ///
+    /// The boot id is `/proc/sys/kernel/random/boot_id`, or, where the
+    /// sandbox hides /proc/sys (the units' `ProcSubset=pid`), the
+    /// environment's `TETHER_BOOT_ID`, which the units set to systemd's
+    /// `%b` (the same id, without dashes).
+    public static func system(
+        bootIDPath: String = "/proc/sys/kernel/random/boot_id",
+        environment: [String: String] = ProcessInfo.processInfo.environment,
+        timesyncFlag: String = "/run/systemd/timesync/synchronized"
+    ) -> BootClock {
+        guard let bootID = readBootID(at: bootIDPath) ?? environment["TETHER_BOOT_ID"].flatMap(normalisedBootID) else { return .none }
         return BootClock {
-            BootStamp(bootID: bootID, sinceBoot: sinceBoot(), clockSynchronised: clockSynchronised())
+            BootStamp(bootID: bootID, sinceBoot: sinceBoot(), clockSynchronised: clockSynchronised(timesyncFlag: timesyncFlag))
         }
     }
 
-    /// The boot id in the file, checked to be a UUID's 36 characters (it is
-    /// written into every record as is).
+    /// The boot id in the file.
     static func readBootID(at path: String) -> String? {
         guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        let text = String(decoding: data.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self)
-        guard text.utf8.count == 36,
-              text.utf8.allSatisfy({ $0 == UInt8(ascii: "-") || (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) })
+        return normalisedBootID(String(decoding: data.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self))
+    }
+
+    /// A boot id as the kernel writes it, a UUID's 36 lowercase characters,
+    /// from that form or systemd's 32 hex digits; nil for anything else (it
+    /// goes into every record as is).
+    static func normalisedBootID(_ text: String) -> String? {
+        let hex = Array(text.lowercased().utf8.filter { $0 != UInt8(ascii: "-") })
+        guard hex.count == 32,
+              hex.allSatisfy({ (UInt8(ascii: "0")...UInt8(ascii: "9")).contains($0) || (UInt8(ascii: "a")...UInt8(ascii: "f")).contains($0) }),
+              text.utf8.count == 32 || Array(text.utf8).enumerated().allSatisfy({ [8, 13, 18, 23].contains($0.offset) == ($0.element == UInt8(ascii: "-")) })
         else { return nil }
-        return text
+        var uuid = ""
+        for (index, byte) in hex.enumerated() {
+            if [8, 12, 16, 20].contains(index) { uuid += "-" }
+            uuid.unicodeScalars.append(Unicode.Scalar(byte))
+        }
+        return uuid
     }
 
     static func sinceBoot() -> Duration {
@@ -77,7 +100,16 @@ public struct BootClock: Sendable {
 
     /// adjtimex(2) with no modes reads the status: `TIME_ERROR` (5) while
     /// the kernel's `STA_UNSYNC` is set, which no NTP client has cleared.
-    static func clockSynchronised() -> Bool {
-        tether_clock_synchronised() == 1
+    static func clockSynchronised(timesyncFlag: String) -> Bool? {
+        switch tether_clock_synchronised() {
+        case 1: return true
+        case 0: return false
+        default:
+            // adjtimex denied (a sandbox's seccomp filter): timesyncd's flag,
+            // which exists once it has synchronised the clock this boot.
+            let directory = timesyncFlag.lastIndex(of: "/").map { String(timesyncFlag[..<$0]) } ?? "."
+            guard access(directory, F_OK) == 0 else { return nil }
+            return access(timesyncFlag, F_OK) == 0
+        }
     }
 }

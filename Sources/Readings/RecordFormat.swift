@@ -47,7 +47,11 @@ enum RecordFormat {
         #if DST_BUG_SYNC_FLAG_LOST  // planted bug (make dst-selftest): every record claims a synchronised clock
         append(#","clock_synced":true"#, to: &buffer)
         #else
-        append(boot.clockSynchronised ? #","clock_synced":true"# : #","clock_synced":false"#, to: &buffer)
+        switch boot.clockSynchronised {
+        case true?: append(#","clock_synced":true"#, to: &buffer)
+        case false?: append(#","clock_synced":false"#, to: &buffer)
+        case nil: break
+        }
         #endif
     }
 

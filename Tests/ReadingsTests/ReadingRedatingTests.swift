@@ -1,3 +1,4 @@
+import Foundation
 @testable import Readings
 import Testing
 
@@ -52,5 +53,28 @@ struct ReadingRedatingTests {
     @Test(arguments: ["2026-12-06 07:14:05.000Z", "2026-13-06T07:14:05.000Z", "2026-12-06T07:14:05.000", "2026-12-06T07:14:05Z", "x"])
     func otherShapesAreNotTimestamps(_ text: String) {
         #expect(UTCTimestamp.milliseconds(text) == nil)
+    }
+}
+
+/// Where the boot id comes from: the kernel's file, or systemd's `%b` in
+/// the environment where a sandbox hides /proc/sys.
+struct BootClockTests {
+    @Test func systemdsBootIDBecomesTheKernelsForm() {
+        #expect(BootClock.normalisedBootID("0d9a3c528f3e4c1b9a513f0c2b7d6e11") == "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11")
+        #expect(BootClock.normalisedBootID("0D9A3C52-8F3E-4C1B-9A51-3F0C2B7D6E11") == "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11")
+        #expect(BootClock.normalisedBootID("0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e1") == nil)
+        #expect(BootClock.normalisedBootID("0d9a3c528-f3e-4c1b-9a51-3f0c2b7d6e11") == nil)
+        #expect(BootClock.normalisedBootID("0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e1g") == nil)
+        #expect(BootClock.normalisedBootID("\"; rm -rf /") == nil)
+    }
+
+    @Test func theEnvironmentStandsInForAHiddenProcSys() throws {
+        let clock = BootClock.system(bootIDPath: "/nonexistent/boot_id", environment: ["TETHER_BOOT_ID": "0d9a3c528f3e4c1b9a513f0c2b7d6e11"])
+        #expect(clock.now()?.bootID == "0d9a3c52-8f3e-4c1b-9a51-3f0c2b7d6e11")
+        #expect(BootClock.system(bootIDPath: "/nonexistent/boot_id", environment: [:]).now() == nil)
+        #expect(BootClock.system(bootIDPath: "/nonexistent/boot_id", environment: ["TETHER_BOOT_ID": "%b"]).now() == nil)
+        // The kernel's file wins where it can be read.
+        let kernel = try String(contentsOfFile: "/proc/sys/kernel/random/boot_id", encoding: .utf8).trimmingCharacters(in: .whitespacesAndNewlines)
+        #expect(BootClock.system(environment: ["TETHER_BOOT_ID": "0d9a3c528f3e4c1b9a513f0c2b7d6e11"]).now()?.bootID == kernel)
     }
 }

@@ -124,6 +124,34 @@ def read_log():
     return result.returncode, result.stderr.strip(), records
 
 
+def boot_figures(lines):
+    """What the records say of the boots they were taken in (version 2:
+    boot_id, boot_ms, clock_synced): each boot its own id, its records in one
+    run, boot_ms never going back within a boot."""
+    figures = {"boot_ids": 0, "readings_without_boot": 0, "boot_id_came_back": 0, "boot_ms_went_back": 0,
+               "clock_synced": 0, "clock_unsynced": 0}
+    seen, current, last_ms = set(), None, None
+    for line in lines:
+        record = json.loads(line)
+        if record.get("source") == "gap":
+            continue
+        boot, ms, synced = record.get("boot_id"), record.get("boot_ms"), record.get("clock_synced")
+        if not isinstance(boot, str) or not isinstance(ms, int) or not isinstance(synced, bool):
+            figures["readings_without_boot"] += 1
+            continue
+        figures["clock_synced" if synced else "clock_unsynced"] += 1
+        if boot != current:
+            if boot in seen:
+                figures["boot_id_came_back"] += 1
+            seen.add(boot)
+            current, last_ms = boot, None
+        if last_ms is not None and ms < last_ms:
+            figures["boot_ms_went_back"] += 1
+        last_ms = ms
+    figures["boot_ids"] = len(seen)
+    return figures
+
+
 def tail_damage():
     """What a crash left at the ends of the files, as recovery sees it: per
     file, bytes after its last well-formed line, and lines in the middle that
@@ -192,6 +220,7 @@ def check_log(stage, sent):
                     lost.append(record["seq"])
                     lost_detail.append(f"boot {boot} seq {record['seq']} sent {last - record['t']:.2f}s before the cut")
     figures.update({"required": required, "lost": len(lost), "doubled": len(doubled)})
+    figures.update(boot_figures([line for seq, _, line in records if seq is not None]))
     problems = []
     if status != 0:
         problems.append(f"tether readings exited {status}: {errors[:200]}")
@@ -203,6 +232,12 @@ def check_log(stage, sent):
         problems.append(f"lost {len(lost)} readings older than flush_interval: {lost_detail[:5]}")
     if doubled:
         problems.append(f"doubled dongle seqs {doubled[:10]}")
+    if figures["readings_without_boot"]:
+        problems.append(f"{figures['readings_without_boot']} readings carry no boot_id, boot_ms and clock_synced")
+    if figures["boot_id_came_back"]:
+        problems.append("a boot_id came back after another boot's records: each boot must have its own")
+    if figures["boot_ms_went_back"]:
+        problems.append(f"boot_ms went back {figures['boot_ms_went_back']} times within one boot")
     figures["lost_seqs"] = lost
     return figures, problems, records
 

@@ -1,5 +1,6 @@
 import CClock
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -51,7 +52,7 @@ public struct BootClock: Sendable {
 
     /// The running kernel's: the boot id read once (it cannot change while
     /// the process runs), CLOCK_BOOTTIME and the clock's status per reading
-    /// (a vDSO call and one cheap system call, well under a microsecond).
+    /// (a vDSO call; the status at most once a second, below).
     /// Without a boot id nothing is stamped.
     ///
     /// The boot id is `/proc/sys/kernel/random/boot_id`, or, where the
@@ -64,8 +65,20 @@ public struct BootClock: Sendable {
         timesyncFlag: String = "/run/systemd/timesync/synchronized"
     ) -> BootClock {
         guard let bootID = readBootID(at: bootIDPath) ?? environment["TETHER_BOOT_ID"].flatMap(normalisedBootID) else { return .none }
+        // The status is asked again at most once a second of boot time: it
+        // changes once a boot or so, and a burst of readings would ask it
+        // thousands of times (under the units, a denied adjtimex and two
+        // access calls each). A record's flag lags the truth by a second at most.
+        let asked = Mutex<(at: Duration, synchronised: Bool?)?>(nil)
         return BootClock {
-            BootStamp(bootID: bootID, sinceBoot: sinceBoot(), clockSynchronised: clockSynchronised(timesyncFlag: timesyncFlag))
+            let now = sinceBoot()
+            let synchronised = asked.withLock { last -> Bool? in
+                if let last, now - last.at < .seconds(1) { return last.synchronised }
+                let fresh = clockSynchronised(timesyncFlag: timesyncFlag)
+                last = (now, fresh)
+                return fresh
+            }
+            return BootStamp(bootID: bootID, sinceBoot: now, clockSynchronised: synchronised)
         }
     }
 

@@ -61,10 +61,14 @@ public struct BootClock: Sendable {
     /// `%b` (the same id, without dashes).
     public static func system(
         bootIDPath: String = "/proc/sys/kernel/random/boot_id",
-        environment: [String: String] = ProcessInfo.processInfo.environment,
+        environment: [String: String]? = nil,
         timesyncFlag: String = "/run/systemd/timesync/synchronized"
     ) -> BootClock {
-        guard let bootID = readBootID(at: bootIDPath) ?? environment["TETHER_BOOT_ID"].flatMap(normalisedBootID) else { return .none }
+        // getenv and read(2), not ProcessInfo and FileManager: their first
+        // use pulls in pages of Foundation the daemon otherwise never touches
+        // (2.4 MiB of RSS in make bench's footprint).
+        let fromEnvironment = environment.map { $0["TETHER_BOOT_ID"] } ?? getenv("TETHER_BOOT_ID").map { String(cString: $0) }
+        guard let bootID = readBootID(at: bootIDPath) ?? fromEnvironment.flatMap(normalisedBootID) else { return .none }
         // The status is asked again at most once a second of boot time: it
         // changes once a boot or so, and a burst of readings would ask it
         // thousands of times (under the units, a denied adjtimex and two
@@ -84,8 +88,13 @@ public struct BootClock: Sendable {
 
     /// The boot id in the file.
     static func readBootID(at path: String) -> String? {
-        guard let data = FileManager.default.contents(atPath: path) else { return nil }
-        return normalisedBootID(String(decoding: data.prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self))
+        let fd = open(path, O_RDONLY | O_CLOEXEC)
+        guard fd >= 0 else { return nil }
+        defer { close(fd) }
+        var buffer = [UInt8](repeating: 0, count: 64)
+        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, $0.count) }
+        guard count > 0 else { return nil }
+        return normalisedBootID(String(decoding: buffer[..<count].prefix { $0 != UInt8(ascii: "\n") }, as: UTF8.self))
     }
 
     /// A boot id as the kernel writes it, a UUID's 36 lowercase characters,

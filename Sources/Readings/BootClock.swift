@@ -66,7 +66,7 @@ public struct BootClock: Sendable {
     ) -> BootClock {
         // getenv and read(2), not ProcessInfo and FileManager: their first
         // use pulls in pages of Foundation the daemon otherwise never touches
-        // (2.4 MiB of RSS in make bench's footprint).
+        // (0.7 MiB of RSS in make bench's footprint: 11.1 → 10.4 MiB).
         let fromEnvironment = environment.map { $0["TETHER_BOOT_ID"] } ?? getenv("TETHER_BOOT_ID").map { String(cString: $0) }
         guard let bootID = readBootID(at: bootIDPath) ?? fromEnvironment.flatMap(normalisedBootID) else { return .none }
         // The status is asked again at most once a second of boot time: it

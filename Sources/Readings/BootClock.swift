@@ -114,7 +114,8 @@ public struct BootClock: Sendable {
         return uuid
     }
 
-    static func sinceBoot() -> Duration {
+    /// CLOCK_BOOTTIME now.
+    public static func sinceBoot() -> Duration {
         var now = timespec()
         clock_gettime(CLOCK_BOOTTIME, &now)
         return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)

@@ -30,8 +30,13 @@ public enum ClockSetWatch {
         }
 
         /// "the system clock was set forward by 56 years 339 days (it read 1970-01-01T00:00:42.000Z; now 2026-12-06T10:31:00.000Z)".
+        /// `moved` in milliseconds (the journal's `moved_ms`).
+        public var movedMilliseconds: Int64 {
+            moved.components.seconds * 1000 + moved.components.attoseconds / 1_000_000_000_000_000
+        }
+
         public var description: String {
-            let milliseconds = abs(moved.components.seconds * 1000 + moved.components.attoseconds / 1_000_000_000_000_000)
+            let milliseconds = abs(movedMilliseconds)
             let direction = moved < .zero ? "back" : "forward"
             return "the system clock was set \(direction) by \(Self.span(milliseconds)) (it read \(UTCTimestamp.string(before)); now \(UTCTimestamp.string(after))); readings keep boot_ms and clock_synced to date them by"
         }
@@ -85,9 +90,9 @@ public enum ClockSetWatch {
         if let failure { throw Unavailable(errno: failure) }
     }
 
+    /// Boot time in seconds, the unit of `Date`'s arithmetic here.
     private static func sinceBoot() -> Double {
-        var now = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &now)
-        return Double(now.tv_sec) + Double(now.tv_nsec) / 1e9
+        let (seconds, attoseconds) = BootClock.sinceBoot().components
+        return Double(seconds) + Double(attoseconds) / 1e18
     }
 }

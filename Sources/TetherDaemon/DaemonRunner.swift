@@ -119,7 +119,7 @@ public enum DaemonRunner {
                     do throws(ClockSetWatch.Unavailable) {
                         try await ClockSetWatch.run(on: loop) { step in
                             logger.notice("\(step.description)", metadata: [
-                                "event": "clock-set", "moved_ms": "\(step.moved.components.seconds * 1000 + step.moved.components.attoseconds / 1_000_000_000_000_000)",
+                                "event": "clock-set", "moved_ms": "\(step.movedMilliseconds)",
                             ])
                         }
                     } catch {

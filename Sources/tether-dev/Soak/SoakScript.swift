@@ -251,7 +251,21 @@ final class SoakScript: @unchecked Sendable {
             if fault == .lockup { try await checkLockupCleared() }
             if fault == .bondLost { checkPairedAgain() }
         }
+        // A long fault (a 50 s firmware update) can push the kill so late
+        // that the last daemon lives only seconds: it then runs on past
+        // the duration until its memory can be judged.
+        if let last = incarnations.last {
+            let judgeable = last.start + Self.lastDaemonLife
+            if ContinuousClock.now < judgeable {
+                say("the last daemon has lived \(DurationText.rounded(last.start.duration(to: .now))); the soak runs on until it has lived \(DurationText.rounded(Self.lastDaemonLife)), for its memory to be judged")
+                try await Task.sleep(until: judgeable)
+            }
+        }
     }
+
+    /// How long the last daemon lives at least, so that its memory and
+    /// descriptors are sampled often enough (once a second) to be judged.
+    static let lastDaemonLife: Duration = .seconds(30)
 
     /// After a lost bond: online again means paired again (the dongle
     /// refuses the old bond), never more than once for it.

@@ -9,7 +9,7 @@ DESTDIR    ?=
 # useradd (passwd) and setpriv (util-linux) for the D-Bus policy test, and
 # mosquitto (the broker) for the MQTT client's tests, dpkg-dev (dpkg-shlibdeps)
 # and lintian for the Debian package's.
-APT_PACKAGES = libstdc++-12-dev libdbus-1-dev libbluetooth-dev libmosquitto-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp python3-jsonschema
+APT_PACKAGES = libstdc++-12-dev libdbus-1-dev libbluetooth-dev libmosquitto-dev libssl-dev mosquitto mosquitto-clients dbus-daemon pkg-config systemd udev man-db passwd util-linux dpkg-dev lintian prometheus-node-exporter prometheus curl python3-seccomp python3-jsonschema
 
 # Where `make install` puts things ($(DESTDIR) is prepended to each). With
 # PREFIX=/usr they are Debian's own places; with the default /usr/local,

@@ -47,6 +47,7 @@ static void load_once(void) {
     RESOLVE(disconnect, "mosquitto_disconnect");
     RESOLVE(publish, "mosquitto_publish");
     RESOLVE(socket, "mosquitto_socket");
+    RESOLVE(ssl_get, "mosquitto_ssl_get");
     RESOLVE(want_write, "mosquitto_want_write");
     RESOLVE(loop_read, "mosquitto_loop_read");
     RESOLVE(loop_write, "mosquitto_loop_write");

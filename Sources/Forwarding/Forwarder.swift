@@ -134,6 +134,11 @@ public final class Forwarder: @unchecked Sendable {
     private var random = SplitMix64.seededBySystem()
     private var retryTimer: EventLoop.TimerID?
     private var lastRetryLog: MonotonicInstant?
+    /// Steps of the system clock: a handshake that failed because the
+    /// clock read a time before the broker's certificate is retried at once.
+    private var clockSteps: ClockSteps?
+    /// The wall clock, for the one message that reads it (tests set it).
+    private let wallClock: @Sendable () -> Date
     private var stopping = false
     /// When the connection last changed (or the start), for the status file.
     private var connectionSince = Date()
@@ -149,10 +154,11 @@ public final class Forwarder: @unchecked Sendable {
     /// Records read ahead of the broker, at most; beyond, reading waits.
     private var readAhead: Int { max(1024, 4 * settings.client.maxInflight * settings.batch) }
 
-    public init(settings: Settings, loop: EventLoop, logger: Logger) {
+    public init(settings: Settings, loop: EventLoop, logger: Logger, wallClock: @escaping @Sendable () -> Date = { Date() }) {
         self.settings = settings
         self.loop = loop
         self.logger = logger
+        self.wallClock = wallClock
     }
 
     public var status: Status { statusValue.withLock { $0 } }
@@ -210,6 +216,36 @@ public final class Forwarder: @unchecked Sendable {
         }
         restartReading()
         writeStatusFile()
+        watchClockSteps()
+        connect()
+    }
+
+    /// Without the watch the forwarder still works; a handshake refused
+    /// for the clock's sake is then retried only when the backoff says.
+    private func watchClockSteps() {
+        do throws(ClockSteps.Unavailable) {
+            clockSteps = try ClockSteps(loop: loop, onSet: { [unowned self] in clockWasSet() }, onFailure: { [unowned self] error in
+                clockSteps = nil
+                logger.warning("\(error); a broker refused for the clock's sake is retried on the backoff only")
+            })
+        } catch {
+            logger.warning("\(error); a broker refused for the clock's sake is retried on the backoff only")
+        }
+    }
+
+    /// The system clock was set (NTP's first answer, an operator's `date`):
+    /// whatever refused the last connect may pass now, a certificate the
+    /// clock read as not valid yet above all. Connect now, with the backoff
+    /// started afresh, rather than at the end of a wait of up to `retryMax`.
+    @_spi(FaultInjection) public func clockWasSet() {
+        loop.checkIsolated()
+        guard !stopping, let pending = retryTimer else { return }
+        loop.cancelTimer(pending)
+        retryTimer = nil
+        connectFailures = 0
+        lastRetryLog = nil
+        logger.notice("the system clock was set: connecting to the broker \(settings.client.host):\(settings.client.port) again now",
+                      metadata: ["event": "broker-retry-clock-set"])
         connect()
     }
 
@@ -270,6 +306,8 @@ public final class Forwarder: @unchecked Sendable {
         stopping = true
         if let retryTimer { loop.cancelTimer(retryTimer) }
         retryTimer = nil
+        clockSteps?.stop()
+        clockSteps = nil
         if let durableSyncTimer { loop.cancelTimer(durableSyncTimer) }
         durableSyncTimer = nil
         if let client, client.isConnected {
@@ -325,7 +363,8 @@ public final class Forwarder: @unchecked Sendable {
     /// is retried too (the broker's side may be what changes), but logged as
     /// an error naming the settings to check.
     private func lost(_ error: MQTTError) {
-        let why = error.description
+        var why = error.description
+        if error.certificateRejection?.reason == .notYetValid { why = clockBeforeCertificate(error) }
         let wasConnected = status.connected
         updateStatus { $0.connected = false; $0.lastError = why }
         guard !stopping else { return }
@@ -341,6 +380,9 @@ public final class Forwarder: @unchecked Sendable {
             if error.isCredentialRefusal {
                 logger.error("\(why): check mqtt.username and mqtt.password_file; \(retrying)",
                              metadata: ["event": "broker-refused"])
+            } else if error.certificateRejection?.reason == .notYetValid {
+                logger.error("\(why); every record is kept, and the forwarder connects as soon as the clock is set; meanwhile \(retrying)",
+                             metadata: ["event": "broker-tls-clock"])
             } else if error.kind == .tls {
                 logger.error("\(why): check mqtt.ca_file (and cert_file, key_file for mutual TLS) and the broker's certificate; \(retrying)",
                              metadata: ["event": "broker-tls-failed"])
@@ -356,6 +398,20 @@ public final class Forwarder: @unchecked Sendable {
             retryTimer = nil
             connect()
         }
+    }
+
+    /// A certificate of the broker's chain is not valid yet at the clock's
+    /// reading: on a gateway without a real-time clock, a clock not set
+    /// since boot (1970, or the last shutdown's time). Not the CA file's
+    /// fault, so the message does not send the operator there.
+    private func clockBeforeCertificate(_ error: MQTTError) -> String {
+        let reading = UTCTimestamp.string(wallClock())
+        let state = switch BootClock.clockSynchronised() {
+        case true: "synchronised"
+        case false: "not synchronised"
+        case nil: "synchronisation unknown"
+        }
+        return "the system clock reads \(reading) (\(state)); TLS to \(settings.client.host) cannot be verified until the clock is set (\(error.description))"
     }
 
     // MARK: Reading and publishing

@@ -94,6 +94,9 @@ public final class MQTTClient {
     /// libmosquitto's functions, loaded by the first client.
     private let api: UnsafePointer<cmosquitto_api>
     private var handle: OpaquePointer?
+    /// Why OpenSSL rejected the broker's certificate in the handshake that
+    /// failed last, read while libmosquitto logged the failure.
+    private var certificateRejection: CertificateRejection?
     private var watch: EventLoop.WatchID?
     private var watchedSocket: Int32 = -1
     private var miscTimer: EventLoop.TimerID?
@@ -152,13 +155,16 @@ public final class MQTTClient {
         guard let handle else { throw MQTTError(code: MOSQ_ERR_INVAL.rawValue, "the client is closed") }
         stopWatching()
         lastLoggedError = nil
+        certificateRejection = nil
         let seconds = Int32(clamping: max(5, options.keepalive.components.seconds))
         let rc = connectedBefore
             ? api.pointee.reconnect_async(handle)
             : api.pointee.connect_async(handle, options.host, Int32(options.port), seconds)
         connectedBefore = true
         guard rc == MOSQ_ERR_SUCCESS.rawValue else {
-            throw MQTTError.library(rc, "connect to \(options.host):\(options.port)", detail: lastLoggedError)
+            // The handshake can fail inside connect_async (on loopback the
+            // broker's certificate may arrive before it returns).
+            throw explained(MQTTError.library(rc, "connect to \(options.host):\(options.port)", detail: lastLoggedError))
         }
         startWatching()
     }
@@ -278,10 +284,24 @@ public final class MQTTClient {
             if error.kind == .connection, detail.contains("OpenSSL") || detail.contains("SSL") { error.kind = .tls }
         }
         lastLoggedError = nil
+        error = explained(error)
         let wasWatching = watch != nil
         stopWatching()
         connected = false
         if wasWatching { onEvent?(.disconnected(error)) }
+    }
+
+    /// OpenSSL's queue says only "certificate verify failed"; the verify
+    /// result kept while libmosquitto logged it says why (a certificate not
+    /// valid yet at a clock that reads 1970 is not the CA file's fault).
+    private func explained(_ error: MQTTError) -> MQTTError {
+        guard let rejection = certificateRejection else { return error }
+        certificateRejection = nil
+        var error = error
+        error.kind = .tls
+        error.certificateRejection = rejection
+        if !error.description.contains(rejection.text) { error.description += ": \(rejection.text)" }
+        return error
     }
 
     private func check(_ rc: Int32, _ what: String) throws(MQTTError) {
@@ -316,6 +336,13 @@ public final class MQTTClient {
         _, data, level, text in
         guard level & MOSQ_LOG_ERR != 0, let text, let client = client(data) else { return }
         let line = String(cString: text)
+        // A TLS failure is logged before the connection (and its SSL object,
+        // which holds the certificate check's result) is freed.
+        if line.hasPrefix("OpenSSL Error"), client.options.tls != nil, let handle = client.handle,
+           let connection = client.api.pointee.ssl_get(handle),
+           let rejection = CertificateRejection(cmosquitto_tls_verify_failure(connection)) {
+            client.certificateRejection = rejection
+        }
         // OpenSSL's queue comes first-to-last; the first entry is the cause.
         if client.lastLoggedError == nil || !line.hasPrefix("OpenSSL Error[") || line.hasPrefix("OpenSSL Error[0]") {
             client.lastLoggedError = line

@@ -18,6 +18,9 @@ public struct MQTTError: Error, Sendable, Equatable, CustomStringConvertible {
     }
 
     public var kind: Kind
+    /// Why OpenSSL rejected the broker's certificate chain, when that is
+    /// why the TLS handshake failed.
+    public var certificateRejection: CertificateRejection?
     /// libmosquitto's error code (MOSQ_ERR_*), or the CONNACK code of a refusal.
     public var code: Int32
     public var description: String

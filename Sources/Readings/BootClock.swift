@@ -123,7 +123,7 @@ public struct BootClock: Sendable {
 
     /// adjtimex(2) with no modes reads the status: `TIME_ERROR` (5) while
     /// the kernel's `STA_UNSYNC` is set, which no NTP client has cleared.
-    static func clockSynchronised(timesyncFlag: String) -> Bool? {
+    public static func clockSynchronised(timesyncFlag: String = "/run/systemd/timesync/synchronized") -> Bool? {
         switch tether_clock_synchronised() {
         case 1: return true
         case 0: return false

@@ -1,4 +1,3 @@
-import CClock
 import EventLoop
 import FoundationEssentials
 import Readings
@@ -54,40 +53,29 @@ public enum ClockSetWatch {
         }
     }
 
-    /// No timerfd could be made or read: clock steps go unsaid.
-    public struct Unavailable: Error, CustomStringConvertible {
-        public let errno: Int32
-        public var description: String { "cannot watch the system clock for steps: timerfd: \(String(cString: strerror(errno)))" }
-    }
-
     /// Calls `onStep` on `loop` for each step of the wall clock until the
     /// task is cancelled. Throws when the timerfd cannot be made or read.
     public static func run(
         on loop: EventLoop, wallClock: @escaping @Sendable () -> Date = { Date() }, onStep: @escaping @Sendable (Step) -> Void
-    ) async throws(Unavailable) {
+    ) async throws(ClockSteps.Unavailable) {
         let failure = await LoopWait<Int32>(on: loop).value { wait in
-            let fd = tether_clock_set_fd()
-            guard fd >= 0 else {
-                wait.resume(-fd)
-                return {}
-            }
             // The wall clock's offset from boot time: what a step changes.
             var offset = wallClock().timeIntervalSince1970 - Self.sinceBoot()
-            let watch = loop.watch(fd, interest: .readable) { _ in
-                let result = tether_clock_set_consume(fd)
-                if result < 0 { return wait.resume(-result) }
-                guard result == 1 else { return }
-                let boot = Self.sinceBoot()
-                let now = offset + boot
-                offset = wallClock().timeIntervalSince1970 - boot
-                onStep(Step(before: Date(timeIntervalSince1970: now), after: Date(timeIntervalSince1970: offset + boot)))
+            let steps: ClockSteps
+            do throws(ClockSteps.Unavailable) {
+                steps = try ClockSteps(loop: loop, onSet: {
+                    let boot = Self.sinceBoot()
+                    let now = offset + boot
+                    offset = wallClock().timeIntervalSince1970 - boot
+                    onStep(Step(before: Date(timeIntervalSince1970: now), after: Date(timeIntervalSince1970: offset + boot)))
+                }, onFailure: { wait.resume($0.errno) })
+            } catch {
+                wait.resume(error.errno)
+                return {}
             }
-            return {
-                loop.removeWatch(watch)
-                close(fd)
-            }
+            return { steps.stop() }
         }
-        if let failure { throw Unavailable(errno: failure) }
+        if let failure { throw ClockSteps.Unavailable(errno: failure) }
     }
 
     /// Boot time in seconds, the unit of `Date`'s arithmetic here.

@@ -116,7 +116,7 @@ public enum DaemonRunner {
                     }
                 }
                 group.addTask {
-                    do throws(ClockSetWatch.Unavailable) {
+                    do throws(ClockSteps.Unavailable) {
                         try await ClockSetWatch.run(on: loop) { step in
                             logger.notice("\(step.description)", metadata: [
                                 "event": "clock-set", "moved_ms": "\(step.movedMilliseconds)",

@@ -1,5 +1,5 @@
 import EventLoop
-import Forwarding
+@_spi(FaultInjection) import Forwarding
 import Foundation
 import Logging
 import MQTT
@@ -180,5 +180,49 @@ import Testing
         let missing = Set(sent).subtracting(received)
         #expect(missing.isEmpty, "missing \(missing.count), seq \(missing.min() ?? 0)…\(missing.max() ?? 0)")
         #expect(repeated <= settings.client.maxInflight)
+    }
+
+    /// A broker whose certificate the clock reads as not valid yet: the
+    /// forwarder says so and waits on its backoff (here 60 s); the clock
+    /// being set (the timerfd's notice, called here directly: setting the
+    /// test machine's clock is not the test's to do) makes it connect at
+    /// once, not at the end of that wait.
+    @Test func aClockSetRetriesAHandshakeRefusedForTheClockAtOnce() async throws {
+        let directory = try TemporaryDirectory("forward-clock")
+        defer { directory.remove() }
+        try TestCertificates.make(in: directory.path)
+        try TestCertificates.makeNotYetValid(in: directory.path)
+        let served = directory.path + "/served.crt"
+        try FileManager.default.copyItem(atPath: directory.path + "/future.crt", toPath: served)
+        let broker = try MosquittoBroker(
+            directory: directory.url.appendingPathComponent("broker"),
+            extraConfig: ["cafile \(directory.path)/ca.crt", "certfile \(served)", "keyfile \(directory.path)/server.key"]
+        )
+        defer { broker.stop() }
+        let readings = directory.path + "/readings"
+        try FileManager.default.createDirectory(atPath: readings, withIntermediateDirectories: true)
+        var settings = Forwarder.Settings(
+            readingsDirectory: readings, cursor: ForwardCursor(path: directory.path + "/cursor"),
+            client: MQTTClient.Options(host: "127.0.0.1", port: broker.port, clientID: "tether-forward-clock", keepalive: .seconds(5),
+                                       tls: .init(caFile: directory.path + "/ca.crt")),
+            topic: "tether/test/{device}/readings", statusTopic: "tether/test/status", qos: 1, batch: 1
+        )
+        settings.retryInitial = .seconds(60)
+        settings.retryMax = .seconds(60)
+        let forwarder = try await RunningForwarder(settings)
+        #expect(await eventually { forwarder.forwarder.status.lastError?.contains("cannot be verified until the clock is set") == true },
+                "\(forwarder.forwarder.status)")
+        // The "clock is set": the certificate the broker serves is valid now.
+        broker.stop()
+        try FileManager.default.removeItem(atPath: served)
+        try FileManager.default.copyItem(atPath: directory.path + "/server.crt", toPath: served)
+        try broker.start()
+        try await Task.sleep(for: .seconds(1))
+        #expect(!forwarder.forwarder.status.connected, "the backoff alone waits 60 s")
+        let set = ContinuousClock.now
+        forwarder.loop.execute { forwarder.forwarder.clockWasSet() }
+        #expect(await eventually(timeout: .seconds(5)) { forwarder.forwarder.status.connected }, "\(forwarder.forwarder.status)")
+        print("figure: connected \(set.duration(to: .now)) after the clock was set (the backoff's next retry was up to 60 s away)")
+        await forwarder.stop()
     }
 }

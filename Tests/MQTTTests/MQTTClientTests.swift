@@ -140,12 +140,47 @@ import Testing
             let loss = try #require(bad.losses.first)
             #expect(loss.kind == .tls, "\(loss)")
             #expect(loss.description.contains("certificate verify failed"), "OpenSSL's reason is named: \(loss)")
+            #expect(loss.certificateRejection?.reason == .other, "a CA that did not sign it: \(loss)")
             print("figure: a wrong CA: \(loss.description)")
             await bad.close()
         } catch let error as MQTTError {
             print("figure: a wrong CA: \(error)")
             #expect(error.description.contains("TLS"))
         }
+    }
+
+    /// A server certificate that is valid only from tomorrow (what every
+    /// certificate is to a gateway whose clock reads 1970): the handshake
+    /// fails, and the error says the certificate is not valid yet, which a
+    /// wrong CA file does not.
+    @Test func aCertificateNotValidYetIsToldApartFromAnyOtherRejection() async throws {
+        let directory = try TemporaryDirectory("mqtt-tls-clock")
+        defer { directory.remove() }
+        try TestCertificates.make(in: directory.path)
+        try TestCertificates.makeNotYetValid(in: directory.path)
+        let broker = try MosquittoBroker(
+            directory: directory.url.appendingPathComponent("broker"),
+            extraConfig: ["cafile \(directory.path)/ca.crt", "certfile \(directory.path)/future.crt", "keyfile \(directory.path)/server.key"]
+        )
+        defer { broker.stop() }
+        var options = Self.options(broker)
+        options.tls = .init(caFile: directory.path + "/ca.crt")
+        let f = try await Fixture(options)
+        #expect(await eventually { !f.losses.isEmpty })
+        #expect(f.connects == 0)
+        let loss = try #require(f.losses.first)
+        #expect(loss.kind == .tls, "\(loss)")
+        #expect(loss.certificateRejection?.reason == .notYetValid, "\(loss)")
+        #expect(loss.certificateRejection?.code == 9, "X509_V_ERR_CERT_NOT_YET_VALID: \(loss)")
+        #expect(loss.description.contains("certificate is not yet valid"), "\(loss)")
+        print("figure: a certificate valid from tomorrow: \(loss.description)")
+        // The kept reason belongs to that handshake: a reconnect that fails
+        // otherwise (the broker gone) does not repeat it.
+        broker.stop()
+        let again: Bool = await f.onLoop { [f] in (try? f.client?.connect()) != nil }
+        if again { #expect(await eventually { f.losses.count >= 2 }) }
+        if f.losses.count >= 2 { #expect(f.losses[1].certificateRejection == nil, "\(f.losses[1])") }
+        await f.close()
     }
 
     @Test func aWrongPasswordIsRefusedWithTheBrokersReason() async throws {

@@ -31,7 +31,7 @@ import Testing
         #expect(version.first?.isNumber == true, "a Debian version starts with a digit: \(version)")
         #expect(package.hasSuffix("tether_\(version)_\(Self.field("Architecture", in: info.output) ?? "?").deb"))
         let depends = try #require(Self.field("Depends", in: info.output))
-        for library in ["libc6", "libdbus-1-3", "libbluetooth3", "libmosquitto1"] {
+        for library in ["libc6", "libdbus-1-3", "libbluetooth3", "libmosquitto1", "libssl3"] {
             #expect(depends.contains(library), "Depends (from dpkg-shlibdeps) names \(library): \(depends)")
         }
         #expect(!depends.contains("swift"), "the Swift runtime is linked statically: \(depends)")

@@ -7,7 +7,7 @@
 # The tree is what `make install PREFIX=/usr` lays out (units and udev rules
 # under /lib, as bookworm's packages still place them), man pages gzipped,
 # the example config a conffile. Depends: is computed from the binary by
-# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, …) with libmosquitto1,
+# dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, …) with libmosquitto1 and libssl3,
 # which `tether forward` loads with dlopen (dpkg-shlibdeps cannot see it), or,
 # for a fully static binary (a musl cross build), is systemd alone;
 # Recommends: bluez. VERSION is packaging/version.sh's (the file VERSION and
@@ -98,8 +98,9 @@ if LC_ALL=C readelf -l "$stage/usr/bin/tether" | grep -q 'Requesting program int
         exit 1
     }
     [ -n "$depends" ] || { echo "$0: dpkg-shlibdeps found no dependencies" >&2; cat "$work/shlibdeps.log" >&2; exit 1; }
-    # libmosquitto1: loaded with dlopen by `tether forward`, so not in the ELF.
-    depends="$depends, libmosquitto1, "
+    # libmosquitto1 and libssl3 (for the handshake's verify result): loaded
+    # with dlopen by `tether forward`, so not in the ELF.
+    depends="$depends, libmosquitto1, libssl3, "
 else
     depends=
     {

@@ -29,6 +29,7 @@ struct cmosquitto_api {
     __typeof__(mosquitto_disconnect) * _Nonnull disconnect;
     __typeof__(mosquitto_publish) * _Nonnull publish;
     __typeof__(mosquitto_socket) * _Nonnull socket;
+    __typeof__(mosquitto_ssl_get) * _Nonnull ssl_get;
     __typeof__(mosquitto_want_write) * _Nonnull want_write;
     __typeof__(mosquitto_loop_read) * _Nonnull loop_read;
     __typeof__(mosquitto_loop_write) * _Nonnull loop_write;

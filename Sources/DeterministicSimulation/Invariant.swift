@@ -14,6 +14,7 @@ public enum Invariant: String, CaseIterable, Sendable {
     case escalationStepBounded = "escalation-step-bounded"
     case stopDrains = "stop-drains"
     case statusTold = "status-told"
+    case statusAgesMonotonic = "status-ages-monotonic"
     case believesOnlyBluetoothd = "believes-only-bluetoothd"
     case ownDongleOnly = "own-dongle-only"
     case quietAmongMany = "quiet-among-many"
@@ -63,6 +64,10 @@ public enum Invariant: String, CaseIterable, Sendable {
             "the keep-alive's own steps (its timer, a poll's answer or deadline, a turn's notifications) that decide "
                 + "only timers and polls leave the supervisor's status (what tether status shows) as it was: the daemon "
                 + "skips its status bookkeeping after them (Supervisor.leavesStatusAsItWas)"
+        case .statusAgesMonotonic:
+            "the moments the status dates (connected since, last reading, last drop, away since) are never in the "
+                + "future of the wall clock nor older than Tether's process, however the wall clock jumped: their ages "
+                + "come from the monotonic clock (checked at each wall-clock-jump and each change of the status)"
         case .believesOnlyBluetoothd:
             "no reading but the dongle's reaches the log (a local user's forged notifications do not), and the "
                 + "supervisor never hears that bluetoothd left the bus while it owns org.bluez (a forged NameOwnerChanged)"

@@ -1,6 +1,7 @@
 import BlueZ
 import DBus
 import LinkSupervisor
+import FoundationEssentials
 import Pacing
 import Simulator
 @_spi(Simulation) import TetherDaemon
@@ -142,6 +143,7 @@ struct InvariantChecker {
                 .statusTold,
                 "the status changed (\(decision.statusBefore) → \(decision.status)) in a step said to leave it: \(decision.event), deciding \(decision.actions)")
         }
+        if decision.status.state != state { checkStatusAges(simulation) }
         state = decision.status.state
         if state != .escalating { escalationStep = nil }
         if state == .online || state == .waitingForData {
@@ -375,6 +377,29 @@ struct InvariantChecker {
         let now = simulation.now
         return now - hangStartedAt >= settings.sleepAfter - settings.keepaliveInterval - Invariant.keepaliveSlack
             || now - tetherStartedAt < settings.sleepAfter
+    }
+
+    /// The status's dated moments against the wall clock now: each must
+    /// lie between Tether's start and now (both on the simulated wall clock
+    /// as it reads now).
+    mutating func checkStatusAges(_ simulation: Simulation) {
+        guard tetherAlive, let status = simulation.tether?.service?.status else { return }
+        count(.statusAgesMonotonic)
+        let wall = simulation.wallClock
+        let lived = Double((simulation.now - tetherStartedAt).milliseconds) / 1000
+        let moments: [(String, Date?)] = [
+            ("connected since", status.connectedSince), ("last reading", status.lastReadingAt),
+            ("last drop", status.lastDisconnectAt), ("away since", status.awaySince),
+        ]
+        for case let (name, date?) in moments {
+            let age = wall.timeIntervalSince(date)
+            if age < -0.001 || age > lived + 0.001 {
+                simulation.violated(
+                    .statusAgesMonotonic,
+                    "status's \(name) is \(age) s before the wall clock's reading; Tether has run \(lived) s")
+                return
+            }
+        }
     }
 
     // MARK: After every instant

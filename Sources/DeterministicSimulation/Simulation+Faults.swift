@@ -190,6 +190,7 @@ extension Simulation {
             let jump = random.duration(.seconds(1) ... .seconds(366 * 86400))
             wallOffset += random.chance(0.5) ? jump : .zero - jump
             record(.faultStarts(kind, "by \(jump.simulationStamp)"))
+            checker.checkStatusAges(self)
             return nil
         case .reconnectRequest:
             record(.faultStarts(kind, ""))

@@ -140,8 +140,13 @@ public final class Forwarder: @unchecked Sendable {
     /// The wall clock, for the one message that reads it (tests set it).
     private let wallClock: @Sendable () -> Date
     private var stopping = false
-    /// When the connection last changed (or the start), for the status file.
+    /// When the connection last changed (or the start), for the status file:
+    /// on the wall clock and on the boot's clock (`BootStamp`).
     private var connectionSince = Date()
+    private var connectionSinceBoot: BootStamp?
+    /// The boot's id and CLOCK_BOOTTIME (the units give the id as
+    /// TETHER_BOOT_ID where /proc/sys is hidden).
+    private let bootClock = BootClock.system()
     private var writtenStatusFile: ForwarderStatusFile.Contents?
     private var statusFileFailing = false
 
@@ -215,6 +220,7 @@ public final class Forwarder: @unchecked Sendable {
             if cursorStoreDue { storeCursor() }
         }
         restartReading()
+        connectionChanged()
         writeStatusFile()
         watchClockSteps()
         connect()
@@ -323,7 +329,7 @@ public final class Forwarder: @unchecked Sendable {
         turnEndHook = nil
         storeCursor()  // also cancels its timer, and schedules none while stopping
         updateStatus { $0.connected = false }
-        connectionSince = Date()
+        connectionChanged()
         writeStatusFile(running: false)
     }
 
@@ -344,7 +350,7 @@ public final class Forwarder: @unchecked Sendable {
             connectFailures = 0
             lastRetryLog = nil
             updateStatus { $0.connected = true; $0.lastError = nil }
-            connectionSince = Date()
+            connectionChanged()
             writeStatusFile()
             logger.info("connected to the broker \(settings.client.host):\(settings.client.port); forwarding after seq \(cursor)",
                         metadata: ["event": "broker-connected"])
@@ -368,7 +374,7 @@ public final class Forwarder: @unchecked Sendable {
         let wasConnected = status.connected
         updateStatus { $0.connected = false; $0.lastError = why }
         guard !stopping else { return }
-        if wasConnected { connectionSince = Date() }
+        if wasConnected { connectionChanged() }
         writeStatusFile()
         let now = MonotonicInstant.now
         let retryDelay = retryBackoff.delay(afterFailures: connectFailures)
@@ -606,13 +612,19 @@ public final class Forwarder: @unchecked Sendable {
 
     /// Tells `tether status` what changed; written only when it differs
     /// from what was written last, and a failure logged once until it heals.
+    private func connectionChanged() {
+        connectionSince = wallClock()
+        connectionSinceBoot = bootClock.now()
+    }
+
     private func writeStatusFile(running: Bool = true) {
         guard let file = settings.statusFile else { return }
         let now = status
         let contents = ForwarderStatusFile.Contents(
             pid: getpid(), running: running, broker: "\(settings.client.host):\(settings.client.port)",
             readingsDirectory: settings.readingsDirectory, connected: now.connected, since: connectionSince,
-            lastError: now.lastError, gapRecords: now.gapRecords
+            sinceBootMs: connectionSinceBoot?.sinceBootMilliseconds,
+            bootId: connectionSinceBoot?.bootID, lastError: now.lastError, gapRecords: now.gapRecords
         )
         guard contents != writtenStatusFile else { return }
         do {

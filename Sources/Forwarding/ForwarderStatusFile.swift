@@ -1,6 +1,7 @@
 import Configuration
 import DurableFile
 import FoundationEssentials
+import Readings
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -24,16 +25,26 @@ public struct ForwarderStatusFile: Sendable {
         public var broker: String
         public var readingsDirectory: String
         public var connected: Bool
-        /// When `connected` last changed, or the start.
+        /// When `connected` last changed, or the start, on the wall clock
+        /// as it read then.
         public var since: Date
+        /// The same moment on CLOCK_BOOTTIME, in milliseconds, and the boot
+        /// it belongs to: readers of the same boot take the age from these,
+        /// so a step of the wall clock since (NTP's first answer after a
+        /// boot at 1970) does not make it "connected for 56 years". Absent
+        /// from files of older versions, and without a boot id.
+        public var sinceBootMs: Int64?
+        public var bootId: String?
         public var lastError: String?
         /// Records lost to retention before they were delivered, since start.
         public var gapRecords: UInt64
 
         public init(
             pid: Int32, running: Bool, broker: String, readingsDirectory: String, connected: Bool, since: Date,
-            lastError: String?, gapRecords: UInt64
+            sinceBootMs: Int64? = nil, bootId: String? = nil, lastError: String?, gapRecords: UInt64
         ) {
+            self.sinceBootMs = sinceBootMs
+            self.bootId = bootId
             self.pid = pid
             self.running = running
             self.broker = broker
@@ -96,6 +107,16 @@ public struct ForwarderStatusFile: Sendable {
         } catch {
             throw Failure(description: "\(path): not a forwarder status file: \(error)", code: nil)
         }
+    }
+
+    /// How long ago `since` was: from boot time when the file is of this
+    /// boot (`boot`: this boot's id and CLOCK_BOOTTIME now), else from the
+    /// wall clock (`now`).
+    public static func age(of contents: Contents, now: Date, boot: BootStamp?) -> Double {
+        if let boot, let bootID = contents.bootId, bootID == boot.bootID, let since = contents.sinceBootMs {
+            return Double(max(0, boot.sinceBootMilliseconds - since)) / 1000
+        }
+        return now.timeIntervalSince(contents.since)
     }
 
     /// Whether the process that wrote `contents` still runs (a forwarder

@@ -36,6 +36,11 @@ public struct BootStamp: Sendable, Equatable {
         self.sinceBoot = sinceBoot
         self.clockSynchronised = clockSynchronised
     }
+
+    /// `sinceBoot` in whole milliseconds (a record's `boot_ms`).
+    public var sinceBootMilliseconds: Int64 {
+        sinceBoot.components.seconds * 1000 + sinceBoot.components.attoseconds / 1_000_000_000_000_000
+    }
 }
 
 /// Where `BootStamp`s come from: the kernel's clocks for the daemon, a

@@ -118,6 +118,7 @@ public enum DaemonRunner {
                 group.addTask {
                     do throws(ClockSteps.Unavailable) {
                         try await ClockSetWatch.run(on: loop) { step in
+                            exporter?.0.clockStepped(bySeconds: Double(step.movedMilliseconds) / 1000)
                             logger.notice("\(step.description)", metadata: [
                                 "event": "clock-set", "moved_ms": "\(step.movedMilliseconds)",
                             ])

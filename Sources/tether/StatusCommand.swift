@@ -5,6 +5,7 @@ import ControlAPI
 import Forwarding
 import FoundationEssentials
 import LinkSupervisor
+import Readings
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -144,6 +145,9 @@ struct StatusReport {
     var daemon: Daemon
     var forwarder: ForwarderReport?
     var now: Date
+    /// This boot's id and CLOCK_BOOTTIME now: the forwarder's age comes
+    /// from these when its file is of this boot.
+    var boot: BootStamp? = BootClock.system().now()
 
     func text() -> String {
         var lines: [String] = []
@@ -221,6 +225,11 @@ struct StatusReport {
         }
     }
 
+    /// How long the forwarder's connection has been as it is.
+    private func forwarderAge(_ contents: ForwarderStatusFile.Contents) -> Double {
+        ForwarderStatusFile.age(of: contents, now: now, boot: boot)
+    }
+
     /// "forwarder  connected to HOST:PORT for 2h 3m; acknowledged seq 1234, backlog 0"
     private func forwarderRows(_ row: (String, String) -> Void) {
         guard let f = forwarder else { return }
@@ -229,9 +238,9 @@ struct StatusReport {
             if !f.alive {
                 state = "not running"
             } else if s.connected {
-                state = "connected to \(s.broker) for \(LinkStatus.age(now.timeIntervalSince(s.since)))"
+                state = "connected to \(s.broker) for \(LinkStatus.age(forwarderAge(s)))"
             } else {
-                state = "not connected to \(s.broker) (for \(LinkStatus.age(now.timeIntervalSince(s.since))))"
+                state = "not connected to \(s.broker) (for \(LinkStatus.age(forwarderAge(s))))"
             }
         } else {
             state = "state unknown"
@@ -291,7 +300,9 @@ struct StatusReport {
             ("running", f.alive ? "true" : "false"),
             ("connected", s.map { f.alive && $0.connected ? "true" : "false" } ?? "null"),
             ("broker", s.map { quote($0.broker) } ?? "null"),
-            ("since", s.map { quote(Self.iso($0.since)) } ?? "null"),
+            // Dated back from now by its age (boot time, when of this boot):
+            // in the wall clock's current frame, whatever step came since.
+            ("since", s.map { quote(Self.iso(now.addingTimeInterval(-forwarderAge($0)))) } ?? "null"),
             ("acknowledged_seq", f.acknowledgedSeq.map { "\($0)" } ?? "null"),
             ("backlog", f.backlog.map { "\($0)" } ?? "null"),
             ("gap_records", s.map { "\($0.gapRecords)" } ?? "null"),

@@ -55,6 +55,22 @@ import Testing
         #expect(s.sum("tether_state") == 1)
     }
 
+    /// A step of the wall clock moves the "since" timestamps with it, so
+    /// that `time() -` them stays the time since; unset ones stay 0.
+    @Test func aStepOfTheWallClockMovesTheSinceTimestamps() {
+        metrics.observe(
+            .subscribeFinished(attempt: 1, .success(())), actions: [.report(.connected(attempt: 1))],
+            status: status(.online), at: .seconds(5)
+        )
+        metrics.clockStepped(bySeconds: 86_400.5)
+        var s = samples()
+        #expect(s.value("tether_connected_since_timestamp_seconds") == 1_700_086_400.5)
+        #expect(s.value("tether_dongle_away_since_timestamp_seconds") == 0, "not away: stays unset")
+        metrics.clockStepped(bySeconds: -100_000)
+        s = samples()
+        #expect(s.value("tether_connected_since_timestamp_seconds") == 1_699_986_400.5)
+    }
+
     @Test func failedAttemptsAreCountedByErrorClass() {
         let failures: [(SupervisorEvent, String)] = [
             (.connectFinished(attempt: 1, .failure(LinkFailure(.transient, "le-connection-abort-by-local"))), "transient"),

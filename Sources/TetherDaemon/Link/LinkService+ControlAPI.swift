@@ -45,25 +45,39 @@ extension LinkService {
 
     public var status: Status {
         let stats = recorder.stats
-        let sinceStart = start.duration(to: loop.now)
+        let now = loop.now
+        let sinceStart = start.duration(to: now)
+        let wall = wallClock()
+        /// A moment of the loop's clock, dated from the wall clock's reading now.
+        func dated(_ instant: MonotonicInstant?) -> Date? {
+            instant.map {
+                let age = max(.zero, $0.duration(to: now)).components
+                return wall.addingTimeInterval(-(Double(age.seconds) + Double(age.attoseconds) / 1e18))
+            }
+        }
         return shared.withLock { s in
-            Status(
-                state: s.supervisor.state, device: s.device, adapter: s.adapter, connectedSince: s.connectedSince,
-                lastReadingAt: s.lastReadingAt, readingsWritten: stats.written,
+            #if DST_BUG_STATUS_WALL_AGES
+            let connectedSince = s.connectedSinceWall
+            #else
+            let connectedSince = dated(s.connectedSince)
+            #endif
+            return Status(
+                state: s.supervisor.state, device: s.device, adapter: s.adapter, connectedSince: connectedSince,
+                lastReadingAt: dated(s.lastReadingAt), readingsWritten: stats.written,
                 readingsPending: stats.pending, readingsDropped: stats.dropped,
                 readingsError: stats.lastError, reconnects: s.supervisor.reconnects,
                 windowAttempt: s.supervisor.windowAttempt,
                 nextAttemptIn: s.supervisor.nextAttemptAt.map { max(.zero, $0 - sinceStart) },
                 lastError: s.supervisor.lastError, silenceLimit: config.silenceLimit,
                 silenceEvents: s.supervisor.silenceEvents, lastDisconnectReason: s.lastDisconnectReason,
-                lastDisconnectAt: s.lastDisconnectAt, adapterProblem: s.adapterProblem,
+                lastDisconnectAt: dated(s.lastDisconnectAt), adapterProblem: s.adapterProblem,
                 bondProblem: s.supervisor.bondProblem,
                 // A signalled property, sent when it changes: no running time in it.
                 bluezProblem: s.bluezUnansweredSince.map { _ in
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
                         + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
                 },
-                awaySince: s.awaySince, boundDongle: s.boundDongle, bootloader: s.bootloader
+                awaySince: dated(s.awaySince), boundDongle: s.boundDongle, bootloader: s.bootloader
             )
         }
     }

@@ -155,16 +155,16 @@ extension LinkService {
         for effect in effects {
             switch effect {
             case .logDrop(let unexpected, let reason, let source, let why, let device):
-                lastDropAt = wallClock()
+                lastDropAt = (wallClock(), loop.now)
                 report.disconnected(
                     unexpected: unexpected, reason: reason?.rawValue, toFollowFrom: source, why: why, state: supervisor.state,
                     device: device)
             case .logReason(let reason, let why, _, let device):
                 // The drop awaiting its reason is the last one logged.
-                report.dropReason(reason.rawValue, why: why, droppedAt: lastDropAt ?? wallClock(), state: supervisor.state, device: device)
+                report.dropReason(reason.rawValue, why: why, droppedAt: lastDropAt?.wall ?? wallClock(), state: supervisor.state, device: device)
             case .count(let reason):
                 metrics?.disconnected(reason: reason)
-                let at = lastDropAt ?? wallClock()
+                let at = lastDropAt?.instant ?? loop.now
                 shared.withLock { s in
                     s.lastDisconnectReason = reason.rawValue
                     s.lastDisconnectAt = at

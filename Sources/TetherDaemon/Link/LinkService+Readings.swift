@@ -71,7 +71,8 @@ extension LinkService {
         handOffReadings()
         guard let last = lastTakenThisTurn else { return }
         lastTakenThisTurn = nil
-        shared.withLock { $0.lastReadingAt = last }
+        let now = loop.now
+        shared.withLock { $0.lastReadingAt = now }
         metrics?.readingsTaken(lastAt: last)
         if !anyReadingWritten {
             // STATUS= said "no reading yet": say otherwise now, not at the

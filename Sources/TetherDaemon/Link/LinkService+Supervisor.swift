@@ -104,14 +104,20 @@ extension LinkService {
             shared.withLock { s in
                 s.supervisor = status
                 if let since = status.awaySince {
-                    if s.awaySince == nil { s.awaySince = wallClock().addingTimeInterval(-Double((now - since).components.seconds)) }
+                    if s.awaySince == nil { s.awaySince = start + since }
                 } else {
                     s.awaySince = nil
                 }
                 if status.state == .online {
-                    if s.connectedSince == nil { s.connectedSince = wallClock() }
+                    if s.connectedSince == nil { s.connectedSince = loop.now }
+                    #if DST_BUG_STATUS_WALL_AGES
+                    if s.connectedSinceWall == nil { s.connectedSinceWall = wallClock() }
+                    #endif
                 } else {
                     s.connectedSince = nil
+                    #if DST_BUG_STATUS_WALL_AGES
+                    s.connectedSinceWall = nil
+                    #endif
                 }
             }
             publishIfChanged(actions, status: status)

@@ -67,20 +67,30 @@ public final class LinkService: @unchecked Sendable {
     /// cost no less CPU at 2,000/s and 6 ms more on a drop's recovery.
     public static let loadModeration: Duration = .milliseconds(4)
 
+    /// What `status` reads from any thread. Its moments are on the loop's
+    /// monotonic clock: `status` dates them back from the wall clock's
+    /// reading at the time it answers, so a step of the wall clock in
+    /// between (NTP's first answer after a boot at 1970) changes no age
+    /// ("connected for", "… ago") and leaves every date in the clock's
+    /// current frame.
     struct Shared {
         var adapter: String?
         var device: String?
         var supervisor = Supervisor.Status()
-        var connectedSince: Date?
-        /// While the dongle is away: when it was last seen, on the wall clock.
-        var awaySince: Date?
+        var connectedSince: MonotonicInstant?
+        #if DST_BUG_STATUS_WALL_AGES  // planted bug (make dst-selftest): "connected since" is the wall clock's reading when the link came up
+        var connectedSinceWall: Date?
+        #endif
+        /// While the dongle is away: when it was last seen.
+        var awaySince: MonotonicInstant?
         /// The dongle this gateway is bound to (`DongleBindingWatch`).
         var boundDongle: String?
         /// The dongle's DFU bootloader's address while it advertises (`DongleIdentity`).
         var bootloader: String?
-        var lastReadingAt: Date?
+        /// The end of the loop turn that took the last reading.
+        var lastReadingAt: MonotonicInstant?
         var lastDisconnectReason: String?
-        var lastDisconnectAt: Date?
+        var lastDisconnectAt: MonotonicInstant?
         var adapterProblem: String?
         /// Since when bluetoothd has not answered (`BluezLiveness`).
         var bluezUnansweredSince: MonotonicInstant?
@@ -173,7 +183,7 @@ public final class LinkService: @unchecked Sendable {
     /// Each drop and why it happened, told in order (`DropAccount`), with
     /// the wall time of the last drop logged and the wait for its reason.
     var drops = DropAccount()
-    var lastDropAt: Date?
+    var lastDropAt: (wall: Date, instant: MonotonicInstant)?
     var dropWait: EventLoop.TimerID?
     /// bluetoothd was seen sending `Device1.Disconnected` (BlueZ ≥ 5.83).
     var bluezSendsReasons = false

@@ -36,6 +36,10 @@ public final class LinkMetrics: @unchecked Sendable {
     private let stateGauges: [SupervisorState: Meter]
     private let connectedSince: Meter
     private let awaySince: Meter
+    /// What `connectedSince` and `awaySince` hold (0: unset), to move them
+    /// with a step of the wall clock (loop-confined).
+    private var connectedSinceValue: Double = 0
+    private var awaySinceValue: Double = 0
     private let awaySpells: CoreMetrics.Counter
     private let inBootloader: Meter
     private let reconnects: CoreMetrics.Counter
@@ -352,20 +356,39 @@ public final class LinkMetrics: @unchecked Sendable {
             stateGauges[status.state]?.set(1)
             if status.state == .online {
                 connected.set(1)
-                connectedSince.set(wallClock())
+                connectedSinceValue = wallClock()
+                connectedSince.set(connectedSinceValue)
             } else if lastState == .online {
                 connected.set(0)
+                connectedSinceValue = 0
                 connectedSince.set(0)
             }
             if status.state == .away, let since = status.awaySince {
-                awaySince.set(wallClock() - Double((now - since).components.seconds))
+                awaySinceValue = wallClock() - Double((now - since).components.seconds)
+                awaySince.set(awaySinceValue)
             } else if lastState == .away {
+                awaySinceValue = 0
                 awaySince.set(0)
             }
             // Polls run while waiting for data and while online; a poll
             // still out when the link went is never answered.
             if status.state != .online && status.state != .waitingForData { pollStarts.removeAll() }
             lastState = status.state
+        }
+    }
+
+    /// The wall clock was set by `seconds` (`ClockSetWatch`): the moments
+    /// kept as timestamps move with it, so that `time() - …_since_timestamp_seconds`
+    /// stays the time since, not since plus the step (56 years, after NTP's
+    /// first answer on a board that booted at 1970). On the loop.
+    func clockStepped(bySeconds seconds: Double) {
+        if connectedSinceValue != 0 {
+            connectedSinceValue += seconds
+            connectedSince.set(connectedSinceValue)
+        }
+        if awaySinceValue != 0 {
+            awaySinceValue += seconds
+            awaySince.set(awaySinceValue)
         }
     }
 

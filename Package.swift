@@ -15,6 +15,8 @@ import PackageDescription
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
 //   BlueZ               a typed client for org.bluez
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
+//   PayloadLayout       the dongle's payload as the config's [decode] declares it, decoded into named
+//                       fields as JSON: standard library only
 //   TextColumns         fixed-width columns and fixed-point figures without Foundation (the log, the CLI's
 //                       tables): standard library only
 //   Pacing              one backoff for everything Tether repeats, the generator its jitter draws from (SplitMix64),
@@ -99,14 +101,15 @@ let package = Package(
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
         .target(name: "Hex", swiftSettings: productSettings),
+        .target(name: "PayloadLayout", swiftSettings: productSettings),
         .target(name: "TextColumns", swiftSettings: productSettings),
         .target(name: "Pacing", swiftSettings: productSettings),
         .target(name: "LinkPolicy", dependencies: ["Pacing"], swiftSettings: productSettings),
         .target(name: "LinkSupervisor", dependencies: ["LinkPolicy", "Pacing"], swiftSettings: productSettings),
         .target(
-            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", .product(name: "TOMLKit", package: "TOMLKit")],
+            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", "PayloadLayout", .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: productSettings),
-        .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock"], swiftSettings: productSettings),
+        .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock", "PayloadLayout"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
             name: "MetricsTextfile",
@@ -121,7 +124,7 @@ let package = Package(
         .target(
             name: "Forwarding",
             dependencies: [
-                "MQTT", "EventLoop", "Readings", "Configuration", "DurableFile", "MetricsTextfile", "Pacing",
+                "MQTT", "EventLoop", "Readings", "Configuration", "PayloadLayout", "DurableFile", "MetricsTextfile", "Pacing",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
@@ -166,7 +169,7 @@ let package = Package(
         .executableTarget(
             name: "tether",
             dependencies: [
-                "TetherDaemon", "ControlAPI", "DongleScan", "TextColumns", "LinkSupervisor", "Configuration", "Readings",
+                "TetherDaemon", "ControlAPI", "DongleScan", "TextColumns", "LinkSupervisor", "Configuration", "Readings", "PayloadLayout",
                 "CommandLineArguments", "DBus", "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
@@ -198,12 +201,12 @@ let package = Package(
         .testTarget(name: "HCITests", dependencies: ["HCI"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
         .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
-        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "TestSupport"]),
+        .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "PayloadLayout", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
         .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "EventLoop"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
         // recorder on a virtual loop.
-        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration"]),
+        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration", "PayloadLayout"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
         .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(

@@ -22,10 +22,11 @@ public enum ConfigKeys {
         "key_file", "keepalive", "max_inflight", "batch", "allow_cleartext_password",
     ]
     public static let metrics: Set<String> = ["textfile", "forward_textfile", "interval"]
+    public static let decode: Set<String> = ["fields", "characteristic"]
 
     /// Every table with its keys.
     public static let tables: [String: Set<String>] = [
         "bluez": bluez, "dongle": dongle, "keepalive": keepalive, "reconnect": reconnect,
-        "readings": readings, "mqtt": mqtt, "metrics": metrics,
+        "readings": readings, "mqtt": mqtt, "metrics": metrics, "decode": decode,
     ]
 }

@@ -26,6 +26,7 @@ extension TetherConfig {
             mqtt: try parseMQTT(section("mqtt")),
             metrics: try parseMetrics(section("metrics"))
         )
+        config.decode = try parseDecode(section("decode"))
         try config.validate(context: context)
         config.notes.warnings = config.warnings(context: context)
         if case .passkey(let source) = config.dongle.pairing {

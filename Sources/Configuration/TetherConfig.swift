@@ -1,4 +1,5 @@
 import LinkPolicy
+import PayloadLayout
 
 /// The daemon's configuration: which dongle to keep connected, how to keep it awake,
 /// how to reconnect, and where to log readings. Build one from TOML with `load`/`parse`,
@@ -265,6 +266,8 @@ public struct TetherConfig: Sendable, Equatable {
     public var mqtt: MQTTSection?
     /// Prometheus textfiles; off unless a path is given.
     public var metrics: MetricsSection
+    /// The payload's declared fields (`[decode]`); nil: records carry hex alone.
+    public var decode: PayloadLayout?
     /// Settings that work but are likely not what the operator wants
     /// (`tether check-config` prints them, `tether run` logs them).
     public var warnings: [ConfigError] { notes.warnings }

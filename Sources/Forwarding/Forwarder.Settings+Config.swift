@@ -41,6 +41,7 @@ extension Forwarder.Settings {
             batch: mqtt.batch, statusFile: ForwarderStatusFile(stateDirectory: stateDirectory, instance: instance)
         )
         durableSyncInterval = config.readings.flushInterval
+        decode = config.decode
     }
 
     /// The first line of a secret's file, which must be a regular file that

@@ -4,6 +4,7 @@ import FoundationEssentials
 import Logging
 import MQTT
 import Pacing
+import PayloadLayout
 @_spi(FaultInjection) import Readings
 import Synchronization
 #if canImport(Glibc)
@@ -61,6 +62,9 @@ public final class Forwarder: @unchecked Sendable {
         @_spi(FaultInjection) public var syncLog: (@Sendable (_ fd: Int32, _ path: String) throws -> Void)?
         /// Where `tether status` learns the forwarder's state; nil: nowhere.
         public var statusFile: ForwarderStatusFile?
+        /// The payload's declared fields (`[decode]`): each published record
+        /// gets a `fields` object beside its `hex`; nil: records as written.
+        public var decode: PayloadLayout?
 
         public init(
             readingsDirectory: String, cursor: ForwardCursor, client: MQTTClient.Options, topic: String,
@@ -86,6 +90,9 @@ public final class Forwarder: @unchecked Sendable {
         public var acknowledged: UInt64 = 0
         /// Records lost to retention before they were delivered.
         public var gapRecords: UInt64 = 0
+        /// Readings whose payload did not fit `[decode]` (published with
+        /// their hex alone), each counted once however often it is sent.
+        public var undecodableRecords: UInt64 = 0
     }
 
     public let loop: EventLoop
@@ -121,6 +128,9 @@ public final class Forwarder: @unchecked Sendable {
     /// The longest an acknowledged cursor waits to be stored, at low rates.
     static let cursorStoreDelay = Duration.milliseconds(200)
     private var expectedSeq: UInt64 = 1
+    /// Undecodable records are counted up to here (a record read again
+    /// after a broker loss is not counted twice).
+    private var undecodableCountedThrough: UInt64 = 0
     /// Records up to this seq are durable in the log: they may be published.
     private var durableSeq: UInt64 = 0
     private var lastDurableSync: MonotonicInstant?
@@ -484,7 +494,33 @@ public final class Forwarder: @unchecked Sendable {
                 writeStatusFile()
             }
             expectedSeq = seq + 1
-            queue.append(Record(seq: seq, device: Self.device(of: line), line: Array(line)))
+            queue.append(Record(seq: seq, device: Self.device(of: line), line: settings.decode.map { decoded(line, seq: seq, layout: $0) } ?? Array(line)))
+        }
+    }
+
+    /// The line with its payload's fields, or as it is when the payload
+    /// does not fit the declaration (counted; the first one logged).
+    private func decoded(_ line: UnsafeRawBufferPointer, seq: UInt64, layout: PayloadLayout) -> [UInt8] {
+        switch RecordFields.annotate(line, with: layout) {
+        case .decoded(let annotated):
+            return annotated
+        case .undecodable(let length):
+            if seq > undecodableCountedThrough {
+                undecodableCountedThrough = seq
+                let count = status.undecodableRecords + 1
+                updateStatus { $0.undecodableRecords = count }
+                // The status file at the 1st, 2nd, 4th, 8th… (a few writes,
+                // however many arrive); the metric counts each.
+                if count & (count - 1) == 0 { writeStatusFile() }
+                if count == 1 {
+                    logger.warning(
+                        "record seq \(seq): its payload is \(length) bytes, [decode] declares \(layout.size): published with its hex alone (such records are counted: tether status, tether_forward_undecodable_records_total)",
+                        metadata: ["event": "forward-undecodable"])
+                }
+            }
+            return Array(line)
+        case .notDescribed:
+            return Array(line)
         }
     }
 
@@ -624,7 +660,8 @@ public final class Forwarder: @unchecked Sendable {
             pid: getpid(), running: running, broker: "\(settings.client.host):\(settings.client.port)",
             readingsDirectory: settings.readingsDirectory, connected: now.connected, since: connectionSince,
             sinceBootMs: connectionSinceBoot?.sinceBootMilliseconds,
-            bootId: connectionSinceBoot?.bootID, lastError: now.lastError, gapRecords: now.gapRecords
+            bootId: connectionSinceBoot?.bootID, lastError: now.lastError, gapRecords: now.gapRecords,
+            undecodableRecords: settings.decode == nil ? nil : now.undecodableRecords
         )
         guard contents != writtenStatusFile else { return }
         do {

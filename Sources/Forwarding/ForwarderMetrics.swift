@@ -19,6 +19,7 @@ public final class ForwarderMetrics: Sendable {
     private let acknowledgedSeq: Meter
     private let backlog: Meter
     private let gapRecords: CoreMetrics.Counter
+    private let undecodableRecords: CoreMetrics.Counter
     private let exported = Mutex<Forwarder.Status>(Forwarder.Status())
 
     public init(instanceName: String, forwarder: Forwarder, readingsDirectory: String) {
@@ -42,6 +43,10 @@ public final class ForwarderMetrics: Sendable {
         gapRecords = registry.counter(
             "tether_forward_gap_records_total", help: "Records that retention deleted before they were delivered (forward-gap)."
         )
+        undecodableRecords = registry.counter(
+            "tether_forward_undecodable_records_total",
+            help: "Readings whose payload does not fit the config's [decode] declaration: published with their hex alone."
+        )
     }
 
     /// Reads the forwarder's status and the log's newest seq (when that
@@ -58,6 +63,7 @@ public final class ForwarderMetrics: Sendable {
         published.advance(to: status.published, from: before.published)
         acknowledged.advance(to: status.acknowledged, from: before.acknowledged)
         gapRecords.advance(to: status.gapRecords, from: before.gapRecords)
+        undecodableRecords.advance(to: status.undecodableRecords, from: before.undecodableRecords)
         if let lastSeqOnDisk {
             backlog.set(Double(lastSeqOnDisk > status.acknowledgedSeq ? lastSeqOnDisk - status.acknowledgedSeq : 0))
         }

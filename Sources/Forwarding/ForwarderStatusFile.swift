@@ -38,11 +38,16 @@ public struct ForwarderStatusFile: Sendable {
         public var lastError: String?
         /// Records lost to retention before they were delivered, since start.
         public var gapRecords: UInt64
+        /// Readings whose payload did not fit `[decode]`, since start
+        /// (absent from older files).
+        public var undecodableRecords: UInt64?
 
         public init(
             pid: Int32, running: Bool, broker: String, readingsDirectory: String, connected: Bool, since: Date,
-            sinceBootMs: Int64? = nil, bootId: String? = nil, lastError: String?, gapRecords: UInt64
+            sinceBootMs: Int64? = nil, bootId: String? = nil, lastError: String?, gapRecords: UInt64,
+            undecodableRecords: UInt64? = nil
         ) {
+            self.undecodableRecords = undecodableRecords
             self.sinceBootMs = sinceBootMs
             self.bootId = bootId
             self.pid = pid

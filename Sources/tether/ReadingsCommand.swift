@@ -3,6 +3,7 @@ import CommandLineArguments
 import Configuration
 import Dispatch
 import FoundationEssentials
+import PayloadLayout
 import Readings
 
 #if canImport(Glibc)
@@ -33,6 +34,8 @@ struct ReadingsCommand: ParsableCommand {
             (docs/operations.md, "Dating readings"). Other records are printed as stored. It reads \
             the records twice, so it cannot be combined with --follow.
 
+            When the config declares the payload ([decode], see tether.toml(5)), each reading it             fits gets "fields", its named values, beside "hex" (never instead); a payload that does             not fit is printed with its hex alone and counted on standard error at the end. --raw             prints the records exactly as stored. With --directory the config is read for [decode]             only if --config is given.
+
             Exit status: 0 when done (also when stopped by a signal or when the reader of the output \
             goes away, as with head); 66 if the readings directory does not exist or cannot be read; \
             74 if reading fails or the output cannot be written; 78 if the config cannot be read or \
@@ -57,6 +60,9 @@ struct ReadingsCommand: ParsableCommand {
     @Flag(help: "Add \"ts_redated\", the true time, to records taken before the clock was synchronised.")
     var redate = false
 
+    @Flag(help: "Print the records exactly as stored, without the \"fields\" the config's [decode] declares.")
+    var raw = false
+
     func validate() throws {
         if redate, follow {
             throw ValidationError("--redate reads every record of a boot before printing one; it cannot be combined with --follow")
@@ -74,7 +80,9 @@ struct ReadingsCommand: ParsableCommand {
     func run() throws {
         // A closed pipe (| head) is an EPIPE from write, handled as the end of the output.
         signal(SIGPIPE, SIG_IGN)
-        let directory = try readingsDirectory()
+        let (directory, layout) = try readingsDirectory()
+        let rendering = RecordRendering(layout: raw ? nil : layout)
+        defer { rendering.reportUndecodable() }
         let cutoff = since.map { Date().addingTimeInterval(-Self.seconds($0.duration)) }
         let output = StandardOutput()
 
@@ -94,7 +102,7 @@ struct ReadingsCommand: ParsableCommand {
             }
             defer { signals.forEach { $0.cancel() } }
             do {
-                try follower.run { try output.emit($0) }
+                try follower.run { try rendering.emit($0, to: output) }
             } catch is StandardOutput.Closed {
                 return
             } catch {
@@ -109,9 +117,9 @@ struct ReadingsCommand: ParsableCommand {
             }
             do {
                 if redate {
-                    try printRedated(directory: directory, since: cutoff, first: reader, to: output)
+                    try printRedated(directory: directory, since: cutoff, first: reader, rendering: rendering, to: output)
                 } else {
-                    try reader.readAvailable { try output.emit($0) }
+                    try reader.readAvailable { try rendering.emit($0, to: output) }
                 }
             } catch is StandardOutput.Closed {
                 return
@@ -124,7 +132,9 @@ struct ReadingsCommand: ParsableCommand {
     /// Two passes: the first learns each boot's start from its first
     /// synchronised record, the second prints every record, with
     /// `"ts_redated"` before the closing brace where the rule dates it.
-    private func printRedated(directory: String, since cutoff: Date?, first: ReadingLogReader, to output: StandardOutput) throws {
+    private func printRedated(
+        directory: String, since cutoff: Date?, first: ReadingLogReader, rendering: RecordRendering, to output: StandardOutput
+    ) throws {
         let decoder = JSONDecoder()
         var redating = ReadingRedating()
         _ = try first.readAvailable { batch in
@@ -137,13 +147,14 @@ struct ReadingsCommand: ParsableCommand {
             var out: [UInt8] = []
             out.reserveCapacity(batch.count + batch.count / 4)
             Self.lines(of: batch) { line in
+                let rendered = rendering.render(line)
                 if let record = ReadingRecord.decode(line: line, using: decoder), let redated = redating.redated(record),
-                   line.last == UInt8(ascii: "}")
+                   rendered.last == UInt8(ascii: "}")
                 {
-                    out += line.dropLast()
+                    out += rendered.dropLast()
                     out += Array(#","ts_redated":""#.utf8) + Array(redated.utf8) + Array("\"}".utf8)
                 } else {
-                    out += line
+                    out += rendered
                 }
                 out.append(UInt8(ascii: "\n"))
             }
@@ -152,7 +163,7 @@ struct ReadingsCommand: ParsableCommand {
     }
 
     /// Each newline-terminated line of `batch`, without its newline.
-    private static func lines(of batch: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
+    static func lines(of batch: UnsafeRawBufferPointer, _ body: (UnsafeRawBufferPointer) throws -> Void) rethrows {
         var start = 0
         for index in batch.indices where batch[index] == UInt8(ascii: "\n") {
             try body(UnsafeRawBufferPointer(rebasing: batch[start..<index]))
@@ -160,13 +171,15 @@ struct ReadingsCommand: ParsableCommand {
         }
     }
 
-    /// `--directory`, or the config's `readings.directory`.
-    private func readingsDirectory() throws -> String {
-        if let directory { return directory }
+    /// `--directory`, or the config's `readings.directory`; and the config's
+    /// `[decode]`, when the config is read.
+    private func readingsDirectory() throws -> (String, PayloadLayout?) {
+        if let directory, config == nil { return (directory, nil) }
         let instanceName = try instanceOptions.resolved()
         let path = config ?? instanceName.configPath
         do {
-            return try TetherConfig.load(path: path, instance: instanceName).readings.directory
+            let loaded = try TetherConfig.load(path: path, instance: instanceName)
+            return (directory ?? loaded.readings.directory, loaded.decode)
         } catch {
             Self.complain("\(error)\ntether: cannot tell where the readings are without the config; pass --directory DIR to read a readings directory directly")
             throw ExitCode(Exit.config)
@@ -209,7 +222,7 @@ struct ReadingsCommand: ParsableCommand {
 
 /// Writes batches straight to file descriptor 1 with write(2): one call a batch, no
 /// buffering in between, so a follower's reader sees each batch at once.
-private struct StandardOutput {
+struct StandardOutput {
     /// The reader went away (EPIPE): not an error for a printing command.
     struct Closed: Error {}
     struct Failure: Error {

@@ -250,6 +250,9 @@ struct StatusReport {
         row("forwarder", state)
         if let s = f.state, f.alive, let error = s.lastError { row("broker error", error) }
         if let s = f.state, s.gapRecords > 0 { row("forward gap", "\(s.gapRecords) records left the log undelivered") }
+        if let s = f.state, let count = s.undecodableRecords, count > 0 {
+            row("undecodable", "\(count) readings did not fit [decode]: forwarded with their hex alone")
+        }
         if let error = f.error { row("forwarder", error) }
     }
 
@@ -306,6 +309,7 @@ struct StatusReport {
             ("acknowledged_seq", f.acknowledgedSeq.map { "\($0)" } ?? "null"),
             ("backlog", f.backlog.map { "\($0)" } ?? "null"),
             ("gap_records", s.map { "\($0.gapRecords)" } ?? "null"),
+            ("undecodable_records", s.flatMap(\.undecodableRecords).map { "\($0)" } ?? "null"),
             ("last_error", s.flatMap(\.lastError).map(quote) ?? "null"),
             ("error", f.error.map(quote) ?? "null"),
         ]

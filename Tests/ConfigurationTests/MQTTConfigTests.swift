@@ -131,7 +131,7 @@ struct MQTTConfigTests {
         var inTable = false
         var uncommented: [String] = []
         for line in text.split(separator: "\n", omittingEmptySubsequences: false) {
-            if line == "# [mqtt]" || line == "# [metrics]" { inTable = true }
+            if line == "# [mqtt]" || line == "# [metrics]" || line == "# [decode]" { inTable = true }
             if line.isEmpty { inTable = false }
             uncommented.append(inTable && line.hasPrefix("# ") ? String(line.dropFirst(2)) : String(line))
         }
@@ -142,5 +142,6 @@ struct MQTTConfigTests {
         #expect(mqtt.passwordFile == "/etc/tether/mqtt.password" && mqtt.certFile == nil && mqtt.keyFile == nil)
         #expect(config.metrics.textfile == "/var/lib/prometheus/node-exporter/tether.prom")
         #expect(config.metrics.forwardTextfile == "/var/lib/prometheus/node-exporter/tether-forward.prom")
+        #expect(config.decode?.size == 8, "the simulated dongle's payload: \(String(describing: config.decode))")
     }
 }

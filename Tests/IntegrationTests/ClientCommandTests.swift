@@ -117,6 +117,48 @@ import TetherDaemon
         await harness.stop()
     }
 
+    /// `tether readings` with the config's [decode]: `fields` beside `hex`,
+    /// with --redate too; a payload of another length printed with its hex
+    /// alone and counted on stderr; --raw prints the records as stored.
+    @Test func readingsPrintsTheDeclaredFieldsBesideTheHex() async throws {
+        let harness = try await DaemonHarness()
+        let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)
+        let log = try ReadingLog(directory: harness.readingsDirectory, rotateSize: 1 << 20, retainSize: 1 << 30)
+        try log.append([
+            Reading(device: DaemonHarness.address, characteristic: "6e400003-b5a3-f393-e0a9-e50e24dcca9e", payload: [0xd2, 0x04, 0x00, 0x00, 0x66, 0x08, 0x94, 0x11]),
+            Reading(device: DaemonHarness.address, characteristic: "6e400003-b5a3-f393-e0a9-e50e24dcca9e", payload: [1, 2, 3]),
+        ])
+        log.close()
+        let config = harness.directory.path + "/decode.toml"
+        try """
+            [dongle]
+            address = "\(DaemonHarness.address)"
+
+            [readings]
+            directory = "\(harness.readingsDirectory)"
+
+            [decode]
+            fields = ["sequence:u32le", "temperature_c:i16le*0.01", "humidity_pct:u16le*0.01"]
+
+            """.write(toFile: config, atomically: true, encoding: .utf8)
+        let printed = try await tether.run(["readings", "--config", config])
+        #expect(printed.status == 0, "\(printed.all)")
+        let lines = printed.stdout.split(separator: "\n").map(String.init)
+        #expect(lines.count == 2)
+        #expect(lines.first?.contains(#""hex":"d204000066089411""#) == true, "\(lines)")
+        #expect(lines.first?.hasSuffix(#","fields":{"sequence":1234,"temperature_c":21.5,"humidity_pct":45}}"#) == true, "\(lines)")
+        #expect(lines.last?.contains("fields") == false && lines.last?.contains(#""hex":"010203""#) == true, "\(lines)")
+        #expect(printed.stderr.contains("1 reading did not fit [decode] (8 bytes declared; payloads of 3 bytes)"), "\(printed.all)")
+        let redated = try await tether.run(["readings", "--config", config, "--redate"])
+        #expect(redated.stdout.contains(#""fields":{"sequence":1234"#), "\(redated.all)")
+        let raw = try await tether.run(["readings", "--config", config, "--raw"])
+        #expect(!raw.stdout.contains("fields") && raw.stderr.isEmpty, "\(raw.all)")
+        let direct = try await tether.run(["readings", "--directory", harness.readingsDirectory])
+        #expect(!direct.stdout.contains("fields"), "--directory alone reads no config")
+        print("figure: tether readings with [decode]: \(lines.first ?? "")")
+        await harness.stop()
+    }
+
     @Test func clientsOfADaemonThatIsNotRunningExit3() async throws {
         let harness = try await DaemonHarness()
         let tether = TetherCommand(directory: harness.directory.url, busAddress: harness.busDaemon.address)

@@ -3,6 +3,7 @@ import EventLoop
 import Foundation
 import Logging
 import MQTT
+import PayloadLayout
 import Readings
 import Synchronization
 import Systemd
@@ -239,5 +240,41 @@ import Testing
         #expect(waited >= .milliseconds(1500), "one sync per interval: \(waited)")
         log.close()
         await forwarder.stop()
+    }
+
+    /// With [decode], each published record carries `fields` beside its
+    /// `hex`; a payload of another length is published with its hex alone
+    /// and counted once (not again when read again after a broker loss).
+    @Test func declaredFieldsArePublishedBesideTheHexAndMisfitsCounted() async throws {
+        let directory = try TemporaryDirectory("forward-decode")
+        defer { directory.remove() }
+        let readings = directory.path + "/readings"
+        let log = try ReadingLog(directory: readings, rotateSize: 4 << 20, retainSize: 1 << 30)
+        var batch = (1...9).map { Self.reading(UInt32($0)) }
+        // The 10th comes from another firmware: 5 bytes.
+        batch.append(Reading(device: "AA:BB:CC:DD:EE:FF", characteristic: "6e400003-b5a3-f393-e0a9-e50e24dcca9e", payload: [10, 0, 0, 0, 1]))
+        try log.append(batch)
+        log.close()
+        let broker = try MosquittoBroker(directory: directory.url.appendingPathComponent("broker"))
+        defer { broker.stop() }
+        let subscriber = try MosquittoSubscriber(port: broker.port, topic: "tether/test/+/readings", directory: directory.url)
+        defer { subscriber.stop() }
+        try await Task.sleep(for: .milliseconds(300))
+        try FileManager.default.createDirectory(atPath: directory.path + "/state", withIntermediateDirectories: true)
+        var settings = Self.settings(readings: readings, state: directory.path + "/state", port: broker.port, batch: 1)
+        settings.decode = try PayloadLayout(fields: [
+            try .parse("sequence:u32le"), try .parse("_:u16le"), try .parse("humidity:u16le*0.01"),
+        ])
+        let forwarder = try await ForwarderTests.RunningForwarder(settings)
+        #expect(await eventually { subscriber.lines.count == 10 }, "\(subscriber.lines)")
+        await forwarder.stop()
+        let lines = subscriber.lines
+        #expect(lines.first?.hasSuffix(#","hex":"0100000000000000","v":2,"#) == false, "fields follow the record's own keys")
+        #expect(lines.first?.contains(#""hex":"0100000000000000""#) == true, "\(lines.first ?? "")")
+        #expect(lines.first?.hasSuffix(#","fields":{"sequence":1,"humidity":0}}"#) == true, "\(lines.first ?? "")")
+        #expect(lines.filter { $0.contains(#""fields":"#) }.count == 9)
+        #expect(lines.last?.contains(#""hex":"0a00000001""#) == true && lines.last?.contains("fields") == false, "\(lines.last ?? "")")
+        #expect(forwarder.forwarder.status.undecodableRecords == 1)
+        print("figure: a decoded record as published: \(lines.first ?? "")")
     }
 }

@@ -159,12 +159,26 @@ final class DemoScript: Sendable {
         let exit = ChildProcess.exitCode(status).map(String.init) ?? "signal"
         say("summary: the dongle sent \(sent.count) notifications; \(records.count) readings on disk; missing \(missing.count), doubled \(doubled)")
         say("summary: \(writes) keep-alive writes, the dongle fell asleep \(sleeps) times; daemon exit status \(exit)")
+        // What `tether readings` prints with the config's [decode]: the last
+        // reading with its named fields beside its hex.
+        if let layout = try? TetherConfig.parse(demoConfig, file: "demo").decode,
+           let last = try? String(contentsOfFile: lastReadingsFile() ?? "", encoding: .utf8).split(separator: "\n").last,
+           case .decoded(let line) = RecordFields.annotate(Array(last.utf8), with: layout)
+        {
+            say("the last reading as tether readings prints it ([decode]): \(String(decoding: line, as: UTF8.self))")
+        }
         let ok = missing.isEmpty && doubled == 0 && sleeps == 0 && ChildProcess.exitCode(status) == 0 && !sent.isEmpty
         say(ok ? "demo passed" : "demo FAILED")
         return ok
     }
 
     // MARK: Helpers
+
+    /// The newest file of the readings directory.
+    private func lastReadingsFile() -> String? {
+        let names = (try? FileManager.default.contentsOfDirectory(atPath: readingsDirectory)) ?? []
+        return names.filter { $0.hasSuffix(".jsonl") }.sorted().last.map { readingsDirectory + "/" + $0 }
+    }
 
     private func waitOnline(_ control: Bus, _ what: String) async -> Bool {
         let start = ContinuousClock.now
@@ -245,6 +259,9 @@ final class DemoScript: Sendable {
         [readings]
         directory = "\(readingsDirectory)"
         flush_interval = "1s"
+
+        [decode]
+        fields = ["sequence:u32le", "temperature_c:i16le*0.01", "humidity_pct:u16le*0.01"]
         """
     }
 }

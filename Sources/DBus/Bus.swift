@@ -633,6 +633,28 @@ public actor Bus {
         )
     }
 
+    /// Drops `path`'s interfaces now and returns what InterfacesRemoved
+    /// would name, for `announceRemoval` to send later (bluetoothd's
+    /// RemoveDevice answers before it announces the removal); empty when
+    /// nothing was exported there.
+    public func unexportUnannounced(_ path: ObjectPath) -> [String] {
+        var removed = registry.remove(path, interfaces: nil)
+        guard !removed.isEmpty, registry.manager(for: path) != nil else { return [] }
+        if registry.objects[path] == nil {
+            removed += [StandardInterface.introspectable, StandardInterface.properties]
+        }
+        return removed
+    }
+
+    /// The InterfacesRemoved `unexportUnannounced` held back.
+    public func announceRemoval(of path: ObjectPath, interfaces: [String]) throws(DBusError) {
+        guard let manager = registry.manager(for: path) else { return }
+        try emit(
+            path: manager, interface: StandardInterface.objectManager, member: "InterfacesRemoved",
+            [.objectPath(path), .strings(interfaces)]
+        )
+    }
+
     /// Drops every exported object without announcing it, as a crashing
     /// process would.
     public func unexportAllSilently() {

@@ -36,6 +36,10 @@ public struct BusTrafficRecord: Sendable, CustomStringConvertible {
     /// For a PropertiesChanged of a GATT characteristic that carries its
     /// `Value` (a notification): those bytes.
     public var characteristicValue: [UInt8]?
+    /// The object path a RemoveDevice call names, or that an
+    /// InterfacesAdded or InterfacesRemoved signal is about (its first
+    /// argument): what the simulation's checks follow of device objects.
+    public var objectPathArgument: String?
 
     init(_ message: OpaquePointer, receiver: String) {
         func text(_ pointer: UnsafePointer<CChar>?) -> String? { pointer.map { String(cString: $0) } }
@@ -56,8 +60,19 @@ public struct BusTrafficRecord: Sendable, CustomStringConvertible {
         replySerial = dbus_message_get_reply_serial(message)
         errorMessage = nil
         characteristicValue = nil
+        objectPathArgument = nil
         if kind == .signal, member == "PropertiesChanged" {
             characteristicValue = Self.characteristicValue(of: message)
+        }
+        if (kind == .methodCall && member == "RemoveDevice")
+            || (kind == .signal && (member == "InterfacesRemoved" || member == "InterfacesAdded"))
+        {
+            var iterator = DBusMessageIter()
+            if dbus_message_iter_init(message, &iterator) != 0, dbus_message_iter_get_arg_type(&iterator) == CDBUS_TYPE_OBJECT_PATH {
+                var value: UnsafePointer<CChar>?
+                dbus_message_iter_get_basic(&iterator, &value)
+                objectPathArgument = text(value)
+            }
         }
         if kind == .error {
             var iterator = DBusMessageIter()

@@ -36,6 +36,13 @@ struct InvariantChecker {
     private var pendingConnects: Set<UInt32> = []
     /// A Connect was answered with a needs-cancel error; no Disconnect since.
     private var cancelOwed: String?
+    /// RemoveDevice calls of this process awaiting their answer: serial → path.
+    private var removalsInFlight: [UInt32: String] = [:]
+    /// Device objects whose RemoveDevice bluetoothd answered and whose
+    /// InterfacesRemoved has not reached Tether yet: no Connect may name
+    /// one (bluetoothd deleted it before answering; the signal follows from
+    /// its idle loop).
+    private var removedUnsignalled: Set<String> = []
     /// The escalation step under way (its run) and when it began.
     private var escalationStep: (run: Int, since: Duration)?
     /// Tether has been online with its dongle (then it is bound to it).
@@ -83,6 +90,8 @@ struct InvariantChecker {
         state = .waitingForBluez
         cancelOwed = nil
         pendingConnects = []
+        removalsInFlight = [:]
+        removedUnsignalled = []
         subscribedSince = nil
         lastAttempt = 0
         escalationStep = nil
@@ -111,6 +120,8 @@ struct InvariantChecker {
         subscribedSince = nil
         cancelOwed = nil
         pendingConnects = []
+        removalsInFlight = [:]
+        removedUnsignalled = []
         tetherNames = []
         escalationStep = nil
     }
@@ -120,6 +131,8 @@ struct InvariantChecker {
         subscribedSince = nil
         cancelOwed = nil
         pendingConnects = []
+        removalsInFlight = [:]
+        removedUnsignalled = []
         recentDeliveries.removeAll()
         escalationStep = nil
     }
@@ -222,6 +235,10 @@ struct InvariantChecker {
                     simulation.violated(.callOrder, "Connect while another Connect of this process is unanswered")
                 }
                 pendingConnects.insert(message.serial)
+                if removedUnsignalled.contains(message.path) {
+                    simulation.violated(.callOrder, "Connect on \(message.path), whose RemoveDevice bluetoothd answered before "
+                        + "it signalled the object's removal")
+                }
                 if boundToDongle, settings.twin { count(.ownDongleOnly) }
                 if boundToDongle, settings.twin, Self.contains(message.path, Self.twinElement) {
                     simulation.violated(.ownDongleOnly, "Connect to the other vehicle's dongle \(SimulationSettings.twinAddress) after binding to its own")
@@ -234,9 +251,24 @@ struct InvariantChecker {
                 pendingConnects = []
             case "WriteValue":
                 lastPollAt = now
+            case "RemoveDevice":
+                if let path = message.objectPathArgument { removalsInFlight[message.serial] = path }
             default:
                 break
             }
+        }
+        if message.kind == .methodReturn, tetherNames.contains(message.receiver),
+           let path = removalsInFlight.removeValue(forKey: message.replySerial)
+        {
+            removedUnsignalled.insert(path)
+            simulation.removalAnswered()
+        } else if message.kind == .error, tetherNames.contains(message.receiver) {
+            removalsInFlight[message.replySerial] = nil
+        }
+        if message.kind == .signal, tetherNames.contains(message.receiver), let path = message.objectPathArgument,
+           message.member == "InterfacesRemoved" || message.member == "InterfacesAdded"
+        {
+            removedUnsignalled.remove(path)
         }
         if message.kind == .methodReturn || message.kind == .error, tetherNames.contains(message.receiver) {
             if pendingConnects.remove(message.replySerial) != nil, let name = message.errorName {

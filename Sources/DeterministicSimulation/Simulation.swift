@@ -41,6 +41,11 @@ final class Simulation: @unchecked Sendable {
     let config: TetherConfig
 
     var random: SimulationRandom
+    /// The operator's own draws (`removalAnswered`), apart from `random`, so
+    /// that runs without a removal draw as they did before it existed.
+    var operatorRandom: SimulationRandom
+    /// bluetoothd's InterfacesRemoved after a RemoveDevice's reply, this seed.
+    let removalSignalDelay: Duration
     let loops: VirtualLoops
     let startInstant: MonotonicInstant
     let busLoop: EventLoop
@@ -86,6 +91,10 @@ final class Simulation: @unchecked Sendable {
         var random = SimulationRandom(seed: seed)
         settings = SimulationSettings(random: &random)
         self.random = random
+        operatorRandom = SimulationRandom(seed: seed ^ 0x0BE7_A70E)
+        // Drawn apart from `random` too: the settings' draws stay as they were.
+        var removalRandom = SimulationRandom(seed: seed ^ 0x5E1D)
+        removalSignalDelay = removalRandom.duration(.milliseconds(1) ... .seconds(1))
         config = try TetherConfig.parse(settings.configText(directory: directory), file: "dst-seed-\(seed).toml")
         loops = VirtualLoops()
         startInstant = loops.now
@@ -178,6 +187,7 @@ final class Simulation: @unchecked Sendable {
 
     private func startSimulator() async {
         var options = settings.simulatorOptions
+        options.removalSignalDelay = removalSignalDelay
         options.eventObserver = { [self] event in checker.simulatorEvent(event, self) }
         let busDaemon = busDaemon
         let loops = self.loops
@@ -240,6 +250,21 @@ final class Simulation: @unchecked Sendable {
         if unwritten > 0 { checker.readingsLostAtStop(self) }
         record(.tether("stopped"))
         checker.processEnded()
+    }
+
+    /// bluetoothd answered a RemoveDevice of Tether's (the stale-object
+    /// repair). Its InterfacesRemoved follows from its idle loop, up to a
+    /// second later; an operator who runs `tether reconnect` then (having
+    /// read "removing the stale device" in the journal) makes Tether decide
+    /// an attempt inside that gap, which nothing else in a run does: there
+    /// Tether must not believe the object it had removed is still there.
+    func removalAnswered() {
+        guard faultsUntil > now, operatorRandom.chance(0.5) else { return }
+        let delay = operatorRandom.duration(.zero ... .milliseconds(300))
+        worldLoop.schedule(after: delay) { [self] in
+            record(.faultStarts(.reconnectRequest, "right after a RemoveDevice was answered"))
+            onWorld { await $0.requestReconnect() }
+        }
     }
 
     func scheduleTetherStart(after delay: Duration) {

@@ -57,7 +57,8 @@ public struct BootClock: Sendable {
 
     /// The running kernel's: the boot id read once (it cannot change while
     /// the process runs), CLOCK_BOOTTIME and the clock's status per reading
-    /// (a vDSO call; the status at most once a second, below).
+    /// (a vDSO call; the status at most once a second or after a step:
+    /// ClockStatusCache).
     /// Without a boot id nothing is stamped.
     ///
     /// The boot id is `/proc/sys/kernel/random/boot_id`, or, where the
@@ -74,18 +75,13 @@ public struct BootClock: Sendable {
         // (0.7 MiB of RSS in make bench's footprint: 11.1 → 10.4 MiB).
         let fromEnvironment = environment.map { $0["TETHER_BOOT_ID"] } ?? getenv("TETHER_BOOT_ID").map { String(cString: $0) }
         guard let bootID = readBootID(at: bootIDPath) ?? fromEnvironment.flatMap(normalisedBootID) else { return .none }
-        // The status is asked again at most once a second of boot time: it
-        // changes once a boot or so, and a burst of readings would ask it
-        // thousands of times (under the units, a denied adjtimex and two
-        // access calls each). A record's flag lags the truth by a second at most.
-        let asked = Mutex<(at: Duration, synchronised: Bool?)?>(nil)
+        // The status is asked again at most once a second of boot time, and
+        // at once after a step of the clock (ClockStatusCache says why).
+        let cache = Mutex(ClockStatusCache())
         return BootClock {
             let now = sinceBoot()
-            let synchronised = asked.withLock { last -> Bool? in
-                if let last, now - last.at < .seconds(1) { return last.synchronised }
-                let fresh = clockSynchronised(timesyncFlag: timesyncFlag)
-                last = (now, fresh)
-                return fresh
+            let synchronised = cache.withLock {
+                $0.status(sinceBoot: now, wall: wallClock()) { clockSynchronised(timesyncFlag: timesyncFlag) }
             }
             return BootStamp(bootID: bootID, sinceBoot: now, clockSynchronised: synchronised)
         }
@@ -123,6 +119,13 @@ public struct BootClock: Sendable {
     public static func sinceBoot() -> Duration {
         var now = timespec()
         clock_gettime(CLOCK_BOOTTIME, &now)
+        return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
+    }
+
+    /// CLOCK_REALTIME now, since the epoch (a vDSO call).
+    static func wallClock() -> Duration {
+        var now = timespec()
+        clock_gettime(CLOCK_REALTIME, &now)
         return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
     }
 

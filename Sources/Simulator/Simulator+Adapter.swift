@@ -238,6 +238,7 @@ extension Simulator {
             if deviceExported {
                 try? await bus.setProperties(devicePath, BlueZ.deviceInterface, ["RSSI": .int16(rssi)])
             } else {
+                await announceRemovalIfPending()
                 deviceExported = true
                 try? await bus.export(devicePath, [deviceInterface(rssi: rssi)])
             }
@@ -275,7 +276,26 @@ extension Simulator {
         // whatever it had.
         forgetBond()
         dropAllNotifySessions(reason: "device-removed")
-        try? await bluez?.unexport(devicePath)
+        // The object goes now, its InterfacesRemoved after the reply.
+        guard let bus = bluez else { return }
+        let removed = await bus.unexportUnannounced(devicePath)
+        guard !removed.isEmpty else { return }
+        await announceRemovalIfPending()  // an earlier one still held back goes first
+        removalUnannounced = (devicePath, removed)
+        let delay = options.removalSignalDelay
+        spawn { simulator in
+            _ = await simulator.sleepUnlessCancelled(delay)
+            await simulator.announceRemovalIfPending()
+        }
+    }
+
+    /// Sends the InterfacesRemoved `removeDevice` held back, if it is still
+    /// due; also before the object is exported again, so that clients never
+    /// see a removal after the new object's InterfacesAdded.
+    func announceRemovalIfPending() async {
+        guard let (path, interfaces) = removalUnannounced else { return }
+        removalUnannounced = nil
+        try? await bluez?.announceRemoval(of: path, interfaces: interfaces)
     }
 
     func dropAllNotifySessions(reason: String) {

@@ -33,6 +33,7 @@ extension Simulator {
             try await bus.export(AgentManagerObject.path, [AgentManagerObject.interface(simulator: self)])
             guard adapterPresent else { return }
             try await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
+            removalUnannounced = nil  // the last process's, gone with its connection
             if deviceKnown {
                 deviceExported = true
                 try await bus.export(devicePath, [deviceInterface(rssi: nil)])

@@ -121,6 +121,9 @@ public actor Simulator {
     /// once): it is exported again after a restart.
     var deviceKnown: Bool
     var deviceExported = false
+    /// A removed device object whose InterfacesRemoved is still to be sent
+    /// (`SimulatorOptions.removalSignalDelay`): its path and interfaces.
+    var removalUnannounced: (path: ObjectPath, interfaces: [String])?
     var rssiPublished = false
     /// The other advertisers discovery has made objects for, on which
     /// connection (a new bluetoothd starts with none), and the next to report.
@@ -406,6 +409,7 @@ public actor Simulator {
         guard let bus = bluez else { return }
         try? await bus.export(adapterPath, [AdapterObject.interface(adapterSnapshot, simulator: self)])
         if deviceKnown {
+            await announceRemovalIfPending()
             deviceExported = true
             try? await bus.export(devicePath, [deviceInterface(rssi: nil)])
         }

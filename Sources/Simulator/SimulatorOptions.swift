@@ -41,6 +41,13 @@ public struct SimulatorOptions: Sendable {
     /// does (bleak #1737). Nil: `address` is the dongle's identity.
     public var identityAddress: String?
     /// Whether bluetoothd knows the device from an earlier connection, so its
+    /// How long after RemoveDevice's reply InterfacesRemoved follows.
+    /// bluetoothd deletes the object before it answers (a call on it then
+    /// fails with UnknownObject) and announces the removal from its main
+    /// loop's idle callback (gdbus `process_changes`): after the reply, by
+    /// a millisecond or, under load, much more. The deterministic
+    /// simulation draws 1 ms to 1 s per seed.
+    public var removalSignalDelay: Duration = .milliseconds(1)
     /// Device1 object exists from the start; if false it appears only when
     /// discovery sees it advertising.
     public var known = true

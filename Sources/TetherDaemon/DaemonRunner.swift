@@ -119,6 +119,7 @@ public enum DaemonRunner {
                     do throws(ClockSteps.Unavailable) {
                         try await ClockSetWatch.run(on: loop) { step in
                             exporter?.0.clockStepped(bySeconds: Double(step.movedMilliseconds) / 1000)
+                            session.clockWasSet()
                             logger.notice("\(step.description)", metadata: [
                                 "event": "clock-set", "moved_ms": "\(step.movedMilliseconds)",
                             ])

@@ -81,6 +81,12 @@ public final class DaemonSession: Sendable {
     }
 
     /// Messages the daemon's bus connections dropped from their header alone, since start.
+    /// The wall clock was stepped: the current link announces its dated
+    /// moments again (`LinkService.clockWasSet`).
+    public func clockWasSet() {
+        current.withLock { $0 }?.clockWasSet()
+    }
+
     public var unreadDrops: (signals: Int, calls: Int) {
         buses.withLock { buses in
             let now = buses.current?.unreadDrops ?? (signals: 0, calls: 0)

@@ -20,6 +20,10 @@
 # (SIGKILL to QEMU) at seeded random moments, E2E_CUTS times (default 10),
 # then booted once more to check and sum up; logs in $E2E_OUT/power-cut.
 #
+# The clock boot (Tests/E2E/guest/clock_unsynced.py) starts the guest with
+# its clock at 1970 (QEMU's -rtc base=) and a TLS broker whose certificate
+# is valid from today (made here, on the host); logs in $E2E_OUT/clock.
+#
 # Environment: E2E_OUT (default .build/e2e/out), E2E_ONLY (comma-separated
 # scenario names), E2E_BOOTS (scenarios, systemd, power-cut, comma-separated,
 # both = scenarios,systemd, or all, the default), E2E_CUTS, E2E_SEED (the
@@ -35,18 +39,18 @@ work=$root/.build/e2e
 out=${E2E_OUT:-$work/out}
 swift=${SWIFT:-swift}
 timeout=${E2E_TIMEOUT:-2400}
-# E2E_BOOTS: scenarios (the guest script as PID 1), systemd (systemd as PID 1
-# with the Debian package installed), power-cut (the guest killed again and
-# again), a comma-separated list of those, both (scenarios and systemd) or all
-# (the default).
+# E2E_BOOTS: scenarios (the guest script as PID 1), clock (the guest started
+# at 1970), systemd (systemd as PID 1 with the Debian package installed),
+# power-cut (the guest killed again and again), a comma-separated list of
+# those, both (scenarios and systemd) or all (the default).
 boots=${E2E_BOOTS:-all}
 case "$boots" in
-    all) boots="scenarios systemd power-cut" ;;
+    all) boots="scenarios clock systemd power-cut" ;;
     both) boots="scenarios systemd" ;;
     *) boots=${boots//,/ } ;;
 esac
 for b in $boots; do
-    case "$b" in scenarios|systemd|power-cut) ;; *) echo "e2e: E2E_BOOTS: no boot named $b" >&2; exit 2 ;; esac
+    case "$b" in scenarios|clock|systemd|power-cut) ;; *) echo "e2e: E2E_BOOTS: no boot named $b" >&2; exit 2 ;; esac
 done
 wants() { case " $boots " in *" $1 "*) return 0 ;; esac; return 1; }
 bumble_version=0.0.236
@@ -56,8 +60,9 @@ packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tool
 # exporter, the subscriber, curl for the scrape and setfacl for the textfile
 # directory, as docs/operations.md tells operators.
 packages="$packages systemd dbus mosquitto mosquitto-clients prometheus-node-exporter curl acl"
-# The power-cut boot's disk: mkfs.ext4 on a file.
-packages="$packages e2fsprogs"
+# The power-cut boot's disk: mkfs.ext4 on a file. The clock boot's broker
+# certificate: openssl.
+packages="$packages e2fsprogs openssl"
 missing=""
 for package in $packages; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
@@ -127,11 +132,12 @@ fi
 rm -rf "$out"
 mkdir -p "$out"
 
-# boot NAME OUTDIR KERNEL_ARGS: one QEMU boot; its console goes to
-# OUTDIR/console.log and, filtered, to stdout. The guest powers itself off
-# when its checks end; the timeout is for a guest that hangs.
+# boot NAME OUTDIR KERNEL_ARGS [QEMU_ARGS...]: one QEMU boot; its console
+# goes to OUTDIR/console.log and, filtered, to stdout. The guest powers itself
+# off when its checks end; the timeout is for a guest that hangs.
 boot() {
     local name=$1 dir=$2 args=$3
+    shift 3
     mkdir -p "$dir"
     echo "e2e: booting $version under QEMU (TCG, 2 vCPUs, 1 GiB) for the $name; console in $dir/console.log"
     local started
@@ -145,7 +151,7 @@ boot() {
         -fsdev local,id=project,path="$root",readonly=on,security_model=none,multidevs=remap \
         -device virtio-9p-pci,fsdev=project,mount_tag=project \
         -fsdev local,id=out,path="$dir",security_model=none \
-        -device virtio-9p-pci,fsdev=out,mount_tag=out \
+        -device virtio-9p-pci,fsdev=out,mount_tag=out "$@" \
         </dev/null 2>&1 | tee "$dir/console.log" | grep --line-buffered -E '^\[ *[0-9.]+\] |e2e-init' || true
     qemu_status=${PIPESTATUS[0]}
     set -e
@@ -199,6 +205,25 @@ if wants scenarios; then
     cmdline="$cmdline e2e.python=.build/e2e/venv/bin/python${E2E_ONLY:+ e2e.only=$E2E_ONLY}"
     boot "scenarios" "$out" "$cmdline"
     report "$out" "e2e" || worst $?
+fi
+if wants clock; then
+    # A gateway without a real-time clock: the guest starts at 1970. The
+    # broker's certificate (a CA and a server certificate for localhost) is
+    # made here with the host's clock, valid from now; e2e.epoch is the
+    # host's time at launch, from which the guest sets its clock later.
+    tls=$out/clock/tls
+    mkdir -p "$tls"
+    openssl req -x509 -newkey rsa:2048 -nodes -days 30 -subj "/CN=Tether e2e CA" \
+        -keyout "$tls/ca.key" -out "$tls/ca.crt" 2>/dev/null
+    openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$tls/server.key" -out "$tls/server.csr" 2>/dev/null
+    printf 'subjectAltName=DNS:localhost,IP:127.0.0.1\n' > "$tls/server.ext"
+    openssl x509 -req -days 30 -in "$tls/server.csr" -CA "$tls/ca.crt" -CAkey "$tls/ca.key" -CAcreateserial \
+        -extfile "$tls/server.ext" -out "$tls/server.crt" 2>/dev/null
+    chmod 0644 "$tls"/*  # mosquitto may read them after dropping to its own user
+    cmdline="e2e.script=Tests/E2E/guest/main.sh e2e.tether=$tether e2e.python=.build/e2e/venv/bin/python"
+    boot "clock (guest clock at 1970)" "$out/clock" "$cmdline e2e.only=clock-unsynced e2e.epoch=$(date +%s)" \
+        -rtc base=1970-01-01T00:00:00
+    report "$out/clock" "e2e-clock" || worst $?
 fi
 if wants systemd; then
     # systemd 252 as PID 1, the package installed with dpkg -i (Tests/E2E/systemd/).

@@ -58,6 +58,28 @@ import TetherDaemon
         }
     }
 
+    /// ConnectedSince and the other moments are announced as dates when they
+    /// change; a step of the wall clock (NTP's first answer after a boot at
+    /// 1970) must announce them again in the clock's new frame, or
+    /// `tether status` says "connected for 56 years" (seen in make e2e's
+    /// clock-unsynced before the fix).
+    @Test func aClockStepAnnouncesTheMomentsAgainInTheNewFrame() async throws {
+        try await withControl { harness, client in
+            #expect(await harness.waitForState(.online))
+            #expect(await eventually { (try? await client.status().state) == .online })
+            let before = try #require(try await client.status().connectedSince)
+            let step: TimeInterval = 56 * 365 * 86_400
+            harness.wallOffset.set(step)
+            let service = try #require(harness.service)
+            service.clockWasSet()
+            #expect(await eventually {
+                guard let after = try? await client.status().connectedSince else { return false }
+                return abs(after.timeIntervalSince(before) - step) < 5
+            }, "ConnectedSince stays in the old frame after a clock step")
+            #expect(try await client.status().state == .online)
+        }
+    }
+
     @Test func reconnectStartsAnAttemptAndTransitionsAreAnnounced() async throws {
         try await withControl { harness, client in
             #expect(await harness.waitForState(.online))

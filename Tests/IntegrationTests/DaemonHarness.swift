@@ -4,6 +4,7 @@ import ControlAPI
 import DBus
 import EventLoop
 import Foundation
+import Synchronization
 import LinkSupervisor
 import Logging
 import Readings
@@ -22,6 +23,14 @@ final class DaemonHarness: @unchecked Sendable {
     var config: TetherConfig
     private(set) var recorder: ReadingRecorder?
     private(set) var service: LinkService?
+    /// The daemon's wall clock: the real one moved by `wallOffset` (a
+    /// clock step, as `date -s` makes).
+    let wallOffset = WallOffset()
+    final class WallOffset: Sendable {
+        private let seconds = Mutex<TimeInterval>(0)
+        func set(_ value: TimeInterval) { seconds.withLock { $0 = value } }
+        var now: Date { Date().addingTimeInterval(seconds.withLock { $0 }) }
+    }
     private var serviceTask: Task<Void, Never>?
     private var daemonBus: Bus?
     private var daemonLoop: EventLoop?
@@ -96,7 +105,7 @@ final class DaemonHarness: @unchecked Sendable {
         // machine's own management socket.
         let service = LinkService(
             config: config, bus: bus, recorder: recorder, logger: logger, kernelReasons: false, rfkill: rfkill, seed: 7,
-            passkey: passkey
+            passkey: passkey, wallClock: { [wallOffset] in wallOffset.now }
         )
         self.recorder = recorder
         self.service = service

@@ -552,6 +552,23 @@ import Testing
         }
     }
 
+    /// bluetoothd deletes the device object before it answers RemoveDevice
+    /// and announces the removal later, from its idle callback: between the
+    /// two, the object is still in every client's view and a call on it
+    /// fails with UnknownObject.
+    @Test func removeDeviceAnswersBeforeItAnnouncesTheRemoval() async throws {
+        try await withSimulator({ $0.removalSignalDelay = .milliseconds(300) }) { f in
+            let signals = try await f.record()
+            try await f.call(Self.adapter, BlueZ.adapterInterface, "RemoveDevice", [.objectPath(Self.device)])
+            let answered = ContinuousClock.now
+            #expect(await !signals.messages.contains { $0.member == "InterfacesRemoved" }, "InterfacesRemoved came before the reply")
+            let gone = await f.callError(Self.device, BlueZ.deviceInterface, "Connect")
+            #expect(gone?.name == DBusErrorName.unknownObject)
+            _ = try await signals.wait { $0.member == "InterfacesRemoved" && $0.body.first?.objectPath == Self.device }
+            #expect(ContinuousClock.now - answered >= .milliseconds(250))
+        }
+    }
+
     @Test func aFilterForOtherServicesHidesTheDongle() async throws {
         try await withSimulator({ $0.known = false; $0.advertisingInterval = .milliseconds(20) }) { f in
             try await f.call(Self.adapter, BlueZ.adapterInterface, "SetDiscoveryFilter", [.vardict(["UUIDs": .strings(["180d"])])])

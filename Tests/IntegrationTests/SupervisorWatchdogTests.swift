@@ -29,6 +29,9 @@ import TetherDaemon
             if responsive.withLock({ $0 }) { reply() } else { held.withLock { $0.append(reply) } }
         }
 
+        /// The watchdog never asks for it.
+        func clockWasSet() {}
+
         func recover() {
             responsive.withLock { $0 = true }
             for reply in held.withLock({ h in defer { h = [] }; return h }) { reply() }

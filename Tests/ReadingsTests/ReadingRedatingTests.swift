@@ -78,3 +78,53 @@ struct BootClockTests {
         #expect(BootClock.system(environment: ["TETHER_BOOT_ID": "0d9a3c528f3e4c1b9a513f0c2b7d6e11"]).now()?.bootID == kernel)
     }
 }
+
+/// A record's `clock_synced` is asked of the kernel at most once a second,
+/// but again at once after the clock was stepped (the kernel marks it
+/// unsynchronised then).
+struct ClockStatusCacheTests {
+    final class Asks: @unchecked Sendable {
+        var count = 0
+        var answer: Bool? = true
+    }
+
+    @Test func anAnswerIsKeptForASecondOfBootTime() {
+        var cache = ClockStatusCache()
+        let asks = Asks()
+        let wallAtBoot = Duration.seconds(1_765_000_000)
+        func ask(_ at: Duration) -> Bool? {
+            cache.status(sinceBoot: at, wall: wallAtBoot + at) { asks.count += 1; return asks.answer }
+        }
+        #expect(ask(.seconds(10)) == true)
+        asks.answer = false
+        #expect(ask(.milliseconds(10_500)) == true)
+        #expect(asks.count == 1)
+        #expect(ask(.milliseconds(11_000)) == false)
+        #expect(asks.count == 2)
+    }
+
+    @Test func aStepOfTheClockAsksAgainAtOnce() {
+        var cache = ClockStatusCache()
+        let asks = Asks()
+        let wallAtBoot = Duration.seconds(1_765_000_000)
+        #expect(cache.status(sinceBoot: .seconds(10), wall: wallAtBoot + .seconds(10)) { asks.count += 1; return true } == true)
+        // Set back by 2 hours 100 ms later: the kernel now says unsynchronised.
+        let back = cache.status(sinceBoot: .milliseconds(10_100), wall: wallAtBoot + .milliseconds(10_100) - .seconds(7200)) {
+            asks.count += 1; return false
+        }
+        #expect(back == false)
+        #expect(asks.count == 2)
+        // Forward by 56 years from 1970: asked again too.
+        let forward = cache.status(sinceBoot: .milliseconds(10_200), wall: wallAtBoot + .milliseconds(10_200) + .seconds(86_400 * 365 * 56)) {
+            asks.count += 1; return true
+        }
+        #expect(forward == true)
+        #expect(asks.count == 3)
+        // An NTP client's slew (0.5 ms a second) is not a step.
+        let slewed = cache.status(sinceBoot: .milliseconds(10_700), wall: wallAtBoot + .milliseconds(10_700) + .seconds(86_400 * 365 * 56) + .microseconds(250)) {
+            asks.count += 1; return false
+        }
+        #expect(slewed == true)
+        #expect(asks.count == 3)
+    }
+}

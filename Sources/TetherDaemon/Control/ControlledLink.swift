@@ -9,6 +9,8 @@ public protocol ControlledLink: Sendable {
     func rebind(waitingUpTo limit: Duration) async -> RebindOutcome
     /// Calls `reply` once the link's loop is free to; see `LinkService.ping`.
     func ping(_ reply: @escaping @Sendable () -> Void)
+    /// The wall clock was stepped; see `LinkService.clockWasSet`.
+    func clockWasSet()
 }
 
 extension LinkService: ControlledLink {}

@@ -211,4 +211,14 @@ extension LinkService {
         for case .transition(let from, let to, let cause) in actions { transition = (from, to, cause) }
         changeInput.yield(LinkStatusChange(status: status, transition: transition))
     }
+
+    /// The wall clock was stepped (ClockSetWatch). The moments the control
+    /// interface announces as dates (ConnectedSince, LastDisconnectAt,
+    /// AwaySince) were dated in the old clock's frame when they changed;
+    /// announced again, they are dated in the new one (the status dates
+    /// loop instants from the wall clock's reading now). Nothing else
+    /// changes: the supervisor's decisions run on the monotonic clock.
+    public func clockWasSet() {
+        changeInput.yield(LinkStatusChange(status: status, transition: nil))
+    }
 }

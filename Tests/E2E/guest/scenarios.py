@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 
 from e2e_common import dongle_command, wait_until, controller_address, kernel_log
+import clock_unsynced
 
 ROOT = Path(__file__).resolve().parents[3]
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
@@ -3081,12 +3082,15 @@ SCENARIOS = [
     ("bond-lost", bond_lost),
     ("probe-gatt-interrupted", probe_gatt_interrupted),
     ("probe-vanish", probe_vanish),
+    # The clock boot's (run.sh, E2E_BOOTS=clock): the guest started at 1970.
+    ("clock-unsynced", lambda stack: clock_unsynced.clock_unsynced(stack, sys.modules[__name__])),
 ]
 # Probes: run only when named in e2e.only (they leave the stack changed).
 # stale-device fails on Tether as it is (its stale-object heuristic ignores
 # its own connect timeouts, all that a stale object gives on this stack; see
 # docs/): opt-in until Tether handles it, so `make e2e` stays a gate.
-OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish"}
+# clock-unsynced needs the clock boot's guest, started at 1970.
+OPT_IN = {"probe-stale", "probe-gatt-interrupted", "probe-vanish", "clock-unsynced"}
 # The USB pass's frame: its start and its end (which stops the bridge) run
 # whenever any usb-* scenario does.
 USB_FRAME = {"usb-stack-up", "usb-faults"}

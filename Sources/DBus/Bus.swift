@@ -622,23 +622,17 @@ public actor Bus {
     /// Removes interfaces (all of them if `interfaces` is nil) and announces
     /// it with InterfacesRemoved.
     public func unexport(_ path: ObjectPath, interfaces: [String]? = nil) throws(DBusError) {
-        var removed = registry.remove(path, interfaces: interfaces)
-        guard !removed.isEmpty, let manager = registry.manager(for: path) else { return }
-        if registry.objects[path] == nil {
-            removed += [StandardInterface.introspectable, StandardInterface.properties]
-        }
-        try emit(
-            path: manager, interface: StandardInterface.objectManager, member: "InterfacesRemoved",
-            [.objectPath(path), .strings(removed)]
-        )
+        let removed = unexportUnannounced(path, interfaces: interfaces)
+        guard !removed.isEmpty else { return }
+        try announceRemoval(of: path, interfaces: removed)
     }
 
-    /// Drops `path`'s interfaces now and returns what InterfacesRemoved
-    /// would name, for `announceRemoval` to send later (bluetoothd's
+    /// Drops `path`'s interfaces (all, or `interfaces`) now and returns what
+    /// InterfacesRemoved would name, for `announceRemoval` to send later (bluetoothd's
     /// RemoveDevice answers before it announces the removal); empty when
     /// nothing was exported there.
-    public func unexportUnannounced(_ path: ObjectPath) -> [String] {
-        var removed = registry.remove(path, interfaces: nil)
+    public func unexportUnannounced(_ path: ObjectPath, interfaces: [String]? = nil) -> [String] {
+        var removed = registry.remove(path, interfaces: interfaces)
         guard !removed.isEmpty, registry.manager(for: path) != nil else { return [] }
         if registry.objects[path] == nil {
             removed += [StandardInterface.introspectable, StandardInterface.properties]

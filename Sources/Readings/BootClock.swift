@@ -117,15 +117,17 @@ public struct BootClock: Sendable {
 
     /// CLOCK_BOOTTIME now.
     public static func sinceBoot() -> Duration {
-        var now = timespec()
-        clock_gettime(CLOCK_BOOTTIME, &now)
-        return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
+        reading(CLOCK_BOOTTIME)
     }
 
     /// CLOCK_REALTIME now, since the epoch (a vDSO call).
     static func wallClock() -> Duration {
+        reading(CLOCK_REALTIME)
+    }
+
+    private static func reading(_ clock: clockid_t) -> Duration {
         var now = timespec()
-        clock_gettime(CLOCK_REALTIME, &now)
+        clock_gettime(clock, &now)
         return .seconds(now.tv_sec) + .nanoseconds(now.tv_nsec)
     }
 

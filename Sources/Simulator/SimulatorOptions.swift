@@ -40,7 +40,6 @@ public struct SimulatorOptions: Sendable {
     /// becomes it (AddressType "public") on the same object, as bluetoothd
     /// does (bleak #1737). Nil: `address` is the dongle's identity.
     public var identityAddress: String?
-    /// Whether bluetoothd knows the device from an earlier connection, so its
     /// How long after RemoveDevice's reply InterfacesRemoved follows.
     /// bluetoothd deletes the object before it answers (a call on it then
     /// fails with UnknownObject) and announces the removal from its main
@@ -48,6 +47,7 @@ public struct SimulatorOptions: Sendable {
     /// a millisecond or, under load, much more. The deterministic
     /// simulation draws 1 ms to 1 s per seed.
     public var removalSignalDelay: Duration = .milliseconds(1)
+    /// Whether bluetoothd knows the device from an earlier connection, so its
     /// Device1 object exists from the start; if false it appears only when
     /// discovery sees it advertising.
     public var known = true

@@ -194,7 +194,7 @@ let package = Package(
         .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
-        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "TestSupport"]),
+        .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "Pacing", "TestSupport"]),
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor", "LinkPolicy", "Pacing"]),
         .testTarget(name: "PacingTests", dependencies: ["Pacing"]),
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),

@@ -46,9 +46,16 @@ struct ReadingBacklog {
     }
 
     /// Puts readings that could not be written back in front of newer arrivals.
+    /// In the room `removeOldest` left in front when there is (a failed
+    /// write puts back what it took), so a retry costs its batch, not the backlog.
     mutating func prepend(_ readings: [Reading]) {
         guard !readings.isEmpty else { return }
-        storage = readings + storage[head...]
-        head = 0
+        if head >= readings.count {
+            head -= readings.count
+            storage.replaceSubrange(head..<(head + readings.count), with: readings)
+        } else {
+            storage = readings + storage[head...]
+            head = 0
+        }
     }
 }

@@ -121,6 +121,8 @@ public final class ReadingRecorder: @unchecked Sendable {
 
     private var syncTimer: EventLoop.TimerID?
     private var retryTimer: EventLoop.TimerID?
+    /// The last write failed: the next is a probe of `probeSize` readings.
+    private var lastWriteFailed = false
     private var lastReport: MonotonicInstant?
     /// `log.restoredFiles` already told through `onError`.
     private var restorationsReported = 0
@@ -289,6 +291,11 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// takes some of it instead of refusing one huge all-or-nothing write.
     static let chunkSize = 4096
 
+    /// Readings in the first write after a failed one: while the disk stays
+    /// full, each retry (one a second) formats this many rather than a whole
+    /// chunk; once it is taken, full chunks follow in the same turn.
+    static let probeSize = 16
+
     /// Writes all pending readings, oldest first, in chunks (a gap record, if
     /// readings were dropped, goes in front of the first).
     private func drain() {
@@ -300,7 +307,7 @@ public final class ReadingRecorder: @unchecked Sendable {
         guard !logClosed else { return false }
         let (batch, gap) = state.withLock { (state: inout State) -> ([Reading], Gap?) in
             state.drainScheduled = false
-            let batch = state.backlog.removeOldest(upTo: Self.chunkSize)
+            let batch = state.backlog.removeOldest(upTo: lastWriteFailed ? Self.probeSize : Self.chunkSize)
             state.inFlight = batch.count
             return (batch, state.gap)
         }
@@ -329,11 +336,13 @@ public final class ReadingRecorder: @unchecked Sendable {
                 state.waitingForRetry = false
                 return !state.backlog.isEmpty || state.gap != nil
             }
+            lastWriteFailed = false
             cancel(&retryTimer)
             reportRestorations()
             armSyncTimer()
             return more
         } catch {
+            lastWriteFailed = true
             let message = "cannot write readings to \(log.directory): \(error)"
             let pending = state.withLock { (state: inout State) -> Int in
                 state.inFlight = 0

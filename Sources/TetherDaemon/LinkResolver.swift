@@ -90,13 +90,14 @@ struct LinkResolver: Sendable {
     }
 
     private func pickDevice(_ tree: ObjectTree, adapter: Adapter, known: String?) -> Device? {
-        let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
         // BlueZ spells addresses upper-case, as the config and the binding
-        // are normalised: compared as they are (this runs on every change
-        // of the tree, among hundreds of devices in a busy street).
+        // are normalised: looked up by address in the tree's index (this
+        // runs on every change of the tree that may matter, among hundreds
+        // of devices in a busy street).
         if let address = known ?? config.dongle.address {
-            return candidates.first { $0.address == address }
+            return tree.devices(address: address).first { $0.adapter == nil || $0.adapter == adapter.path }
         }
+        let candidates = tree.devices.filter { $0.adapter == nil || $0.adapter == adapter.path }
         // A connected match first, then the strongest signal.
         return matching(candidates).max { a, b in
             if a.connected != b.connected { return !a.connected }

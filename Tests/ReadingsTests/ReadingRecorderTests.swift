@@ -4,6 +4,7 @@ import Testing
 
 #if canImport(Glibc)
 import Glibc
+import Synchronization
 #endif
 
 /// Simulates a disk that refuses writes (ENOSPC) while `failing` is set.
@@ -285,6 +286,38 @@ struct ReadingRecorderTests {
         #expect(records.map(\.seq) == Array(1...9))
         #expect(records.compactMap(readingNumber) == Array(0..<9))
         #expect(errors.messages.count == 1)
+        recorder.close()
+    }
+
+    /// While the disk stays full, a retry formats and tries a few readings,
+    /// not the whole chunk again; once they are taken the rest follows at once.
+    @Test func aRetryAfterAFailureTriesAFewReadingsFirst() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let log = try ReadingLog(directory: dir.path, rotateSize: 1 << 20, retainSize: 1 << 30)
+        let disk = FailingDisk()
+        let attempts = Mutex<[Int]>([])
+        log.writeCall = { fd, bytes in
+            attempts.withLock { $0.append(bytes.count { $0 == UInt8(ascii: "\n") }) }
+            if disk.failing { return -Int(ENOSPC) }
+            return LogFileSystem.systemWrite(fd, bytes)
+        }
+        let recorder = ReadingRecorder(log: log, flushInterval: .seconds(1), maxBacklog: 1000, retryInterval: .seconds(3600)) { _ in }
+        disk.failing = true
+        for number in 0..<100 { recorder.record(testReading(number)) }
+        recorder.flush()
+        recorder.flush()
+        recorder.flush()
+        // (a drain the readings scheduled may add a retry of its own)
+        let failed = attempts.withLock { $0 }
+        #expect(failed.count >= 3)
+        #expect(failed.dropFirst().allSatisfy { $0 == ReadingRecorder.probeSize })
+        #expect(recorder.stats.pending == 100)
+        disk.failing = false
+        recorder.flush()
+        #expect(attempts.withLock { Array($0.dropFirst(failed.count)) } == [ReadingRecorder.probeSize, 100 - ReadingRecorder.probeSize])
+        #expect(recorder.stats.written == 100)
+        #expect(try ReadingLog.readRecords(directory: dir.path).compactMap(readingNumber) == Array(0..<100))
         recorder.close()
     }
 

@@ -198,12 +198,12 @@ let package = Package(
         .testTarget(name: "LinkSupervisorTests", dependencies: ["LinkSupervisor", "LinkPolicy", "Pacing"]),
         .testTarget(name: "PacingTests", dependencies: ["Pacing"]),
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
-        .testTarget(name: "HCITests", dependencies: ["HCI"]),
+        .testTarget(name: "HCITests", dependencies: ["HCI", "TestSupport"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
         .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "PayloadLayout", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
-        .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "EventLoop"]),
+        .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "LinkPolicy", "HCI", "BlueZ", "DBus", "EventLoop"]),
         // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
         // recorder on a virtual loop.
         .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration", "PayloadLayout"]),

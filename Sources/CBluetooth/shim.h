@@ -83,8 +83,9 @@ static inline int tether_has_net_admin(void) {
 }
 
 /// The kernel's view of controller `dev_id` (HCIGETDEVINFO): its flags
-/// (HCI_UP, HCI_INIT, HCI_RUNNING…) and address. 0 or a negated errno.
-static inline int tether_hci_device_info(int dev_id, uint32_t *flags, uint8_t address[6]) {
+/// (HCI_UP, HCI_INIT, HCI_RUNNING…), address and type (its low nibble the
+/// bus: HCI_VIRTUAL, HCI_USB, HCI_UART…). 0 or a negated errno.
+static inline int tether_hci_device_info(int dev_id, uint32_t *flags, uint8_t address[6], uint8_t *type) {
     int ctl = socket(AF_BLUETOOTH, SOCK_RAW | SOCK_CLOEXEC, BTPROTO_HCI);
     if (ctl < 0) return -errno;
     struct hci_dev_info info = {0};
@@ -93,6 +94,7 @@ static inline int tether_hci_device_info(int dev_id, uint32_t *flags, uint8_t ad
     close(ctl);
     if (result == 0) {
         *flags = info.flags;
+        *type = info.type;
         for (int i = 0; i < 6; i++) address[i] = info.bdaddr.b[i];
     }
     return result;

@@ -61,6 +61,9 @@ public struct LinkStatus: Sendable, Equatable {
     /// While the dongle's DFU bootloader advertises (`DfuTarg`, its address
     /// plus one) and the dongle does not: the bootloader's address.
     public var bootloader: String?
+    /// What the adapter's controller is: its bus, driver and the device it
+    /// hangs on ("UART (hci_uart on ttyAMA0)"); nil until known.
+    public var controller: String?
 
     public init(
         state: SupervisorState, device: String? = nil, adapter: String? = nil, connectedSince: Date? = nil,
@@ -69,9 +72,10 @@ public struct LinkStatus: Sendable, Equatable {
         nextAttemptIn: Duration? = nil, lastError: String? = nil, silenceLimit: Duration? = nil, silenceEvents: Int = 0,
         lastDisconnectReason: String? = nil, lastDisconnectAt: Date? = nil, adapterProblem: String? = nil,
         bondProblem: String? = nil, bluezProblem: String? = nil, awaySince: Date? = nil, boundDongle: String? = nil,
-        bootloader: String? = nil
+        bootloader: String? = nil, controller: String? = nil
     ) {
         self.bootloader = bootloader
+        self.controller = controller
         self.bondProblem = bondProblem
         self.awaySince = awaySince
         self.boundDongle = boundDongle
@@ -179,6 +183,7 @@ public struct LinkStatus: Sendable, Equatable {
             "AwaySince": .uint64(Self.microseconds(awaySince)),
             "BoundDongle": .string(boundDongle ?? ""),
             "Bootloader": .string(bootloader ?? ""),
+            "Controller": .string(controller ?? ""),
         ]
     }
 
@@ -236,6 +241,7 @@ public struct LinkStatus: Sendable, Equatable {
         awaySince = properties["AwaySince"] == nil ? nil : try instant("AwaySince")
         boundDongle = properties["BoundDongle"] == nil ? nil : try text("BoundDongle")
         bootloader = properties["Bootloader"] == nil ? nil : try text("Bootloader")
+        controller = properties["Controller"] == nil ? nil : try text("Controller")
     }
 
     static func microseconds(_ date: Date?) -> UInt64 {

@@ -47,4 +47,9 @@ struct SimulatedControllerKernel: ControllerKernel {
 
     /// The simulation has no controller that failed its initialisation.
     func controllers() -> [KernelController] { [] }
+
+    /// A virtual controller, as the simulated one is no USB device.
+    func transport(of controller: String) -> ControllerTransport? {
+        ControllerTransport(controller: controller, bus: .virtual)
+    }
 }

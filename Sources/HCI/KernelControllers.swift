@@ -23,13 +23,16 @@ public struct KernelController: Sendable, Equatable {
     public var settingUp: Bool
     /// As the kernel knows it; 00:00:00:00:00:00 before initialisation read it.
     public var address: String
+    /// What the controller is attached by.
+    public var bus: ControllerBus
 
-    public init(name: String, index: Int, up: Bool, settingUp: Bool, address: String) {
+    public init(name: String, index: Int, up: Bool, settingUp: Bool, address: String, bus: ControllerBus = .usb) {
         self.name = name
         self.index = index
         self.up = up
         self.settingUp = settingUp
         self.address = address
+        self.bus = bus
     }
 
     /// Neither up nor being set up: a controller the kernel gave up on, or
@@ -49,19 +52,31 @@ public enum KernelControllers {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: sysfs)) ?? []
         return names.compactMap { name -> KernelController? in
             guard name.hasPrefix("hci"), let index = Int(name.dropFirst(3)) else { return nil }
-            var flags: UInt32 = 0
-            var bytes: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0)
-            let result = withUnsafeMutableBytes(of: &bytes) { raw in
-                tether_hci_device_info(Int32(index), &flags, raw.bindMemory(to: UInt8.self).baseAddress)
-            }
-            guard result == 0 else { return nil }
-            let address = [bytes.5, bytes.4, bytes.3, bytes.2, bytes.1, bytes.0]
-                .map { ($0 < 16 ? "0" : "") + String($0, radix: 16, uppercase: true) }.joined(separator: ":")
-            return KernelController(
-                name: name, index: index, up: flags & KernelController.upFlag != 0,
-                settingUp: flags & (KernelController.initFlag | KernelController.runningFlag) != 0, address: address
-            )
+            return controller(name: name, index: index)
         }
         .sorted { $0.index < $1.index }
+    }
+
+    /// One controller, like `hci0`; nil when the kernel has none by that name.
+    public static func controller(named name: String) -> KernelController? {
+        guard name.hasPrefix("hci"), let index = Int(name.dropFirst(3)) else { return nil }
+        return controller(name: name, index: index)
+    }
+
+    private static func controller(name: String, index: Int) -> KernelController? {
+        var flags: UInt32 = 0
+        var type: UInt8 = 0
+        var bytes: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0)
+        let result = withUnsafeMutableBytes(of: &bytes) { raw in
+            tether_hci_device_info(Int32(index), &flags, raw.bindMemory(to: UInt8.self).baseAddress, &type)
+        }
+        guard result == 0 else { return nil }
+        let address = [bytes.5, bytes.4, bytes.3, bytes.2, bytes.1, bytes.0]
+            .map { ($0 < 16 ? "0" : "") + String($0, radix: 16, uppercase: true) }.joined(separator: ":")
+        return KernelController(
+            name: name, index: index, up: flags & KernelController.upFlag != 0,
+            settingUp: flags & (KernelController.initFlag | KernelController.runningFlag) != 0, address: address,
+            bus: ControllerBus(kernelType: type)
+        )
     }
 }

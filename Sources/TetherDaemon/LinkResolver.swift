@@ -1,6 +1,7 @@
 import BlueZ
 import Configuration
 import DBus
+import HCI
 import LinkSupervisor
 
 /// Finds, in bluetoothd's object tree, the adapter, the dongle and the
@@ -13,6 +14,9 @@ struct LinkResolver: Sendable {
         var notify: [GattCharacteristic] = []
         var keepalive: GattCharacteristic?
         var observation = LinkObservation()
+        /// The adapter that would have been taken but is on a placeholder
+        /// address (`PlaceholderAddress`), not its own yet: set aside.
+        var placeholder: Adapter?
     }
 
     let config: TetherConfig
@@ -29,7 +33,10 @@ struct LinkResolver: Sendable {
     func resolve(_ tree: ObjectTree, bluezPresent: Bool, lastAddress: String? = nil, known: String? = nil) -> Resolution {
         var result = Resolution()
         result.observation.bluezPresent = bluezPresent
-        guard bluezPresent, let adapter = pickAdapter(tree, lastAddress: lastAddress) else { return result }
+        guard bluezPresent else { return result }
+        let (picked, placeholder) = pickAdapter(tree, lastAddress: lastAddress)
+        result.placeholder = placeholder
+        guard let adapter = picked else { return result }
         result.adapter = adapter
         result.observation.adapterPresent = true
         result.observation.adapterPowered = adapter.powered
@@ -76,17 +83,29 @@ struct LinkResolver: Sendable {
         return "not found on the dongle: \(missing.joined(separator: ", ")); \(has)"
     }
 
-    private func pickAdapter(_ tree: ObjectTree, lastAddress: String?) -> Adapter? {
+    /// The adapter to use, and the one set aside for being on a
+    /// placeholder address when there is no other: a controller that came
+    /// up before it was given its address (the Raspberry Pi's onboard radio
+    /// now and then) has none of the pairings BlueZ keeps under its real
+    /// one, and would give the dongle a central address it never paired
+    /// with. Tether waits for the real address, whichever way the config
+    /// names the adapter.
+    private func pickAdapter(_ tree: ObjectTree, lastAddress: String?) -> (Adapter?, placeholder: Adapter?) {
+        let adapters = tree.adapters
+        let usable = adapters.filter { PlaceholderAddress.kind(of: $0.address) == nil }
+        let onPlaceholder = adapters.filter { PlaceholderAddress.kind(of: $0.address) != nil }
         if let address = config.bluez.adapterAddress {
-            return tree.adapters.first { $0.address.uppercased() == address }
+            let picked = usable.first { $0.address.uppercased() == address }
+            return (picked, picked == nil ? onPlaceholder.first : nil)
         }
         if let name = config.bluez.adapter {
-            return tree.adapters.first { $0.interfaceName == name }
+            return (usable.first { $0.interfaceName == name }, onPlaceholder.first { $0.interfaceName == name })
         }
-        if let lastAddress, let same = tree.adapters.first(where: { $0.address.uppercased() == lastAddress }) {
-            return same
+        if let lastAddress, let same = usable.first(where: { $0.address.uppercased() == lastAddress }) {
+            return (same, nil)
         }
-        return tree.adapters.first { $0.powered } ?? tree.adapters.first
+        let picked = usable.first { $0.powered } ?? usable.first
+        return (picked, picked == nil ? onPlaceholder.first : nil)
     }
 
     private func pickDevice(_ tree: ObjectTree, adapter: Adapter, known: String?) -> Device? {

@@ -89,8 +89,9 @@ struct CheckConfigCommand: ParsableCommand {
         abstract: "Validate a config file: exit 0 if it is good, 78 (EX_CONFIG) with the reason if not.",
         discussion: """
             Settings that are valid but likely to misbehave (such as dongle.silence_limit = "off", or a \
-            limit shorter than two keep-alive intervals) are printed as "warning:" lines on stderr; \
-            the exit status is still 0. With dongle.pairing = "passkey-file" it checks that the \
+            limit shorter than two keep-alive intervals, or a reconnect.escalate step that cannot \
+            reach this machine's controller, such as usb-reset for the Raspberry Pi's onboard UART \
+            radio) are printed as "warning:" lines on stderr; the exit status is still 0. With dongle.pairing = "passkey-file" it checks that the \
             service's user (tether when run as root, else the caller) may use dongle.passkey_file: \
             its owner and mode (0600), never its contents, which only tether run reads.
             """
@@ -108,7 +109,9 @@ struct CheckConfigCommand: ParsableCommand {
             let config = try TetherConfig.load(path: path, instance: instance)
             let dongle = config.dongle.address ?? [config.dongle.namePrefix.map { "name \($0)*" }, config.dongle.serviceUUID.map { "service \($0)" }].compactMap { $0 }.joined(separator: ", ")
             let silence = config.silenceLimit.map { "silence limit \(DurationText.format($0))" } ?? "silence limit off"
-            for warning in config.warnings {
+            // The steps that cannot reach this gateway's controller (a USB
+            // reset of the Raspberry Pi's onboard UART radio).
+            for warning in config.warnings.map(\.description) + ControllerIdentity.escalationWarnings(for: config) {
                 StandardError.emit("warning: \(warning)\n")
             }
             // tether run only warns of it; tether forward refuses it.

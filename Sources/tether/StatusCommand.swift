@@ -24,14 +24,15 @@ struct StatusCommand: AsyncParsableCommand {
             for the daemon's answer. With --json, prints \
             one JSON object with stable keys: instance, running, answering (false when the daemon owns its bus \
             name but did not answer within --timeout; the link's keys are then absent, as when it is not \
-            running), state, device, adapter, connected_since, \
+            running), state, device, adapter, controller (the adapter's bus, driver and port, as the kernel \
+            says: "USB (btusb on 1-1:1.0)", "UART (hci_uart_bcm on serial0-0)", "virtual"), connected_since, \
             connected_for_seconds, last_reading_at, last_reading_age_seconds, readings_written, readings_pending \
             (received, not yet on disk), readings_dropped, readings_error (why the readings log refuses writes or \
             that the disk has not answered one for 5 s, \
             while it does), reconnects, \
             window_attempt, next_attempt_in_seconds, last_error, silence_limit_seconds, silence_events, \
             last_disconnect_reason, last_disconnect_at, adapter_problem (rfkill, a controller that failed its \
-            initialisation), bond_problem (a bond the dongle refuses), bluez_problem (bluetoothd owns its name \
+            initialisation, one on a placeholder address), bond_problem (a bond the dongle refuses), bluez_problem (bluetoothd owns its name \
             but does not answer: hung), and forwarder (times in UTC ISO 8601; null when not applicable). The forwarder's state (tether forward) is read from its files in \
             --forwarder-state-directory: null when no forwarder ever ran there, else an object with running, \
             connected, broker, since, acknowledged_seq, backlog (records on disk not yet acknowledged), \
@@ -166,6 +167,9 @@ struct StatusReport {
         }
         lines.append("tether (\(instance)): \(s.state.rawValue)")
         row("device", (s.device ?? "not found yet") + (s.adapter.map { " via \($0)" } ?? ""))
+        if let adapter = s.adapter, let controller = s.controller {
+            row("controller", "\(adapter): \(controller)")
+        }
         if let since = s.connectedSince {
             row("connected", "for \(LinkStatus.age(now.timeIntervalSince(since))) (since \(Self.iso(since)))")
         } else {
@@ -289,6 +293,7 @@ struct StatusReport {
                 ("away_since", s.awaySince.map { quote(Self.iso($0)) } ?? "null"),
                 ("bound_dongle", s.boundDongle.map(quote) ?? "null"),
                 ("bootloader", s.bootloader.map(quote) ?? "null"),
+                ("controller", s.controller.map(quote) ?? "null"),
                 ("bluez_problem", s.bluezProblem.map(quote) ?? "null"),
             ]
         }

@@ -41,7 +41,7 @@ import TetherDaemon
             "readings_error", "reconnects", "window_attempt",
             "next_attempt_in_seconds", "last_error", "forwarder", "silence_limit_seconds", "silence_events",
             "last_disconnect_reason", "last_disconnect_at", "adapter_problem", "bond_problem", "bluez_problem",
-            "away_since", "bound_dongle", "bootloader",
+            "away_since", "bound_dongle", "bootloader", "controller",
         ]
         #expect(Set(json.keys) == keys)
         #expect(json["device"] as? String == DaemonHarness.address)

@@ -24,7 +24,8 @@ import Testing
             state: .backingOff, device: "AA:BB:CC:DD:EE:FF", adapter: "hci0", readingsWritten: 1200, readingsPending: 340,
             readingsDropped: 7, readingsError: "cannot write readings to /var/lib/tether/readings: Read-only file system",
             reconnects: 3, windowAttempt: 2,
-            nextAttemptIn: .milliseconds(1500), lastError: "org.bluez.Error.Failed: le-connection-abort-by-local"
+            nextAttemptIn: .milliseconds(1500), lastError: "org.bluez.Error.Failed: le-connection-abort-by-local",
+            controller: "UART (hci_uart_bcm on serial0-0)"
         )
         let back = try LinkStatus(properties: status.signalledProperties.merging(status.liveProperties) { $1 })
         #expect(back == status)

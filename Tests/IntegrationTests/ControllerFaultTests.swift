@@ -52,6 +52,36 @@ import Testing
         await harness.stop()
     }
 
+    /// The Raspberry Pi's onboard radio, one boot in ten: the controller
+    /// comes up on its chip's default address, and bthelper sets the real
+    /// one moments later (bluetoothd drops the adapter and lists it again).
+    /// The daemon does not use the placeholder, says why, and goes online
+    /// once the real address is there.
+    @Test func aControllerOnAPlaceholderAddressIsWaitedForUntilItHasItsOwn() async throws {
+        var options = SimulatorOptions()
+        let real = options.adapterAddress
+        options.adapterAddress = "AA:AA:AA:AA:AA:AA"
+        let harness = try await DaemonHarness(simulator: options)
+        try await harness.startDaemon()
+        #expect(await harness.waitForState(.waitingForAdapter))
+        #expect(await eventually(timeout: .seconds(5)) {
+            harness.service?.status.adapterProblem?.contains("hci0 is on the placeholder address AA:AA:AA:AA:AA:AA (BCM43430A1's default)") == true
+        }, "\(String(describing: harness.service?.status.adapterProblem))")
+        try await Task.sleep(for: .seconds(1))
+        #expect(harness.state == .waitingForAdapter)
+        #expect(!harness.events().contains { $0.ev == "connect-request" || $0.ev == "discovery-start" }, "nothing through the placeholder")
+        let set = ContinuousClock.now
+        await harness.simulator.removeAdapter()
+        try await harness.simulator.addAdapter(name: "hci0", address: real)
+        #expect(await harness.waitForState(.online))
+        print("figure: real address set to online: \(set.duration(to: .now))")
+        #expect(harness.service?.status.adapterProblem == nil)
+        let lines = harness.logLines.all
+        #expect(lines.filter { $0.contains("is on the placeholder address") }.count == 1, "said once: \(lines)")
+        #expect(lines.contains { $0.contains("using hci0 (\(real))") }, "\(lines)")
+        await harness.stop()
+    }
+
     @Test func aLockupIsDetectedAndClearedByThePowerCycleStep() async throws {
         var options = SimulatorOptions()
         options.hciCommandTimeout = .milliseconds(500)

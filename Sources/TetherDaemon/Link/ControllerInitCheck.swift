@@ -27,6 +27,10 @@ struct ControllerInitCheck {
     private var suspects: [String: Duration] = [:]
     /// The controller reported as failed, if any.
     private(set) var failed: KernelController?
+    /// A controller the kernel holds on a placeholder address
+    /// (`PlaceholderAddress`, not all zeros) and bluetoothd does not list:
+    /// unconfigured until its address is set, which is no failure.
+    private(set) var awaitingAddress: KernelController?
     private var checks = 0
 
     init(name: String?, address: String?) {
@@ -47,8 +51,10 @@ struct ControllerInitCheck {
     /// lists, at `now`. Returns what changed since the last look.
     mutating func check(kernel: [KernelController], listed: Set<String>, at now: Duration) -> Change? {
         checks += 1
+        let unlisted = kernel.filter { !listed.contains($0.name) && (name == nil || $0.name == name) }
+        awaitingAddress = unlisted.first { Self.awaitsAddress($0) }
         let candidates = kernel.filter { controller in
-            guard controller.down, !listed.contains(controller.name) else { return false }
+            guard controller.down, !listed.contains(controller.name), !Self.awaitsAddress(controller) else { return false }
             if let name { return controller.name == name }
             if let address {
                 // A controller that failed before reading its address shows 00:00:…
@@ -71,9 +77,16 @@ struct ControllerInitCheck {
         }
     }
 
+    /// On a placeholder address other than all zeros (which a controller
+    /// shows when its initialisation failed before reading one).
+    static func awaitsAddress(_ controller: KernelController) -> Bool {
+        controller.address != "00:00:00:00:00:00" && PlaceholderAddress.kind(of: controller.address) != nil
+    }
+
     /// An adapter was found, or bluetoothd went away: nothing to check.
     mutating func reset() -> Change? {
         suspects = [:]
+        awaitingAddress = nil
         checks = 0
         guard let was = failed else { return nil }
         failed = nil

@@ -25,6 +25,9 @@ public protocol ControllerKernel: Sendable {
     func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer
     /// The controllers the kernel has, with their flags.
     func controllers() -> [KernelController]
+    /// What the controller named like `hci0` is attached by, and its
+    /// driver; nil when the kernel has no such controller (or cannot be asked).
+    func transport(of controller: String) -> ControllerTransport?
 }
 
 /// The real kernel: libbluetooth's ioctls, usbfs and btusb's sysfs files.
@@ -51,5 +54,9 @@ public struct SystemControllerKernel: ControllerKernel {
 
     public func controllers() -> [KernelController] {
         KernelControllers.list()
+    }
+
+    public func transport(of controller: String) -> ControllerTransport? {
+        KernelControllers.controller(named: controller).map { ControllerTransport.read($0) }
     }
 }

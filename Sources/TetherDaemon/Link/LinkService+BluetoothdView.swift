@@ -104,6 +104,11 @@ extension LinkService {
                 report.logger.notice("\(note)", metadata: ["event": "\(note.eventName)"])
             }
         }
+        if let adapter = resolution.adapter, adapter.interfaceName != previous.adapter?.interfaceName
+            || adapter.address != previous.adapter?.address
+        {
+            identifyController(adapter)
+        }
         notifyPaths = resolution.notify.map { ($0.path.rawValue, $0.uuid) }
         updateDeviceScope()
         if let address = resolution.device?.address { deviceAddress = address }
@@ -112,6 +117,7 @@ extension LinkService {
             && previous.device?.path == resolution.device?.path && resolution.observation.connected
         shared.withLock { s in
             s.adapter = resolution.adapter?.interfaceName
+            if resolution.adapter == nil { s.controller = nil }
             s.device = resolution.device?.address ?? config.dongle.address
         }
         deliverObservationIfChanged()
@@ -161,6 +167,16 @@ extension LinkService {
     func takeNotification(_ bytes: [UInt8], characteristic uuid: String) {
         notifiedThisTurn = true
         take(Reading(receivedAt: wallClock(), device: deviceAddress, characteristic: uuid, source: .notify, payload: bytes))
+    }
+
+    /// Tether took up a controller (or the one it uses moved or changed its
+    /// address): the journal says what it is, once, and status shows it.
+    func identifyController(_ adapter: Adapter) {
+        let transport = kernel.transport(of: adapter.interfaceName)
+        report.logger.notice(
+            "\(ControllerIdentity.line(name: adapter.interfaceName, address: adapter.address.uppercased(), transport: transport, escalate: config.reconnect.escalate))",
+            metadata: ["event": "controller", "adapter": "\(adapter.interfaceName)"])
+        shared.withLock { $0.controller = transport?.description }
     }
 
     /// Hears Device1 changes of the dongle's object alone once its address

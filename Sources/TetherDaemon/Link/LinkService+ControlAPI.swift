@@ -77,7 +77,8 @@ extension LinkService {
                     "bluetoothd owns org.bluez but does not answer (a D-Bus ping unanswered for \(BluezLiveness.pingTimeout.roundedText)): "
                         + "hung; Tether waits for it (the package's bluetooth.service drop-in has systemd restart a hang of 10 s; else `systemctl restart bluetooth`)"
                 },
-                awaySince: dated(s.awaySince), boundDongle: s.boundDongle, bootloader: s.bootloader
+                awaySince: dated(s.awaySince), boundDongle: s.boundDongle, bootloader: s.bootloader,
+                controller: s.controller
             )
         }
     }

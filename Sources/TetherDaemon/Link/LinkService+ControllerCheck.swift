@@ -37,6 +37,8 @@ extension LinkService {
         let listed = Set(tree.adapters.map(\.interfaceName))
         if let change = initCheck.check(kernel: kernel.controllers(), listed: listed, at: start.duration(to: loop.now)) {
             controllerCheckChanged(change)
+        } else {
+            updateAdapterProblem()  // a controller may have come up on a placeholder address meanwhile
         }
         initCheckTimer = loop.schedule(after: initCheck.nextDelay) { [unowned self] in checkControllers() }
     }
@@ -58,6 +60,22 @@ extension LinkService {
         kernelViewChanged()
     }
 
+    /// The controller is on a placeholder address, in bluetoothd's tree or
+    /// only in the kernel's (unconfigured): what Tether waits for.
+    func placeholderProblem() -> String? {
+        guard resolution.adapter == nil else { return nil }
+        let (name, address): (String, String)
+        if let adapter = resolution.placeholder {
+            (name, address) = (adapter.interfaceName, adapter.address.uppercased())
+        } else if let controller = initCheck.awaitingAddress {
+            (name, address) = (controller.name, controller.address)
+        } else {
+            return nil
+        }
+        return ControllerIdentity.placeholderProblem(
+            name: name, address: address, kind: PlaceholderAddress.kind(of: address), configured: config.bluez.adapterAddress)
+    }
+
     /// What status shows of an adapter problem only the kernel sees.
     func updateAdapterProblem() {
         let problem: String?
@@ -68,9 +86,12 @@ extension LinkService {
             problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by rfkill (soft block)"
                 + (config.reconnect.escalate.contains(.rfkillUnblock) ? "; Tether unblocks it (rfkill-unblock)" : "; \"rfkill unblock bluetooth\" clears it")
         case .none:
-            problem = initCheck.failed.map(ControllerInitCheck.problem)
+            problem = initCheck.failed.map(ControllerInitCheck.problem) ?? placeholderProblem()
         }
         guard problem != adapterProblem else { return }
+        if let problem, problem == placeholderProblem() {
+            report.logger.warning("\(problem)", metadata: ["event": "adapter-placeholder-address"])
+        }
         adapterProblem = problem
         shared.withLock { $0.adapterProblem = problem }
         publishIfChanged([])

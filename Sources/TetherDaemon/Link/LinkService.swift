@@ -75,6 +75,8 @@ public final class LinkService: @unchecked Sendable {
     /// current frame.
     struct Shared {
         var adapter: String?
+        /// What the adapter's controller is: "UART (hci_uart on ttyAMA0)".
+        var controller: String?
         var device: String?
         var supervisor = Supervisor.Status()
         var connectedSince: MonotonicInstant?

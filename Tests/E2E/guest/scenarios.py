@@ -607,6 +607,12 @@ def first_connect(stack):
     if reading is None:
         return False, figures, "online, but no reading reached the disk within 30 s"
     figures["start_to_first_reading_s"] = round(reading - started, 2)
+    # What the radio is, from the kernel: a vhci controller is virtual (no
+    # device in sysfs), in status and once in the journal.
+    figures["controller"] = stack.tether_status().get("controller")
+    told = stack.tether_log.matching(r"event=controller(\s|$)", started)
+    if figures["controller"] != "virtual" or not any("): virtual" in line for _, line in told):
+        return False, figures, f"status says controller {figures['controller']!r}, journal {[line for _, line in told]}: not 'virtual'"
     return True, figures, ""
 
 
@@ -2071,6 +2077,11 @@ def usb_stack_up(stack):
     if online is None:
         return False, figures, f"not online through the USB controller: {attempt_summary(stack, tether_started)}"
     figures["online_s"] = round(online[0] - tether_started, 1)
+    # What the radio is: the bus from the controller, driver and interface from sysfs.
+    expected = f"USB (btusb on {Path(facts['interface']).name})"
+    figures["status_controller"] = stack.tether_status().get("controller")
+    if figures["status_controller"] != expected:
+        problems.append(f"status says controller {figures['status_controller']!r}, not {expected!r}")
     reading = stack.wait_reading_after(online[0], 30)
     if reading is None:
         problems.append("online through the USB controller, but no reading on disk")

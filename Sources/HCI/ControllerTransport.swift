@@ -1,0 +1,69 @@
+#if canImport(Glibc)
+import Glibc
+#elseif canImport(Musl)
+import Musl
+#endif
+
+/// What a controller is, for an operator: its bus, the driver that drives
+/// it and the device it hangs on, as the kernel shows them.
+///
+/// The bus comes from the controller itself (HCIGETDEVINFO); the rest from
+/// sysfs: `/sys/class/bluetooth/hciN/device` is the USB interface btusb
+/// bound (`1-1:1.0`), a serdev device whose driver is `hci_uart_bcm` or
+/// another `hci_uart_*` (`serial0-0`, the Raspberry Pi's onboard radio
+/// under Raspberry Pi OS), or the tty a line discipline was set on by
+/// `hciattach`/`btattach` (`ttyAMA0`; `hci_uart` drives it, with no driver
+/// link in sysfs). A controller on a pseudo-terminal, or a virtual one
+/// (vhci), has no device at all.
+public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible {
+    public var controller: String
+    public var bus: ControllerBus
+    /// `btusb`, `hci_uart_bcm`, `hci_uart`; nil when the kernel names none.
+    public var driver: String?
+    /// The device the controller hangs on: `1-1:1.0`, `serial0-0`, `ttyAMA0`.
+    public var port: String?
+
+    public init(controller: String, bus: ControllerBus, driver: String? = nil, port: String? = nil) {
+        self.controller = controller
+        self.bus = bus
+        self.driver = driver
+        self.port = port
+    }
+
+    /// "UART (hci_uart on ttyAMA0)", "USB (btusb on 1-1:1.0)", "virtual".
+    public var description: String {
+        detail.map { "\(bus.displayName) (\($0))" } ?? bus.displayName
+    }
+
+    /// The driver and the device: "hci_uart on ttyAMA0"; nil when neither is known.
+    public var detail: String? {
+        let text = [driver, port.map { "on \($0)" }].compactMap { $0 }.joined(separator: " ")
+        return text.isEmpty ? nil : text
+    }
+
+    /// Reads the driver and device of `controller` (from `list()` or
+    /// `controller(named:)`) under `sysfs` (default `/sys`).
+    public static func read(_ controller: KernelController, sysfs: String = "/sys") -> ControllerTransport {
+        var transport = ControllerTransport(controller: controller.name, bus: controller.bus)
+        let device = resolvedPath("\(sysfs)/class/bluetooth/\(controller.name)/device")
+        if let device {
+            transport.port = lastComponent(device)
+            transport.driver = resolvedPath("\(device)/driver").map(lastComponent)
+        }
+        // A line discipline is no driver of the tty it sits on: hci_uart
+        // drives the controller all the same (and, on a pseudo-terminal,
+        // the controller has no device in sysfs).
+        if controller.bus == .uart, transport.driver == nil { transport.driver = "hci_uart" }
+        return transport
+    }
+
+    private static func resolvedPath(_ path: String) -> String? {
+        guard let resolved = realpath(path, nil) else { return nil }
+        defer { free(resolved) }
+        return String(cString: resolved)
+    }
+
+    private static func lastComponent(_ path: String) -> String {
+        path.split(separator: "/").last.map(String.init) ?? path
+    }
+}

@@ -1,0 +1,78 @@
+import Configuration
+import HCI
+import LinkPolicy
+
+/// What the journal says once each time Tether takes up a controller: what
+/// the radio is (bus, driver, the device it hangs on) and, when some of the
+/// configured escalation steps cannot reach it, which (a USB reset cannot
+/// reach the Raspberry Pi's onboard radio, which is on a UART).
+public enum ControllerIdentity {
+    /// "using hci0 (B8:27:EB:12:34:56): UART (hci_uart on ttyAMA0); usb-reset in reconnect.escalate cannot reach it (not on USB); hci-reset and power-cycle can".
+    static func line(name: String, address: String, transport: ControllerTransport?, escalate: [EscalationStep]) -> String {
+        var line = "using \(name) (\(address))"
+        guard let transport else { return line + ": the kernel does not say what it is" }
+        line += ": \(transport)"
+        let unreachable = escalate.filter { !$0.reaches(transport.bus) }
+        guard !unreachable.isEmpty else { return line }
+        let reachable = escalate.filter { $0.reaches(transport.bus) }
+        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (not on USB)"
+        line += reachable.isEmpty ? "; no configured step can (add hci-reset, power-cycle)" : "; \(Self.list(reachable)) can"
+        return line
+    }
+
+    /// `tether check-config`'s warnings: for each controller this config
+    /// may use (the one `[bluez]` names, else every one the kernel has), the
+    /// configured escalation steps that cannot reach it. None on a machine
+    /// without controllers: nothing is known there.
+    public static func escalationWarnings(for config: TetherConfig, sysfs: String = "/sys") -> [String] {
+        let controllers = KernelControllers.list(sysfs: "\(sysfs)/class/bluetooth")
+        return escalationWarnings(
+            escalate: config.reconnect.escalate, bluez: config.bluez,
+            controllers: controllers.map { ($0, ControllerTransport.read($0, sysfs: sysfs)) })
+    }
+
+    static func escalationWarnings(
+        escalate: [EscalationStep], bluez: TetherConfig.BlueZSection, controllers: [(KernelController, ControllerTransport)]
+    ) -> [String] {
+        let used = controllers.filter { controller, _ in
+            if let address = bluez.adapterAddress { return controller.address.uppercased() == address.uppercased() }
+            if let name = bluez.adapter { return controller.name == name }
+            return true
+        }
+        return used.compactMap { controller, transport in
+            let unreachable = escalate.filter { !$0.reaches(transport.bus) }
+            guard !unreachable.isEmpty else { return nil }
+            let reachable = escalate.filter { $0.reaches(transport.bus) }
+            let verb = unreachable.count == 1 ? "needs" : "need"
+            return "reconnect.escalate: \(list(unreachable)) cannot reach \(controller.name) (\(controller.address)), "
+                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(unreachable.count == 1 ? "it" : "they") \(verb) a USB device; "
+                + (reachable.isEmpty ? "no configured step can reach it (hci-reset and power-cycle can)" : "\(list(reachable)) can")
+        }
+    }
+
+    /// "hci0 is on the placeholder address AA:AA:AA:AA:AA:AA (BCM43430A1's default), not an address of its own: …".
+    static func placeholderProblem(name: String, address: String, kind: String?, configured: String?) -> String {
+        "\(name) is on the placeholder address \(address)\(kind.map { " (\($0))" } ?? ""), not an address of its own yet "
+            + "(on a Raspberry Pi, bthelper sets it after boot; by hand: btmgmt --index \(name.dropFirst(3)) public-addr ADDRESS); "
+            + "BlueZ keeps its pairings under the real address, so Tether waits for "
+            + (configured.map { "\($0), as [bluez] adapter says" } ?? "it")
+    }
+
+    private static func list(_ steps: [EscalationStep]) -> String {
+        let names = steps.map(\.rawValue)
+        guard names.count > 1, let last = names.last else { return names.first ?? "" }
+        return names.dropLast().joined(separator: ", ") + " and " + last
+    }
+}
+
+extension EscalationStep {
+    /// Whether the step can act on a controller on `bus`: the USB steps
+    /// need a USB device; the others go through bluetoothd, HCI or rfkill,
+    /// which every controller has.
+    func reaches(_ bus: ControllerBus) -> Bool {
+        switch self {
+        case .usbReset, .usbRebind: bus == .usb
+        case .powerCycle, .hciReset, .rfkillUnblock: true
+        }
+    }
+}

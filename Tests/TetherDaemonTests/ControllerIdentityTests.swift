@@ -1,0 +1,69 @@
+import HCI
+import LinkPolicy
+import Testing
+@testable import TetherDaemon
+
+/// The journal's line for the controller Tether takes up: what the radio is
+/// and which configured steps cannot reach it.
+@Suite struct ControllerIdentityTests {
+    static let uart = ControllerTransport(controller: "hci0", bus: .uart, driver: "hci_uart_bcm", port: "serial0-0")
+    static let usb = ControllerTransport(controller: "hci1", bus: .usb, driver: "btusb", port: "1-1:1.0")
+
+    @Test func aUSBControllerIsReachedByEveryStep() {
+        #expect(ControllerIdentity.line(name: "hci1", address: "00:1A:7D:DA:71:13", transport: Self.usb, escalate: [.powerCycle, .hciReset, .usbReset])
+            == "using hci1 (00:1A:7D:DA:71:13): USB (btusb on 1-1:1.0)")
+    }
+
+    @Test func aUARTControllerIsToldWhichStepsCannotReachIt() {
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.powerCycle, .hciReset, .usbReset, .usbRebind])
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset and usb-rebind in reconnect.escalate cannot reach it (not on USB); power-cycle and hci-reset can")
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.usbReset])
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset in reconnect.escalate cannot reach it (not on USB); no configured step can (add hci-reset, power-cycle)")
+    }
+
+    @Test func aControllerTheKernelCannotDescribeIsSaidSo() {
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: nil, escalate: [])
+            == "using hci0 (B8:27:EB:12:34:56): the kernel does not say what it is")
+    }
+
+    @Test func onlyTheUSBStepsNeedAUSBController() {
+        for bus in ControllerBus.allCases {
+            for step in EscalationStep.allCases {
+                let needsUSB = step == .usbReset || step == .usbRebind
+                #expect(step.reaches(bus) == (!needsUSB || bus == .usb), "\(step) on \(bus)")
+            }
+        }
+    }
+}
+
+/// check-config's warnings about steps that cannot reach the controllers
+/// the config may use.
+@Suite struct EscalationReachTests {
+    static func controller(_ name: String, _ address: String, _ transport: ControllerTransport) -> (KernelController, ControllerTransport) {
+        (KernelController(name: name, index: Int(name.dropFirst(3)) ?? 0, up: true, settingUp: false, address: address, bus: transport.bus), transport)
+    }
+
+    static let pi = controller("hci0", "B8:27:EB:12:34:56", ControllerIdentityTests.uart)
+    static let dongle = controller("hci1", "00:1A:7D:DA:71:13", ControllerIdentityTests.usb)
+
+    @Test func theShippedStepsOnAPisOnboardRadioAreWarnedOf() {
+        let warnings = ControllerIdentity.escalationWarnings(
+            escalate: [.powerCycle, .hciReset, .usbReset], bluez: .init(), controllers: [Self.pi, Self.dongle])
+        #expect(warnings == [
+            "reconnect.escalate: usb-reset cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): it needs a USB device; power-cycle and hci-reset can",
+        ])
+    }
+
+    @Test func onlyTheControllerTheConfigNamesCounts() {
+        let steps: [EscalationStep] = [.usbReset, .usbRebind]
+        #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapter: "hci1"), controllers: [Self.pi, Self.dongle]).isEmpty)
+        #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapterAddress: "00:1A:7D:DA:71:13"), controllers: [Self.pi, Self.dongle]).isEmpty)
+        #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapterAddress: "B8:27:EB:12:34:56"), controllers: [Self.pi, Self.dongle]) == [
+            "reconnect.escalate: usb-reset and usb-rebind cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): they need a USB device; no configured step can reach it (hci-reset and power-cycle can)",
+        ])
+    }
+
+    @Test func aMachineWithoutControllersGetsNoWarning() {
+        #expect(ControllerIdentity.escalationWarnings(escalate: [.usbReset], bluez: .init(), controllers: []).isEmpty)
+    }
+}

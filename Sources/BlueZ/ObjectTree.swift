@@ -13,7 +13,7 @@ import DBus
 /// every change that may matter.
 ///
 /// Invariants (kept by the three mutating functions, checked against a
-/// plain model by the `bluez` fuzz target and `ObjectTreeTests`):
+/// scan of every object by `ObjectTreeIndexTests`):
 /// - `adapterPaths`, `devicePaths` and `characteristicPaths` are sorted and
 ///   hold exactly the paths whose object has `Adapter1`, `Device1` and
 ///   `GattCharacteristic1`;

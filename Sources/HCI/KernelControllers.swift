@@ -50,20 +50,12 @@ public enum KernelControllers {
     /// flags; controllers whose flags cannot be read are left out.
     public static func list(sysfs: String = "/sys/class/bluetooth") -> [KernelController] {
         let names = (try? FileManager.default.contentsOfDirectory(atPath: sysfs)) ?? []
-        return names.compactMap { name -> KernelController? in
-            guard name.hasPrefix("hci"), let index = Int(name.dropFirst(3)) else { return nil }
-            return controller(name: name, index: index)
-        }
-        .sorted { $0.index < $1.index }
+        return names.compactMap(controller(named:)).sorted { $0.index < $1.index }
     }
 
     /// One controller, like `hci0`; nil when the kernel has none by that name.
     public static func controller(named name: String) -> KernelController? {
         guard name.hasPrefix("hci"), let index = Int(name.dropFirst(3)) else { return nil }
-        return controller(name: name, index: index)
-    }
-
-    private static func controller(name: String, index: Int) -> KernelController? {
         var flags: UInt32 = 0
         var type: UInt8 = 0
         var bytes: (UInt8, UInt8, UInt8, UInt8, UInt8, UInt8) = (0, 0, 0, 0, 0, 0)

@@ -12,9 +12,8 @@ public enum ControllerIdentity {
         var line = "using \(name) (\(address))"
         guard let transport else { return line + ": the kernel does not say what it is" }
         line += ": \(transport)"
-        let unreachable = escalate.filter { !$0.reaches(transport.bus) }
+        let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
         guard !unreachable.isEmpty else { return line }
-        let reachable = escalate.filter { $0.reaches(transport.bus) }
         line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (not on USB)"
         line += reachable.isEmpty ? "; no configured step can (add hci-reset, power-cycle)" : "; \(Self.list(reachable)) can"
         return line
@@ -40,9 +39,8 @@ public enum ControllerIdentity {
             return true
         }
         return used.compactMap { controller, transport in
-            let unreachable = escalate.filter { !$0.reaches(transport.bus) }
+            let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
             guard !unreachable.isEmpty else { return nil }
-            let reachable = escalate.filter { $0.reaches(transport.bus) }
             let verb = unreachable.count == 1 ? "needs" : "need"
             return "reconnect.escalate: \(list(unreachable)) cannot reach \(controller.name) (\(controller.address)), "
                 + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(unreachable.count == 1 ? "it" : "they") \(verb) a USB device; "
@@ -56,6 +54,11 @@ public enum ControllerIdentity {
             + "(on a Raspberry Pi, bthelper sets it after boot; by hand: btmgmt --index \(name.dropFirst(3)) public-addr ADDRESS); "
             + "BlueZ keeps its pairings under the real address, so Tether waits for "
             + (configured.map { "\($0), as [bluez] adapter says" } ?? "it")
+    }
+
+    /// The configured steps that can reach a controller on `bus`, and those that cannot, in order.
+    private static func reach(of steps: [EscalationStep], on bus: ControllerBus) -> (reachable: [EscalationStep], unreachable: [EscalationStep]) {
+        (steps.filter { $0.reaches(bus) }, steps.filter { !$0.reaches(bus) })
     }
 
     private static func list(_ steps: [EscalationStep]) -> String {

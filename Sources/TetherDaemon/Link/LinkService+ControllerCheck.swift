@@ -86,12 +86,13 @@ extension LinkService {
             problem = "\(controllerName(adapter: resolution.adapter?.interfaceName) ?? "the controller") is blocked by rfkill (soft block)"
                 + (config.reconnect.escalate.contains(.rfkillUnblock) ? "; Tether unblocks it (rfkill-unblock)" : "; \"rfkill unblock bluetooth\" clears it")
         case .none:
-            problem = initCheck.failed.map(ControllerInitCheck.problem) ?? placeholderProblem()
+            let placeholder = placeholderProblem()
+            problem = initCheck.failed.map(ControllerInitCheck.problem) ?? placeholder
+            if problem != adapterProblem, let placeholder, problem == placeholder {
+                report.logger.warning("\(placeholder)", metadata: ["event": "adapter-placeholder-address"])
+            }
         }
         guard problem != adapterProblem else { return }
-        if let problem, problem == placeholderProblem() {
-            report.logger.warning("\(problem)", metadata: ["event": "adapter-placeholder-address"])
-        }
         adapterProblem = problem
         shared.withLock { $0.adapterProblem = problem }
         publishIfChanged([])

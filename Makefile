@@ -27,6 +27,8 @@ UDEVRULESDIR  ?= $(PREFIX)/lib/udev/rules.d
 # /usr the policy goes to $(SYSCONFDIR)/dbus-1/system.d, or the daemon could
 # not own its bus name.
 DBUSPOLICYDIR ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/dbus-1/system.d,$(SYSCONFDIR)/dbus-1/system.d)
+# polkitd reads rules from /usr/share/polkit-1/rules.d and /etc/polkit-1/rules.d only.
+POLKITRULESDIR ?= $(if $(filter /usr,$(PREFIX)),$(DATADIR)/polkit-1/rules.d,$(SYSCONFDIR)/polkit-1/rules.d)
 BASHCOMPDIR   ?= $(DATADIR)/bash-completion/completions
 # Debian's zsh reads /usr/share/zsh/vendor-completions, and of /usr/local only
 # /usr/local/share/zsh/site-functions.
@@ -328,6 +330,8 @@ install: $(BIN_PREREQ) $(if $(TETHER_BIN),,man) completions
 	install -D -m 0644 systemd/tether.sysusers "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	install -D -m 0644 systemd/io.tether.Tether.conf "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	install -D -m 0644 udev/70-tether.rules "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
+	sed 's|"/usr/bin/tether"|"$(BINDIR)/tether"|' polkit/60-tether.rules > $(GEN_DIR)/60-tether.rules
+	install -D -m 0644 $(GEN_DIR)/60-tether.rules "$(DESTDIR)$(POLKITRULESDIR)/60-tether.rules"
 	install -D -m 0644 systemd/metrics-textfile.conf "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf"
 	install -D -m 0644 config/tether-alerts.yml "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
 	install -D -m 0644 docs/reading.schema.json "$(DESTDIR)$(SCHEMADIR)/reading.schema.json"
@@ -385,6 +389,7 @@ uninstall:
 	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"
 	rm -f "$(DESTDIR)$(DBUSPOLICYDIR)/io.tether.Tether.conf"
 	rm -f "$(DESTDIR)$(UDEVRULESDIR)/70-tether.rules"
+	rm -f "$(DESTDIR)$(POLKITRULESDIR)/60-tether.rules"
 	rm -f "$(DESTDIR)$(EXAMPLESDIR)/metrics-textfile.conf" "$(DESTDIR)$(EXAMPLESDIR)/tether-alerts.yml"
 	rm -f "$(DESTDIR)$(SCHEMADIR)/reading.schema.json"
 	rmdir "$(DESTDIR)$(SCHEMADIR)" 2>/dev/null || true

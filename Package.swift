@@ -91,7 +91,7 @@ let package = Package(
         .target(name: "CSystemd"),
         .target(name: "CProcess"),
         .target(name: "CClock"),
-        .target(name: "ChildProcess", swiftSettings: productSettings),
+        .target(name: "ChildProcess", dependencies: ["CProcess"], swiftSettings: productSettings),
         .target(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"], swiftSettings: productSettings),
@@ -131,7 +131,7 @@ let package = Package(
         ),
         .target(
             name: "Systemd",
-            dependencies: ["CSystemd", "EventLoop", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
+            dependencies: ["CSystemd", "ChildProcess", "EventLoop", .product(name: "Logging", package: "swift-log")], swiftSettings: productSettings
         ),
         .target(
             name: "LinkCore", dependencies: ["DBus", "BlueZ", "LinkPolicy", "LinkSupervisor", "Configuration"],

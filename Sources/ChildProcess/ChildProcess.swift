@@ -4,6 +4,7 @@ import Glibc
 #elseif canImport(Musl)
 import Musl
 #endif
+import CProcess
 import Synchronization
 
 /// A child process started with posix_spawn, with its stdout optionally on a pipe.
@@ -21,10 +22,11 @@ public final class ChildProcess: @unchecked Sendable {
     private let exitStatus = Mutex<Int32?>(nil)
 
     /// Starts `executable` with `arguments`. stdin is /dev/null; stderr is
-    /// inherited unless `stderrPath` names a file to append to.
+    /// inherited unless `stderrPath` names a file to append to, or
+    /// `stderrToOutput` sends it down the pipe with stdout.
     public init(
         executable: String, arguments: [String], environment: [String: String]? = nil,
-        captureOutput: Bool = false, stdoutPath: String? = nil, stderrPath: String? = nil
+        captureOutput: Bool = false, stdoutPath: String? = nil, stderrPath: String? = nil, stderrToOutput: Bool = false
     ) throws {
         var actions = posix_spawn_file_actions_t()
         posix_spawn_file_actions_init(&actions)
@@ -35,6 +37,7 @@ public final class ChildProcess: @unchecked Sendable {
         if captureOutput {
             guard pipe(&pipeFDs) == 0 else { throw ChildProcessError.spawnFailed(executable, errno) }
             posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 1)
+            if stderrToOutput { posix_spawn_file_actions_adddup2(&actions, pipeFDs[1], 2) }
             posix_spawn_file_actions_addclose(&actions, pipeFDs[0])
             posix_spawn_file_actions_addclose(&actions, pipeFDs[1])
         } else if let stdoutPath {
@@ -130,6 +133,30 @@ public final class ChildProcess: @unchecked Sendable {
         }
     }
 
+    /// Waits for the child to exit, at most `timeout`, blocked in poll(2) on
+    /// its pidfd (no polling loop: for the daemon's blocking-work thread);
+    /// SIGKILLs it then. The wait status, or nil when it had to be killed.
+    public func waitBlocking(timeout: Duration) -> Int32? {
+        let fd = tether_pidfd_open(pid)
+        if fd >= 0 {
+            defer { close(fd) }
+            var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
+            let (seconds, attoseconds) = timeout.components
+            let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+            var ready: Int32
+            repeat { ready = systemPoll(&entry, 1, milliseconds) } while ready < 0 && errno == EINTR
+            if ready > 0, let status = poll() { return status }
+            if ready == 0 {
+                signal(SIGKILL)
+                _ = wait(timeout: .seconds(1))
+                return nil
+            }
+        }
+        // No pidfd (a kernel before 5.3) or it failed: the polling wait.
+        let status = wait(timeout: timeout)
+        return (status & 0x7f) == SIGKILL ? nil : status
+    }
+
     /// SIGTERM, then SIGKILL after `grace`.
     @discardableResult
     public func terminate(grace: Duration = .seconds(5)) -> Int32 {
@@ -150,4 +177,9 @@ public enum ChildProcessError: Error, CustomStringConvertible {
         case .spawnFailed(let path, let code): "cannot start \(path): \(String(cString: strerror(code)))"
         }
     }
+}
+
+/// poll(2), named apart from `ChildProcess.poll()`.
+private func systemPoll(_ entries: UnsafeMutablePointer<pollfd>, _ count: nfds_t, _ timeout: Int32) -> Int32 {
+    poll(entries, count, timeout)
 }

@@ -14,7 +14,7 @@ public enum ConfigKeys {
     public static let reconnect: Set<String> = [
         "first_delay", "initial_backoff", "max_backoff", "jitter", "connect_timeout",
         "window", "window_attempts", "cooldown", "escalate", "remove_stale_device",
-        "scan_stall_after",
+        "scan_stall_after", "uart_unit",
     ]
     public static let readings: Set<String> = ["directory", "flush_interval", "rotate_size", "retain_size", "max_backlog"]
     public static let mqtt: Set<String> = [

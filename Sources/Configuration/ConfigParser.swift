@@ -180,6 +180,12 @@ extension TetherConfig {
         result.windowAttempts = try section.int("window_attempts") ?? result.windowAttempts
         result.cooldown = try section.duration("cooldown") ?? result.cooldown
         result.scanStallAfter = try section.duration("scan_stall_after") ?? result.scanStallAfter
+        if let unit = try section.string("uart_unit") {
+            guard UnitName.isService(unit) else {
+                throw section.error("uart_unit", "expected a systemd service's name, such as \"hciuart.service\", got \(ConfigContext.quoted(unit))")
+            }
+            result.uartUnit = unit
+        }
         if let text = try section.string("remove_stale_device") {
             guard let choice = StaleDeviceRemoval(rawValue: text) else {
                 let choices = StaleDeviceRemoval.allCases.map { "\"\($0.rawValue)\"" }.joined(separator: ", ")

@@ -217,6 +217,9 @@ public struct TetherConfig: Sendable, Equatable {
         /// no advertisement from anyone for this long (where others were
         /// heard) is a stalled scan.
         public var scanStallAfter: Duration
+        /// `uart_unit`: the unit `uart-reattach` restarts, the one that
+        /// attaches the UART controller.
+        public var uartUnit: String = "hciuart.service"
 
         public init(
             policy: ReconnectPolicy = ReconnectPolicy(), escalate: [EscalationStep] = [],

@@ -28,8 +28,8 @@ struct SimulatedControllerKernel: ControllerKernel {
         return await simulator.resetController() ? .success(()) : .failure(LinkFailure(.fatal, "\(controller): No such device"))
     }
 
-    func recoverUSB(_ step: EscalationStep, controller: String) async -> Result<Void, LinkFailure> {
-        .failure(LinkFailure(.fatal, "\(controller) is not a USB device (a simulated controller)"))
+    func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure> {
+        .failure(LinkFailure(.fatal, "\(controller) is neither a USB nor a UART device (a simulated controller)"))
     }
 
     func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer {

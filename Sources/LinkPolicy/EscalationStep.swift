@@ -12,8 +12,15 @@ public enum EscalationStep: String, Sendable, Equatable, CaseIterable {
     /// Clears an rfkill soft block on the controller. Listed, it also runs
     /// at once whenever a soft block holds the adapter off.
     case rfkillUnblock = "rfkill-unblock"
+    /// The unit that attaches a UART controller (`reconnect.uart_unit`,
+    /// Raspberry Pi OS's `hciuart.service`) restarted through systemd: the
+    /// line discipline or serdev driver lets go of the controller and
+    /// attaches it anew.
+    case uartReattach = "uart-reattach"
 
     /// Steps that need no adapter in bluetoothd, only the kernel's
     /// controller: they can recover one that failed its initialisation.
-    public var reprobesController: Bool { self == .usbReset || self == .usbRebind }
+    /// Each takes the controller away and brings it back (often under
+    /// another index).
+    public var reprobesController: Bool { self == .usbReset || self == .usbRebind || self == .uartReattach }
 }

@@ -60,6 +60,9 @@ packages="qemu-system-x86 linux-image-amd64 busybox-static bluez bluez-test-tool
 # exporter, the subscriber, curl for the scrape and setfacl for the textfile
 # directory, as docs/operations.md tells operators.
 packages="$packages systemd dbus mosquitto mosquitto-clients prometheus-node-exporter curl acl"
+# polkitd: the package's rule lets the service restart the UART controller's
+# unit (uart-reattach, the uart-* checks).
+packages="$packages polkitd"
 # The power-cut boot's disk: mkfs.ext4 on a file. The clock boot's broker
 # certificate: openssl.
 packages="$packages e2fsprogs openssl"

@@ -16,9 +16,9 @@ import Testing
 
     @Test func aUARTControllerIsToldWhichStepsCannotReachIt() {
         #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.powerCycle, .hciReset, .usbReset, .usbRebind])
-            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset and usb-rebind in reconnect.escalate cannot reach it (not on USB); power-cycle and hci-reset can")
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset and usb-rebind in reconnect.escalate cannot reach it (usb-reset and usb-rebind need a USB controller); power-cycle and hci-reset can")
         #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.usbReset])
-            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset in reconnect.escalate cannot reach it (not on USB); no configured step can (add hci-reset, power-cycle)")
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset in reconnect.escalate cannot reach it (usb-reset needs a USB controller); no configured step can (add hci-reset, power-cycle)")
     }
 
     @Test func aControllerTheKernelCannotDescribeIsSaidSo() {
@@ -26,13 +26,19 @@ import Testing
             == "using hci0 (B8:27:EB:12:34:56): the kernel does not say what it is")
     }
 
-    @Test func onlyTheUSBStepsNeedAUSBController() {
+    @Test func theUSBStepsNeedAUSBControllerAndUARTReattachAUARTOne() {
         for bus in ControllerBus.allCases {
             for step in EscalationStep.allCases {
-                let needsUSB = step == .usbReset || step == .usbRebind
-                #expect(step.reaches(bus) == (!needsUSB || bus == .usb), "\(step) on \(bus)")
+                let expected = switch step {
+                case .usbReset, .usbRebind: bus == .usb
+                case .uartReattach: bus == .uart
+                case .powerCycle, .hciReset, .rfkillUnblock: true
+                }
+                #expect(step.reaches(bus) == expected, "\(step) on \(bus)")
             }
         }
+        #expect(ControllerIdentity.line(name: "hci1", address: "00:1A:7D:DA:71:13", transport: Self.usb, escalate: [.usbReset, .uartReattach])
+            == "using hci1 (00:1A:7D:DA:71:13): USB (btusb on 1-1:1.0); uart-reattach in reconnect.escalate cannot reach it (uart-reattach needs a UART controller); usb-reset can")
     }
 }
 
@@ -50,7 +56,7 @@ import Testing
         let warnings = ControllerIdentity.escalationWarnings(
             escalate: [.powerCycle, .hciReset, .usbReset], bluez: .init(), controllers: [Self.pi, Self.dongle])
         #expect(warnings == [
-            "reconnect.escalate: usb-reset cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): it needs a USB device; power-cycle and hci-reset can",
+            "reconnect.escalate: usb-reset cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): usb-reset needs a USB controller; power-cycle and hci-reset can",
         ])
     }
 
@@ -59,7 +65,7 @@ import Testing
         #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapter: "hci1"), controllers: [Self.pi, Self.dongle]).isEmpty)
         #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapterAddress: "00:1A:7D:DA:71:13"), controllers: [Self.pi, Self.dongle]).isEmpty)
         #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapterAddress: "B8:27:EB:12:34:56"), controllers: [Self.pi, Self.dongle]) == [
-            "reconnect.escalate: usb-reset and usb-rebind cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): they need a USB device; no configured step can reach it (hci-reset and power-cycle can)",
+            "reconnect.escalate: usb-reset and usb-rebind cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): usb-reset and usb-rebind need a USB controller; no configured step can reach it (hci-reset and power-cycle can)",
         ])
     }
 

@@ -10,7 +10,7 @@
 # dpkg-shlibdeps (libc6, libdbus-1-3, libbluetooth3, …) with libmosquitto1 and libssl3,
 # which `tether forward` loads with dlopen (dpkg-shlibdeps cannot see it), or,
 # for a fully static binary (a musl cross build), is systemd alone;
-# Recommends: bluez. VERSION is packaging/version.sh's (the file VERSION and
+# Recommends: bluez; Suggests: polkitd (uart-reattach asks it). VERSION is packaging/version.sh's (the file VERSION and
 # the commit: 0.1.0~gitDATE.HASH before the tag v0.1.0, 0.1.0 at it,
 # 0.1.0+N.gHASH past it), which the binary was built with and says too
 # (`tether --version`); a binary that says otherwise was built from another
@@ -121,7 +121,7 @@ Maintainer: Tether developers <tether@example.org>
 Installed-Size: $installed
 Depends: ${depends}systemd (>= 247)
 Recommends: bluez
-Suggests: mosquitto-clients
+Suggests: mosquitto-clients, polkitd
 Section: net
 Priority: optional
 Description: keeps a Nordic BLE telemetry dongle awake and connected

@@ -7,14 +7,14 @@ import LinkPolicy
 /// configured escalation steps cannot reach it, which (a USB reset cannot
 /// reach the Raspberry Pi's onboard radio, which is on a UART).
 public enum ControllerIdentity {
-    /// "using hci0 (B8:27:EB:12:34:56): UART (hci_uart on ttyAMA0); usb-reset in reconnect.escalate cannot reach it (not on USB); hci-reset and power-cycle can".
+    /// "using hci0 (B8:27:EB:12:34:56): UART (hci_uart on ttyAMA0); usb-reset in reconnect.escalate cannot reach it (usb-reset needs a USB controller); hci-reset and power-cycle can".
     static func line(name: String, address: String, transport: ControllerTransport?, escalate: [EscalationStep]) -> String {
         var line = "using \(name) (\(address))"
         guard let transport else { return line + ": the kernel does not say what it is" }
         line += ": \(transport)"
         let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
         guard !unreachable.isEmpty else { return line }
-        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (not on USB)"
+        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (\(Self.needs(unreachable)))"
         line += reachable.isEmpty ? "; no configured step can (add hci-reset, power-cycle)" : "; \(Self.list(reachable)) can"
         return line
     }
@@ -41,9 +41,8 @@ public enum ControllerIdentity {
         return used.compactMap { controller, transport in
             let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
             guard !unreachable.isEmpty else { return nil }
-            let verb = unreachable.count == 1 ? "needs" : "need"
             return "reconnect.escalate: \(list(unreachable)) cannot reach \(controller.name) (\(controller.address)), "
-                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(unreachable.count == 1 ? "it" : "they") \(verb) a USB device; "
+                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(needs(unreachable)); "
                 + (reachable.isEmpty ? "no configured step can reach it (hci-reset and power-cycle can)" : "\(list(reachable)) can")
         }
     }
@@ -61,6 +60,16 @@ public enum ControllerIdentity {
         (steps.filter { $0.reaches(bus) }, steps.filter { !$0.reaches(bus) })
     }
 
+    /// "usb-reset needs a USB controller", "usb-reset needs a USB controller, uart-reattach a UART one".
+    private static func needs(_ steps: [EscalationStep]) -> String {
+        let usb = steps.filter { $0.needs == .usb }
+        let uart = steps.filter { $0.needs == .uart }
+        var parts: [String] = []
+        if !usb.isEmpty { parts.append("\(list(usb)) \(usb.count == 1 ? "needs" : "need") a USB controller") }
+        if !uart.isEmpty { parts.append(parts.isEmpty ? "\(list(uart)) needs a UART controller" : "\(list(uart)) a UART one") }
+        return parts.joined(separator: ", ")
+    }
+
     private static func list(_ steps: [EscalationStep]) -> String {
         let names = steps.map(\.rawValue)
         guard names.count > 1, let last = names.last else { return names.first ?? "" }
@@ -69,13 +78,19 @@ public enum ControllerIdentity {
 }
 
 extension EscalationStep {
-    /// Whether the step can act on a controller on `bus`: the USB steps
-    /// need a USB device; the others go through bluetoothd, HCI or rfkill,
-    /// which every controller has.
-    func reaches(_ bus: ControllerBus) -> Bool {
+    /// The bus the step needs its controller on: the USB steps a USB
+    /// device, `uart-reattach` a UART; nil for the steps that go through
+    /// bluetoothd, HCI or rfkill, which every controller has.
+    var needs: ControllerBus? {
         switch self {
-        case .usbReset, .usbRebind: bus == .usb
-        case .powerCycle, .hciReset, .rfkillUnblock: true
+        case .usbReset, .usbRebind: .usb
+        case .uartReattach: .uart
+        case .powerCycle, .hciReset, .rfkillUnblock: nil
         }
+    }
+
+    /// Whether the step can act on a controller on `bus`.
+    func reaches(_ bus: ControllerBus) -> Bool {
+        needs.map { $0 == bus } ?? true
     }
 }

@@ -1,6 +1,7 @@
 import HCI
 import LinkPolicy
 import LinkSupervisor
+import Systemd
 import USBDevice
 
 /// The kernel's side of the Bluetooth controllers, which the link service
@@ -11,15 +12,17 @@ import USBDevice
 /// controller behind the same calls (`make dst` has no kernel Bluetooth);
 /// the daemon uses `SystemControllerKernel`.
 ///
-/// Threading: `reset`, `recoverUSB` and `askVersion` may block for seconds
+/// Threading: `reset`, `reprobe` and `askVersion` may block for seconds
 /// (the kernel re-probes a controller, a wedged one times out): the service
 /// calls them from its blocking-work task, never on its loop. `controllers`
 /// reads sysfs and is called on the loop.
 public protocol ControllerKernel: Sendable {
     /// `hci-reset` on the controller named like `hci0`.
     func reset(_ controller: String) async -> Result<Void, LinkFailure>
-    /// `usb-reset` or `usb-rebind` of the USB device under the controller.
-    func recoverUSB(_ step: EscalationStep, controller: String) async -> Result<Void, LinkFailure>
+    /// A step that takes the controller away and brings it back
+    /// (`reprobesController`): `usb-reset` or `usb-rebind` of the USB device
+    /// under it, or `uart-reattach` (`unit` restarted, the one that attaches it).
+    func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure>
     /// Whether the controller answers a command of its own (HCI Read Local
     /// Version) within `timeout`.
     func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer
@@ -38,7 +41,18 @@ public struct SystemControllerKernel: ControllerKernel {
         HCIController.reset(controller).mapError { LinkFailure(.fatal, $0.description) }
     }
 
-    public func recoverUSB(_ step: EscalationStep, controller: String) async -> Result<Void, LinkFailure> {
+    /// How long `uart-reattach` waits for systemd's job: hciuart.service's
+    /// own start (hciattach or btattach, loading the firmware) takes a few
+    /// seconds on a Raspberry Pi.
+    public static let unitRestartTimeout: Duration = .seconds(30)
+
+    public func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure> {
+        if step == .uartReattach {
+            guard let bus = KernelControllers.controller(named: controller)?.bus, bus == .uart else {
+                return .failure(LinkFailure(.fatal, "\(controller) is not a UART controller: restarting \(unit) would not reach it"))
+            }
+            return UnitRestart.restart(unit, timeout: Self.unitRestartTimeout).mapError { LinkFailure(.fatal, $0.description) }
+        }
         let device: ControllerUSBDevice
         switch ControllerUSBDevice.locate(controller: controller) {
         case .success(let found): device = found

@@ -22,8 +22,8 @@ import USBDevice
 extension LinkService {
     enum BlockingJob: Sendable {
         case hciReset(String)
-        /// `usb-reset` or `usb-rebind` on the controller named.
-        case usb(EscalationStep, controller: String)
+        /// `usb-reset`, `usb-rebind` or `uart-reattach` on the controller named.
+        case reprobe(EscalationStep, controller: String)
         /// Whether the controller named answers a command of its own (the
         /// supervisor's check `check`).
         case checkController(String, check: Int)
@@ -42,8 +42,8 @@ extension LinkService {
             case .hciReset(let name):
                 let result = await kernel.reset(name)
                 loop.execute { [self] in lane.escalationStepDone(.hciReset, result) }
-            case .usb(let step, let controller):
-                let result = await kernel.recoverUSB(step, controller: controller)
+            case .reprobe(let step, let controller):
+                let result = await kernel.reprobe(step, controller: controller, unit: config.reconnect.uartUnit)
                 loop.execute { [self] in lane.escalationStepDone(step, result) }
             case .checkController(let name, let id):
                 let check: ControllerCheck

@@ -159,7 +159,7 @@ extension LinkService {
                 if step == .rfkillUnblock {
                     lane.escalationStepDone(step, unblockRadio(controller))
                 } else {
-                    blockingInput.yield(.usb(step, controller: controller))
+                    blockingInput.yield(.reprobe(step, controller: controller))
                 }
             case .checkController(let id):
                 guard let adapter = resolution.adapter else {

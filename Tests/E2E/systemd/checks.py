@@ -862,6 +862,315 @@ def security(c):
     return ok, figures, "" if ok else "above 2.0"
 
 
+# ------------------------------------------------------------------ the UART controller
+# Bumble's controller on a pseudo-terminal, attached by btattach -P h4 in
+# e2e-uart-attach.service (as hciuart.service attaches a Raspberry Pi's
+# radio), with a dongle of its own on its air; tether@uart (prepare.sh's
+# uart.toml) finds it by address and has uart-reattach among its steps.
+UART_ADDRESS = "00:AA:01:06:00:01"
+UART_PLACEHOLDER = "AA:AA:AA:AA:AA:AA"
+UART_UNIT = "tether@uart.service"
+UART_ATTACH = "e2e-uart-attach.service"
+UART_BRIDGE = "e2e-uart-controller.service"
+UART_DONGLE_CONTROL = "/run/e2e/uart-dongle.sock"
+UART_BRIDGE_CONTROL = "/run/e2e/uart.sock"
+UART_READINGS = Path("/var/lib/tether/uart/readings")
+UART_ENV = Path("/run/e2e/uart.env")
+
+
+def controllers():
+    """The kernel's controllers as hciconfig lists them: {name: (bus, address)}."""
+    out = run(["hciconfig"], timeout=20).stdout
+    found = {}
+    for block in re.split(r"\n(?=hci\d+:)", out):
+        match = re.match(r"(hci\d+):\s+Type: \S+\s+Bus: (\S+)\s+BD Address: (\S+)", block)
+        if match:
+            found[match.group(1)] = (match.group(2), match.group(3))
+    return found
+
+
+def uart_controller(address=UART_ADDRESS):
+    """The hciN on the UART bus with `address`, or None."""
+    for name, (bus, said) in controllers().items():
+        if bus == "UART" and said.upper() == address:
+            return name
+    return None
+
+
+def uart_dongle(command):
+    return dongle_command(UART_DONGLE_CONTROL, command)
+
+
+def uart_bridge(command):
+    return dongle_command(UART_BRIDGE_CONTROL, command)
+
+
+def uart_status():
+    return prop(UART_UNIT, "StatusText")
+
+
+def uart_online():
+    return uart_status().startswith("online")
+
+
+def uart_seqs():
+    """The UART dongle's sequence numbers on tether@uart's disk."""
+    seqs = []
+    for path in sorted(UART_READINGS.glob("readings-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)) \
+            if UART_READINGS.exists() else []:
+        for line in path.read_text(errors="replace").splitlines():
+            try:
+                record = json.loads(line)
+            except ValueError:
+                continue
+            payload = bytes.fromhex(record.get("hex") or "")
+            if record.get("char") == NUS_TX and len(payload) >= 4:
+                seqs.append(struct.unpack_from("<I", payload)[0])
+    return seqs
+
+
+def uart_reading_after(count, timeout):
+    """Seconds until tether@uart's disk holds more than `count` readings, or None."""
+    began = time.monotonic()
+    if wait_until(lambda: len(uart_seqs()) > count, timeout, step=0.3) is None:
+        return None
+    return round(time.monotonic() - began, 1)
+
+
+def unit_events(unit, event):
+    return journal(f"TETHER_EVENT={event}", unit=unit)
+
+
+def since(entries, began_realtime_us):
+    return [e for e in entries if int(e.get("__REALTIME_TIMESTAMP", "0")) >= began_realtime_us]
+
+
+def now_us():
+    return int(time.time() * 1_000_000)
+
+
+def uart_stack_up(c):
+    """A UART controller comes up: btattach (e2e-uart-attach.service) puts
+    hci_uart on the bridge's pseudo-terminal, the kernel initialises it
+    (Bus: UART), bluetoothd lists it; tether@uart, configured by its address,
+    says what it is (UART, hci_uart, and that uart-reattach can reach it) and
+    is online with a reading."""
+    figures, problems = {}, []
+    began = time.monotonic()
+    UART_ENV.unlink(missing_ok=True)
+    run(["systemctl", "start", UART_ATTACH], timeout=120)
+    name = wait_until(uart_controller, 60, step=0.5)
+    if name is None:
+        raise SetupFailure(f"no UART controller at {UART_ADDRESS} within 60 s: hciconfig {controllers()}, "
+                           f"{UART_ATTACH} {prop(UART_ATTACH, 'ActiveState')}, kernel: "
+                           + " | ".join(kernel_log(r"Bluetooth: hci\d+:|hci_uart")[-3:]))
+    figures["controller"] = name
+    figures["up_s"] = round(time.monotonic() - began, 1)
+    listed = wait_until(lambda: UART_ADDRESS in run(["bluetoothctl", "list"], timeout=30).stdout, 30, step=0.5)
+    if not listed:
+        raise SetupFailure(f"bluetoothd does not list {name} ({UART_ADDRESS})")
+    run(["systemctl", "start", UART_UNIT])
+    back = wait_until(uart_online, 90, step=0.5)
+    figures["online_s"] = round(time.monotonic() - began, 1) if back else None
+    if not back:
+        problems.append(f"not online: {uart_status()}")
+    reading = uart_reading_after(0, 30)
+    figures["reading"] = reading is not None
+    if reading is None:
+        problems.append("no reading on disk")
+    status = run(["/usr/bin/tether", "status", "--instance", "uart", "--json"], timeout=30)
+    try:
+        report = json.loads(status.stdout)
+    except ValueError:
+        report = {}
+    said = report.get("controller")
+    figures["status_controller"] = f"{report.get('adapter')}: {said}"
+    if report.get("adapter") != name or not (said or "").startswith("UART"):
+        problems.append(f"tether status --json says adapter {report.get('adapter')!r}, controller {said!r}, not {name}: UART …")
+    lines = [e.get("MESSAGE", "") for e in unit_events(UART_UNIT, "controller")]
+    figures["journal"] = lines[-1] if lines else None
+    if not any("UART" in line and f"using {name}" in line for line in lines):
+        problems.append(f"no event=controller line naming {name} a UART controller: {lines}")
+    if any("uart-reattach" in line and "cannot reach" in line for line in lines):
+        problems.append("the journal says uart-reattach cannot reach a UART controller")
+    return not problems, figures, "; ".join(problems)
+
+
+def uart_keep_alive(c):
+    """tether@uart keeps its dongle awake through the UART controller for
+    four of its sleep deadlines: no sleep, no reconnect, readings flowing."""
+    before, count, began = uart_dongle("status"), len(uart_seqs()), now_us()
+    hold = 4 * 8
+    time.sleep(hold)
+    after = uart_dongle("status")
+    drops = since(unit_events(UART_UNIT, "disconnected"), began)
+    figures = {"held_s": hold, "dongle_sleeps": after["sleeps"] - before["sleeps"],
+               "reconnections": after["connections"] - before["connections"],
+               "notifications": after["seq"] - before["seq"], "on_disk": len(uart_seqs()) - count}
+    ok = (after["state"] == "connected" and figures["dongle_sleeps"] == 0 and figures["reconnections"] == 0
+          and not drops and figures["on_disk"] >= 10 * hold * 0.8)
+    return ok, figures, "" if ok else f"dongle {after['state']}, {len(drops)} drops in Tether's journal"
+
+
+def uart_link_drop(c):
+    """The UART dongle drops the link: tether@uart is online again and reads."""
+    count, began = len(uart_seqs()), time.monotonic()
+    uart_dongle("disconnect")
+    left = wait_until(lambda: not uart_online(), 30, step=0.1)
+    back = left and wait_until(uart_online, 60, step=0.2)
+    figures = {"detect_s": round(time.monotonic() - began, 1) if left else None}
+    figures["online_again_s"] = round(time.monotonic() - began, 1) if back else None
+    reading = uart_reading_after(len(uart_seqs()), 30) if back else None
+    figures["reading_s"] = round(time.monotonic() - began, 1) if reading is not None else None
+    ok = bool(left) and bool(back) and reading is not None and len(uart_seqs()) > count
+    return ok, figures, "" if ok else f"left online {bool(left)}, back {bool(back)}, reading {reading is not None}"
+
+
+def uart_polkit(c):
+    """The shipped polkit rule (60-tether.rules) lets user tether restart
+    exactly the units a config names as reconnect.uart_unit with
+    uart-reattach: `tether polkit-check-unit`, run as polkitd's user as the
+    rule runs it, allows e2e-uart-attach.service (uart.toml names it) and no
+    other; systemd refuses user tether a restart of e2e-uart-other.service,
+    and bob (an operator, not the service) a restart of the named one. The
+    allowed restart itself is uart-lockup's, by the daemon in its sandbox."""
+    figures, problems = {}, []
+    allowed = as_user("polkitd", ["/usr/bin/tether", "polkit-check-unit", "--", UART_ATTACH])
+    other = as_user("polkitd", ["/usr/bin/tether", "polkit-check-unit", "--", "e2e-uart-other.service"])
+    figures["check_named"] = allowed.returncode
+    figures["check_other"] = other.returncode
+    if allowed.returncode != 0:
+        problems.append(f"polkit-check-unit {UART_ATTACH}: exit {allowed.returncode} {allowed.stderr.strip()[:200]}")
+    if other.returncode != 1:
+        problems.append(f"polkit-check-unit e2e-uart-other.service: exit {other.returncode}")
+    refused = as_user("tether", ["systemctl", "restart", "--no-ask-password", "e2e-uart-other.service"])
+    figures["tether_other_exit"] = refused.returncode
+    figures["tether_other_said"] = refused.stderr.strip()[:120]
+    if refused.returncode == 0 or prop("e2e-uart-other.service", "ActiveState") != "inactive":
+        problems.append("user tether restarted a unit no config names")
+    invocation = prop(UART_ATTACH, "InvocationID")
+    bob = as_user("bob", ["systemctl", "restart", "--no-ask-password", UART_ATTACH])
+    figures["bob_named_exit"] = bob.returncode
+    if bob.returncode == 0 or prop(UART_ATTACH, "InvocationID") != invocation:
+        problems.append("bob restarted the UART unit")
+    return not problems, figures, "; ".join(problems)
+
+
+def uart_lockup(c):
+    """The UART controller wedges while tether@uart is online (as a Raspberry
+    Pi's radio does after "Frame reassembly failed"): the bridge stops
+    answering and its radio stops (the dongle sees 0x08 and advertises).
+    Tether, with escalate = ["power-cycle", "hci-reset", "uart-reattach"],
+    must leave online (silence), find the controller unresponsive, skip the
+    power cycle, restart e2e-uart-attach.service from its sandbox through
+    the polkit rule, find the controller again by its address and read,
+    within 175 s of the wedge (the dongle advertises for ~180 s)."""
+    figures, problems = {}, []
+    figures["controller"] = uart_controller()
+    invocation = prop(UART_ATTACH, "InvocationID")
+    count, wedged, wedged_us = len(uart_seqs()), time.monotonic(), now_us()
+    uart_bridge("stop-answering radio-off")
+    left = wait_until(lambda: not uart_online(), 60, step=0.2)
+    if not left:
+        return False, figures, "Tether stayed online on a wedged controller for 60 s"
+    figures["detect_s"] = round(time.monotonic() - wedged, 1)
+    unresponsive = wait_until(lambda: since(unit_events(UART_UNIT, "controller-unresponsive"), wedged_us), 150, step=0.5)
+    figures["unresponsive_s"] = round(time.monotonic() - wedged, 1) if unresponsive else None
+    if not unresponsive:
+        problems.append("no controller-unresponsive within 150 s")
+
+    def reattached():
+        return [e for e in since(unit_events(UART_UNIT, "escalation"), wedged_us)
+                if "uart-reattach" in str(e.get("MESSAGE")) and "escalating" in str(e.get("MESSAGE"))]
+
+    step = wait_until(reattached, 170, step=0.5)
+    figures["uart_reattach_s"] = round(time.monotonic() - wedged, 1) if step else None
+    back = wait_until(uart_online, max(5.0, 175 - (time.monotonic() - wedged)), step=0.3)
+    figures["recovered_s"] = round(time.monotonic() - wedged, 1) if back else None
+    reading = uart_reading_after(len(uart_seqs()), 30) if back else None
+    figures["reading_s"] = round(time.monotonic() - wedged, 1) if reading is not None else None
+    steps = [re.sub(r"^escalating: (\S+).*", r"\1", str(e.get("MESSAGE")))
+             for e in since(unit_events(UART_UNIT, "escalation"), wedged_us)
+             if str(e.get("MESSAGE", "")).startswith("escalating: ")]
+    figures["steps"] = ",".join(steps) or "none"
+    figures["controller_after"] = uart_controller()
+    restarted = prop(UART_ATTACH, "InvocationID") != invocation
+    figures["unit_restarted"] = restarted
+    if step:
+        entry = step[0]
+        figures["by"] = f"{entry.get('_SYSTEMD_UNIT')} uid {entry.get('_UID')}"
+        if entry.get("_SYSTEMD_UNIT") != UART_UNIT or entry.get("_UID") == "0":
+            problems.append(f"the re-attach was not the sandboxed unit's: {figures['by']}")
+    else:
+        problems.append(f"no uart-reattach within 170 s: {figures['steps']}")
+    if not restarted:
+        problems.append(f"{UART_ATTACH} was not restarted")
+    failed = [e.get("MESSAGE") for e in since(journal(unit=UART_UNIT), wedged_us) if "uart-reattach" in str(e.get("MESSAGE"))
+              and ("fail" in str(e.get("MESSAGE")) or "denied" in str(e.get("MESSAGE")).lower())]
+    if failed:
+        problems.append(f"the step failed: {failed[:2]}")
+    if "power-cycle" in steps:
+        problems.append("a power cycle on a controller known not to answer")
+    if not back:
+        problems.append(f"not online again within 175 s: {uart_status()}")
+    elif reading is None or len(uart_seqs()) <= count:
+        problems.append("online again, but no reading")
+    return not problems, figures, "; ".join(problems)
+
+
+def uart_placeholder_address(c):
+    """The UART controller comes up on the placeholder AA:AA:AA:AA:AA:AA (a
+    BCM43430A1's default, as a Raspberry Pi's radio does one boot in ten)
+    and gets its own address a few seconds later. hci_uart's H4 has no
+    set_bdaddr (btmgmt public-addr needs the vendor's), so the real address
+    comes as bthelper's would by the only way H4 allows: the line attached
+    again with the controller on its own address. tether@uart, configured by
+    the real address, must say it waits (event=adapter-placeholder-address),
+    never be online on the placeholder, and be online once it has it."""
+    figures, problems = {}, []
+    run(["systemctl", "stop", UART_UNIT, UART_ATTACH, UART_BRIDGE], timeout=120)
+    UART_ENV.write_text(f"E2E_UART_ARGS=--placeholder-address {UART_PLACEHOLDER}\n")
+    try:
+        run(["systemctl", "start", UART_ATTACH], timeout=120)
+        name = wait_until(lambda: uart_controller(UART_PLACEHOLDER), 60, step=0.5)
+        if name is None:
+            raise SetupFailure(f"no UART controller on {UART_PLACEHOLDER} within 60 s: {controllers()}")
+        figures["placeholder_controller"] = name
+        if not wait_until(lambda: UART_PLACEHOLDER in run(["bluetoothctl", "list"], timeout=30).stdout, 30, step=0.5):
+            raise SetupFailure(f"bluetoothd does not list {name} on {UART_PLACEHOLDER}")
+        began, began_us = time.monotonic(), now_us()
+        run(["systemctl", "start", UART_UNIT])
+        said = wait_until(lambda: since(unit_events(UART_UNIT, "adapter-placeholder-address"), began_us), 30, step=0.5)
+        figures["said_s"] = round(time.monotonic() - began, 1) if said else None
+        if said:
+            figures["said"] = said[0].get("MESSAGE", "")[:160]
+        else:
+            problems.append("no event=adapter-placeholder-address within 30 s")
+        time.sleep(5)
+        status = uart_status()
+        figures["status_before"] = status[:80]
+        if status.startswith("online"):
+            problems.append("online on the placeholder address")
+        address_at = time.monotonic()
+        run(["systemctl", "restart", UART_ATTACH], timeout=120)
+        real = wait_until(uart_controller, 60, step=0.5)
+        figures["real_controller"] = real
+        back = wait_until(uart_online, 90, step=0.3)
+        figures["online_after_address_s"] = round(time.monotonic() - address_at, 1) if back else None
+        if not back:
+            problems.append(f"not online within 90 s of the real address: {uart_status()}")
+        elif uart_reading_after(len(uart_seqs()), 30) is None:
+            problems.append("online, but no reading")
+        connects = [e for e in since(journal(unit=UART_UNIT), began_us) if UART_PLACEHOLDER in str(e.get("MESSAGE"))
+                    and "connect" in str(e.get("MESSAGE")).lower()]
+        if connects:
+            problems.append(f"Tether acted on the placeholder adapter: {connects[0].get('MESSAGE')}")
+    finally:
+        run(["systemctl", "stop", UART_UNIT, UART_ATTACH, UART_BRIDGE], timeout=120)
+        UART_ENV.unlink(missing_ok=True)
+    return not problems, figures, "; ".join(problems)
+
+
 CHECKS = [
     ("systemd-stack-up", stack_up),
     ("systemd-udev-start", udev_start),
@@ -884,6 +1193,12 @@ CHECKS = [
     ("systemd-stop", stop),
     ("systemd-forward", forward),
     ("systemd-security", security),
+    ("uart-stack-up", uart_stack_up),
+    ("uart-keep-alive", uart_keep_alive),
+    ("uart-link-drop", uart_link_drop),
+    ("uart-polkit", uart_polkit),
+    ("uart-lockup", uart_lockup),
+    ("uart-placeholder-address", uart_placeholder_address),
 ]
 
 

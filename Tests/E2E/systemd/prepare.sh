@@ -117,6 +117,35 @@ escalate = ["usb-reset"]
 [readings]
 flush_interval = "500ms"
 TOML
+# Instance "uart" (tether@uart), for the uart-* checks: the UART controller
+# (Bumble on a pseudo-terminal, attached by e2e-uart-attach.service) by its
+# address, its dongle, and uart-reattach restarting that unit (the shipped
+# polkit rule lets user tether restart it because this file names it).
+cat > /etc/tether/uart.toml <<'TOML'
+[bluez]
+adapter = "00:AA:01:06:00:01"
+
+[dongle]
+address = "00:AA:01:06:00:02"
+
+[keepalive]
+interval = "2s"
+timeout = "2s"
+sleep_after = "8s"
+
+[reconnect]
+initial_backoff = "500ms"
+max_backoff = "4s"
+connect_timeout = "10s"
+window = "20s"
+window_attempts = 4
+cooldown = "15s"
+escalate = ["power-cycle", "hci-reset", "uart-reattach"]
+uart_unit = "e2e-uart-attach.service"
+
+[readings]
+flush_interval = "500ms"
+TOML
 # Instance "paired" (tether@paired, not started here): a dongle that pairs
 # with a passkey, its file made as the previous release's docs said (0640,
 # group tether), which this release no longer reads: systemd-upgrade checks

@@ -22,12 +22,21 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
     public var driver: String?
     /// The device the controller hangs on: `1-1:1.0`, `serial0-0`, `ttyAMA0`.
     public var port: String?
+    /// A UART controller the kernel attached itself: a serdev device (from
+    /// the device tree or ACPI) with a driver bound, such as `hci_uart_bcm`
+    /// on `serial0-0`, the Raspberry Pi's onboard radio under current
+    /// Raspberry Pi OS. No program attached it, so restarting a unit does
+    /// not attach it again (that image's `hciuart.service` does nothing
+    /// when the kernel manages the radio); false for a line discipline a
+    /// program set on a tty (`hciattach`, `btattach`).
+    public var attachedByKernel: Bool
 
-    public init(controller: String, bus: ControllerBus, driver: String? = nil, port: String? = nil) {
+    public init(controller: String, bus: ControllerBus, driver: String? = nil, port: String? = nil, attachedByKernel: Bool = false) {
         self.controller = controller
         self.bus = bus
         self.driver = driver
         self.port = port
+        self.attachedByKernel = attachedByKernel
     }
 
     /// "UART (hci_uart on ttyAMA0)", "USB (btusb on 1-1:1.0)", "virtual".
@@ -49,6 +58,9 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
         if let device {
             transport.port = lastComponent(device)
             transport.driver = resolvedPath("\(device)/driver").map(lastComponent)
+            // A tty has no driver link: a bound driver on a UART
+            // controller's device is a serdev driver's.
+            transport.attachedByKernel = controller.bus == .uart && transport.driver != nil
         }
         // A line discipline is no driver of the tty it sits on: hci_uart
         // drives the controller all the same (and, on a pseudo-terminal,

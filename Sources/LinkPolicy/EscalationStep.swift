@@ -12,10 +12,11 @@ public enum EscalationStep: String, Sendable, Equatable, CaseIterable {
     /// Clears an rfkill soft block on the controller. Listed, it also runs
     /// at once whenever a soft block holds the adapter off.
     case rfkillUnblock = "rfkill-unblock"
-    /// The unit that attaches a UART controller (`reconnect.uart_unit`,
-    /// Raspberry Pi OS's `hciuart.service`) restarted through systemd: the
-    /// line discipline or serdev driver lets go of the controller and
-    /// attaches it anew.
+    /// The unit that attaches a UART controller with hciattach or btattach
+    /// (`reconnect.uart_unit`, `hciuart.service` by default) restarted
+    /// through systemd: the line discipline lets go of the controller and
+    /// is set anew. Not for a controller the kernel attached itself (a
+    /// serdev driver): no unit attaches that one.
     case uartReattach = "uart-reattach"
 
     /// Steps that need no adapter in bluetoothd, only the kernel's

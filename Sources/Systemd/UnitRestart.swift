@@ -20,6 +20,9 @@ public enum UnitRestart {
     /// Why a restart did not happen, as one line for the journal.
     public struct Failure: Error, Sendable, Equatable, CustomStringConvertible {
         public var description: String
+        /// systemd (polkit) refused the caller: "Interactive authentication
+        /// required", "Access denied".
+        public var refused: Bool = false
     }
 
     public static func restart(_ unit: String, timeout: Duration, systemctl: String = Self.systemctl) -> Result<Void, Failure> {
@@ -38,6 +41,9 @@ public enum UnitRestart {
         }
         if ChildProcess.exitCode(status) == 0 { return .success(()) }
         let said = child.readLine() ?? "no message"
-        return .failure(Failure(description: "systemctl restart \(unit) failed (exit \(ChildProcess.exitCode(status).map(String.init) ?? "by a signal")): \(said)"))
+        let refused = said.contains("authentication required") || said.contains("Access denied")
+        return .failure(Failure(
+            description: "systemctl restart \(unit) failed (exit \(ChildProcess.exitCode(status).map(String.init) ?? "by a signal")): \(said)",
+            refused: refused))
     }
 }

@@ -44,6 +44,8 @@ import TestSupport
         let transport = ControllerTransport.read(controller(bus), sysfs: dir.path)
         #expect(transport.description == expected)
         #expect(transport.bus == bus)
+        // Only the serdev device (a driver bound to a UART controller's device) was attached by the kernel.
+        #expect(transport.attachedByKernel == (bus == .uart && driver != nil))
     }
 
     /// A controller on a pseudo-terminal (`btattach` on Bumble's pty, as in
@@ -53,6 +55,7 @@ import TestSupport
         defer { dir.remove() }
         try sysfs(dir.path, controller: "hci0", device: nil, driver: nil)
         #expect(ControllerTransport.read(controller(.uart), sysfs: dir.path).description == "UART (hci_uart)")
+        #expect(!ControllerTransport.read(controller(.uart), sysfs: dir.path).attachedByKernel)
         #expect(ControllerTransport.read(controller(.virtual), sysfs: dir.path).description == "virtual")
     }
 

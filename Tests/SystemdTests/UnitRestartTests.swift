@@ -41,6 +41,29 @@ import TestSupport
             return
         }
         #expect(failure.description == "systemctl restart other.service failed (exit 4): Failed to restart other.service: Access denied")
+        #expect(failure.refused)
+    }
+
+    /// What systemd 252 said in make e2e's uart-polkit when polkit refused
+    /// user tether: a refusal, which the daemon explains; a unit that fails
+    /// to start is not one.
+    @Test func polkitsRefusalIsToldFromAUnitThatFails() throws {
+        let dir = try TemporaryDirectory()
+        defer { dir.remove() }
+        let refusing = try systemctl(dir, "echo 'Failed to restart e2e-uart-other.service: Interactive authentication required.' >&2; exit 1")
+        guard case .failure(let refusal) = UnitRestart.restart("e2e-uart-other.service", timeout: .seconds(10), systemctl: refusing) else {
+            Issue.record("a refusal taken for success")
+            return
+        }
+        #expect(refusal.refused)
+        let other = try TemporaryDirectory()
+        defer { other.remove() }
+        let failing = try systemctl(other, "echo 'Job for hciuart.service failed because the control process exited with error code.' >&2; exit 1")
+        guard case .failure(let failure) = UnitRestart.restart("hciuart.service", timeout: .seconds(10), systemctl: failing) else {
+            Issue.record("a failed start taken for success")
+            return
+        }
+        #expect(!failure.refused)
     }
 
     @Test func aRestartThatHangsIsGivenUpAtItsDeadline() throws {

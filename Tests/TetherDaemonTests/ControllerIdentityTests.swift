@@ -6,7 +6,10 @@ import Testing
 /// The journal's line for the controller Tether takes up: what the radio is
 /// and which configured steps cannot reach it.
 @Suite struct ControllerIdentityTests {
-    static let uart = ControllerTransport(controller: "hci0", bus: .uart, driver: "hci_uart_bcm", port: "serial0-0")
+    /// The Raspberry Pi's onboard radio under current Raspberry Pi OS: attached by the kernel (serdev).
+    static let uart = ControllerTransport(controller: "hci0", bus: .uart, driver: "hci_uart_bcm", port: "serial0-0", attachedByKernel: true)
+    /// A UART controller a program attached (hciattach or btattach, run by a unit).
+    static let attachedUART = ControllerTransport(controller: "hci0", bus: .uart, driver: "hci_uart", port: "ttyAMA0")
     static let usb = ControllerTransport(controller: "hci1", bus: .usb, driver: "btusb", port: "1-1:1.0")
 
     @Test func aUSBControllerIsReachedByEveryStep() {
@@ -19,6 +22,22 @@ import Testing
             == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset and usb-rebind in reconnect.escalate cannot reach it (usb-reset and usb-rebind need a USB controller); power-cycle and hci-reset can")
         #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.usbReset])
             == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset in reconnect.escalate cannot reach it (usb-reset needs a USB controller); no configured step can (add hci-reset, power-cycle)")
+    }
+
+    /// uart-reattach restarts the unit that attaches the controller: it
+    /// reaches one that hciattach or btattach attached, and not the Pi's
+    /// radio that current Raspberry Pi OS has the kernel attach (whose
+    /// hciuart.service then does nothing).
+    @Test func uartReattachReachesAControllerAUnitAttachedAndNotOneTheKernelDid() {
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.attachedUART, escalate: [.hciReset, .uartReattach])
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart on ttyAMA0)")
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.hciReset, .uartReattach])
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); uart-reattach in reconnect.escalate cannot reach it (uart-reattach restarts reconnect.uart_unit, and no unit attaches a controller the kernel attached itself); hci-reset can")
+        #expect(ControllerIdentity.line(name: "hci0", address: "B8:27:EB:12:34:56", transport: Self.uart, escalate: [.usbReset, .uartReattach])
+            == "using hci0 (B8:27:EB:12:34:56): UART (hci_uart_bcm on serial0-0); usb-reset and uart-reattach in reconnect.escalate cannot reach it (usb-reset needs a USB controller; uart-reattach restarts reconnect.uart_unit, and no unit attaches a controller the kernel attached itself); no configured step can (add hci-reset, power-cycle)")
+        #expect(EscalationStep.uartReattach.reaches(Self.attachedUART))
+        #expect(!EscalationStep.uartReattach.reaches(Self.uart))
+        #expect(EscalationStep.hciReset.reaches(Self.uart))
     }
 
     @Test func aControllerTheKernelCannotDescribeIsSaidSo() {
@@ -67,6 +86,14 @@ import Testing
         #expect(ControllerIdentity.escalationWarnings(escalate: steps, bluez: .init(adapterAddress: "B8:27:EB:12:34:56"), controllers: [Self.pi, Self.dongle]) == [
             "reconnect.escalate: usb-reset and usb-rebind cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): usb-reset and usb-rebind need a USB controller; no configured step can reach it (hci-reset and power-cycle can)",
         ])
+    }
+
+    @Test func uartReattachOnThePisKernelAttachedRadioIsWarnedOf() {
+        #expect(ControllerIdentity.escalationWarnings(escalate: [.powerCycle, .hciReset, .uartReattach], bluez: .init(), controllers: [Self.pi]) == [
+            "reconnect.escalate: uart-reattach cannot reach hci0 (B8:27:EB:12:34:56), a UART controller (hci_uart_bcm on serial0-0): uart-reattach restarts reconnect.uart_unit, and no unit attaches a controller the kernel attached itself; power-cycle and hci-reset can",
+        ])
+        let attached = Self.controller("hci0", "B8:27:EB:12:34:56", ControllerIdentityTests.attachedUART)
+        #expect(ControllerIdentity.escalationWarnings(escalate: [.powerCycle, .hciReset, .uartReattach], bluez: .init(), controllers: [attached]).isEmpty)
     }
 
     @Test func aMachineWithoutControllersGetsNoWarning() {

@@ -12,9 +12,9 @@ public enum ControllerIdentity {
         var line = "using \(name) (\(address))"
         guard let transport else { return line + ": the kernel does not say what it is" }
         line += ": \(transport)"
-        let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
+        let (reachable, unreachable) = reach(of: escalate, on: transport)
         guard !unreachable.isEmpty else { return line }
-        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (\(Self.needs(unreachable)))"
+        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (\(Self.why(unreachable, cannotReach: transport)))"
         line += reachable.isEmpty ? "; no configured step can (add hci-reset, power-cycle)" : "; \(Self.list(reachable)) can"
         return line
     }
@@ -39,10 +39,10 @@ public enum ControllerIdentity {
             return true
         }
         return used.compactMap { controller, transport in
-            let (reachable, unreachable) = reach(of: escalate, on: transport.bus)
+            let (reachable, unreachable) = reach(of: escalate, on: transport)
             guard !unreachable.isEmpty else { return nil }
             return "reconnect.escalate: \(list(unreachable)) cannot reach \(controller.name) (\(controller.address)), "
-                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(needs(unreachable)); "
+                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(why(unreachable, cannotReach: transport)); "
                 + (reachable.isEmpty ? "no configured step can reach it (hci-reset and power-cycle can)" : "\(list(reachable)) can")
         }
     }
@@ -55,19 +55,28 @@ public enum ControllerIdentity {
             + (configured.map { "\($0), as [bluez] adapter says" } ?? "it")
     }
 
-    /// The configured steps that can reach a controller on `bus`, and those that cannot, in order.
-    private static func reach(of steps: [EscalationStep], on bus: ControllerBus) -> (reachable: [EscalationStep], unreachable: [EscalationStep]) {
-        (steps.filter { $0.reaches(bus) }, steps.filter { !$0.reaches(bus) })
+    /// The configured steps that can reach `transport`'s controller, and those that cannot, in order.
+    private static func reach(of steps: [EscalationStep], on transport: ControllerTransport) -> (reachable: [EscalationStep], unreachable: [EscalationStep]) {
+        (steps.filter { $0.reaches(transport) }, steps.filter { !$0.reaches(transport) })
     }
 
-    /// "usb-reset needs a USB controller", "usb-reset needs a USB controller, uart-reattach a UART one".
-    private static func needs(_ steps: [EscalationStep]) -> String {
+    /// Why `steps` cannot reach `transport`'s controller: "usb-reset needs a
+    /// USB controller", "usb-reset needs a USB controller, uart-reattach a
+    /// UART one", or, on a UART controller the kernel attached, that no unit
+    /// attaches it.
+    private static func why(_ steps: [EscalationStep], cannotReach transport: ControllerTransport) -> String {
         let usb = steps.filter { $0.needs == .usb }
         let uart = steps.filter { $0.needs == .uart }
         var parts: [String] = []
         if !usb.isEmpty { parts.append("\(list(usb)) \(usb.count == 1 ? "needs" : "need") a USB controller") }
-        if !uart.isEmpty { parts.append(parts.isEmpty ? "\(list(uart)) needs a UART controller" : "\(list(uart)) a UART one") }
-        return parts.joined(separator: ", ")
+        if !uart.isEmpty {
+            if transport.bus == .uart {
+                parts.append("\(list(uart)) restarts reconnect.uart_unit, and no unit attaches a controller the kernel attached itself")
+            } else {
+                parts.append(parts.isEmpty ? "\(list(uart)) needs a UART controller" : "\(list(uart)) a UART one")
+            }
+        }
+        return parts.joined(separator: transport.bus == .uart ? "; " : ", ")
     }
 
     private static func list(_ steps: [EscalationStep]) -> String {
@@ -92,5 +101,12 @@ extension EscalationStep {
     /// Whether the step can act on a controller on `bus`.
     func reaches(_ bus: ControllerBus) -> Bool {
         needs.map { $0 == bus } ?? true
+    }
+
+    /// Whether the step can act on `transport`'s controller: on its bus,
+    /// and for `uart-reattach` attached by a program a unit runs, not by
+    /// the kernel itself.
+    func reaches(_ transport: ControllerTransport) -> Bool {
+        reaches(transport.bus) && !(self == .uartReattach && transport.attachedByKernel)
     }
 }

@@ -48,10 +48,18 @@ public struct SystemControllerKernel: ControllerKernel {
 
     public func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure> {
         if step == .uartReattach {
-            guard let bus = KernelControllers.controller(named: controller)?.bus, bus == .uart else {
+            guard let kernelController = KernelControllers.controller(named: controller), kernelController.bus == .uart else {
                 return .failure(LinkFailure(.fatal, "\(controller) is not a UART controller: restarting \(unit) would not reach it"))
             }
-            return UnitRestart.restart(unit, timeout: Self.unitRestartTimeout).mapError { LinkFailure(.fatal, $0.description) }
+            let transport = ControllerTransport.read(kernelController)
+            guard !transport.attachedByKernel else {
+                return .failure(LinkFailure(
+                    .fatal, "\(controller) was attached by the kernel (\(transport.detail ?? "a serdev driver")), not by a unit: "
+                        + "restarting \(unit) would not attach it again"))
+            }
+            return UnitRestart.restart(unit, timeout: Self.unitRestartTimeout).mapError { failure in
+                LinkFailure(.fatal, failure.description + (failure.refused ? Self.refusedHint(unit) : ""))
+            }
         }
         let device: ControllerUSBDevice
         switch ControllerUSBDevice.locate(controller: controller) {
@@ -60,6 +68,12 @@ public struct SystemControllerKernel: ControllerKernel {
         }
         let result = step == .usbRebind ? device.rebind() : device.reset()
         return result.mapError { LinkFailure(.fatal, "\(device): \($0)") }
+    }
+
+    /// Why systemd may have refused the service's user: what an operator checks.
+    static func refusedHint(_ unit: String) -> String {
+        " (the package's polkit rule lets user tether restart \(unit) only if polkitd is installed and a config in "
+            + "/etc/tether that polkitd's user can read lists uart-reattach with uart_unit = \"\(unit)\": tether polkit-check-unit -- \(unit) says)"
     }
 
     public func askVersion(_ controller: String, timeout: Duration) async -> HCIController.Answer {

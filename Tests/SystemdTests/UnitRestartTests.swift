@@ -20,6 +20,15 @@ import TestSupport
         return path
     }
 
+    /// The failure a restart ended in; nil (and the test failed) when it succeeded.
+    func failure(of result: Result<Void, UnitRestart.Failure>, _ what: String) -> UnitRestart.Failure? {
+        guard case .failure(let failure) = result else {
+            Issue.record("\(what) taken for success")
+            return nil
+        }
+        return failure
+    }
+
     @Test func aRestartThatSystemdCarriesOutSucceeds() throws {
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
@@ -36,10 +45,7 @@ import TestSupport
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let fake = try systemctl(dir, "echo 'Failed to restart other.service: Access denied' >&2; exit 4")
-        guard case .failure(let failure) = UnitRestart.restart("other.service", timeout: .seconds(10), systemctl: fake) else {
-            Issue.record("a refusal taken for success")
-            return
-        }
+        guard let failure = failure(of: UnitRestart.restart("other.service", timeout: .seconds(10), systemctl: fake), "a refusal") else { return }
         #expect(failure.description == "systemctl restart other.service failed (exit 4): Failed to restart other.service: Access denied")
         #expect(failure.refused)
     }
@@ -51,18 +57,12 @@ import TestSupport
         let dir = try TemporaryDirectory()
         defer { dir.remove() }
         let refusing = try systemctl(dir, "echo 'Failed to restart e2e-uart-other.service: Interactive authentication required.' >&2; exit 1")
-        guard case .failure(let refusal) = UnitRestart.restart("e2e-uart-other.service", timeout: .seconds(10), systemctl: refusing) else {
-            Issue.record("a refusal taken for success")
-            return
-        }
+        guard let refusal = failure(of: UnitRestart.restart("e2e-uart-other.service", timeout: .seconds(10), systemctl: refusing), "a refusal") else { return }
         #expect(refusal.refused)
         let other = try TemporaryDirectory()
         defer { other.remove() }
         let failing = try systemctl(other, "echo 'Job for hciuart.service failed because the control process exited with error code.' >&2; exit 1")
-        guard case .failure(let failure) = UnitRestart.restart("hciuart.service", timeout: .seconds(10), systemctl: failing) else {
-            Issue.record("a failed start taken for success")
-            return
-        }
+        guard let failure = failure(of: UnitRestart.restart("hciuart.service", timeout: .seconds(10), systemctl: failing), "a failed start") else { return }
         #expect(!failure.refused)
     }
 
@@ -73,19 +73,13 @@ import TestSupport
         let started = ContinuousClock.now
         let result = UnitRestart.restart("hciuart.service", timeout: .milliseconds(300), systemctl: fake)
         let took = started.duration(to: .now)
-        guard case .failure(let failure) = result else {
-            Issue.record("a hung restart taken for success")
-            return
-        }
+        guard let failure = failure(of: result, "a hung restart") else { return }
         #expect(failure.description == "systemctl restart hciuart.service did not finish within 0.3 seconds")
         #expect(took < .seconds(5), "waited \(took)")
     }
 
     @Test func aMissingSystemctlIsAFailureNotACrash() {
-        guard case .failure(let failure) = UnitRestart.restart("hciuart.service", timeout: .seconds(1), systemctl: "/nonexistent/systemctl") else {
-            Issue.record("no systemctl taken for success")
-            return
-        }
+        guard let failure = failure(of: UnitRestart.restart("hciuart.service", timeout: .seconds(1), systemctl: "/nonexistent/systemctl"), "no systemctl") else { return }
         #expect(failure.description.contains("/nonexistent/systemctl"))
     }
 }

@@ -48,10 +48,9 @@ public struct SystemControllerKernel: ControllerKernel {
 
     public func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure> {
         if step == .uartReattach {
-            guard let kernelController = KernelControllers.controller(named: controller), kernelController.bus == .uart else {
+            guard let transport = transport(of: controller), transport.bus == .uart else {
                 return .failure(LinkFailure(.fatal, "\(controller) is not a UART controller: restarting \(unit) would not reach it"))
             }
-            let transport = ControllerTransport.read(kernelController)
             guard !transport.attachedByKernel else {
                 return .failure(LinkFailure(
                     .fatal, "\(controller) was attached by the kernel (\(transport.detail ?? "a serdev driver")), not by a unit: "

@@ -764,7 +764,8 @@ async def usb_bridge_run(work):
     gadget.ep0 = ep0_in
     address = hci.Address("00:AA:01:04:00:01", hci.Address.PUBLIC_DEVICE_ADDRESS)
     bridge = usb.Bridge(air, gadget, address, ignore_first_reset=True)
-    usb.say = lambda _text: None  # its progress lines
+    import controller_bridge
+    usb.say = controller_bridge.say = lambda _text: None  # its progress lines
     bridge.start_threads()
     loop = asyncio.get_running_loop()
 

@@ -63,9 +63,9 @@ import tty
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
-from bumble_air import Air, leave_air  # noqa: E402
+from bumble_air import Air  # noqa: E402
 from selftest import FaithfulController  # noqa: E402
-from usb_controller import BridgeControl, plain, say  # noqa: E402
+from controller_bridge import BridgeControl, ControllerBridge, plain, say  # noqa: E402
 from bumble.hci import Address  # noqa: E402
 
 HCI_COMMAND, HCI_ACL, HCI_EVENT = 0x01, 0x02, 0x04
@@ -135,7 +135,7 @@ class Pty:
             os.close(self.master)
 
 
-class Bridge:
+class Bridge(ControllerBridge):
     """The Bumble controller behind the pty, on the asyncio loop; the
     master is watched while attached and read every POLL_SECONDS while
     detached (a master with no slave open polls as hung up: always
@@ -242,14 +242,6 @@ class Bridge:
         if release:
             self.watcher = asyncio.ensure_future(self.watch(release=True))
 
-    def retire(self):
-        """The controller of the last attachment leaves the air."""
-        self.generation += 1
-        if self.controller is not None:
-            leave_air(self.air.link, self.controller, [self.air.dongle_controller])
-            self.controller.host = None
-            self.controller = None
-
     def on_readable(self):
         data = self.pty.read()
         if data is None:
@@ -335,53 +327,13 @@ class Bridge:
             self.loop.remove_writer(self.pty.master)
 
     # ---------------------------------------------------------- faults
+    # (stop-answering and new-address: ControllerBridge's)
     def status(self):
         return {"attached": self.attached, "answering": self.answering,
                 "address": plain(self.current if self.attached else self.address),
                 "own_address": plain(self.address), "next_address": plain(self.next_address),
                 "placeholder": plain(self.placeholder), "slave": self.pty.slave_path, "link": self.pty.link,
                 "generation": self.generation, **self.counts}
-
-    def stop_answering(self, radio_off=False):
-        """Wedged firmware. `radio_off`: its link layer stopped too, so the
-        dongle's link ends as a supervision timeout ends it (0x08) and the
-        dongle advertises again, as a real one does; without it the dongle
-        keeps a link that carries nothing (until its idle sleep)."""
-        was = self.answering
-        self.answering = False
-        if radio_off and self.controller is not None:
-            leave_air(self.air.link, self.controller, [self.air.dongle_controller])
-        say("not answering" + (", radio off" if radio_off else ""))
-        return {"was_answering": was, "radio_off": radio_off}
-
-    def new_address(self, text):
-        self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
-        return {"next_address": plain(self.next_address)}
-
-
-class UartControl(BridgeControl):
-    """The bridge's control socket: usb_controller.py's (dongle.py's
-    protocol), this bridge's commands."""
-
-    HELP = "status | stop-answering [radio-off] | new-address ADDR | street on|off | quit"
-
-    def run(self, line):
-        words = line.split()
-        name, arguments = (words[0].lower(), words[1:]) if words else ("", [])
-        bridge = self.bridge
-        if name == "status" and not arguments:
-            return bridge.status()
-        if name == "stop-answering" and arguments in ([], ["radio-off"]):
-            return bridge.stop_answering(radio_off=bool(arguments))
-        if name == "new-address" and len(arguments) == 1:
-            return bridge.new_address(arguments[0])
-        if name == "street" and arguments in (["on"], ["off"]):
-            asyncio.ensure_future(bridge.air.street.set_advertising(arguments[0] == "on"))
-            return {"others": len(bridge.air.street.devices), "advertising": arguments[0] == "on"}
-        if name == "quit" and not arguments:
-            self.quit.set()
-            return {}
-        raise ValueError(f"bad command {line!r}; commands: {self.HELP}")
 
 
 async def main(options):
@@ -397,7 +349,7 @@ async def main(options):
     pty = Pty(options.link)
     bridge = Bridge(air, pty, address, placeholder)
     bridge.trace = options.trace
-    control = UartControl(bridge, quit_event)
+    control = BridgeControl(bridge, quit_event)
     server = await control.serve(options.uart_control)
     bridge.start()
     say(f"ready {options.address} {air.dongle.address} {pty.slave_path}")

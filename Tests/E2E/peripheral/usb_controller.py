@@ -67,7 +67,8 @@ from pathlib import Path
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, HERE)
 sys.dont_write_bytecode = True
-from bumble_air import Air, leave_air  # noqa: E402
+from bumble_air import Air  # noqa: E402
+from controller_bridge import BridgeControl, ControllerBridge, plain, say  # noqa: E402
 from selftest import FaithfulController  # noqa: E402
 from bumble.hci import Address  # noqa: E402
 
@@ -125,14 +126,6 @@ def descriptors():
 
 def strings():
     return struct.pack("<IIII", FUNCTIONFS_STRINGS_MAGIC, 16, 0, 0)  # no strings, no languages
-
-
-def say(text):
-    print(text, flush=True)
-
-
-def plain(address):
-    return None if address is None else str(address).split("/")[0]  # Bumble adds "/P"
 
 
 class Gadget:
@@ -222,7 +215,7 @@ class Gadget:
             return False
 
 
-class Bridge:
+class Bridge(ControllerBridge):
     """The Bumble controller behind the gadget. Threads block on the
     FunctionFS files (endpoint files have no poll); everything else runs on
     the asyncio loop."""
@@ -376,14 +369,6 @@ class Bridge:
         self.enabled = False
         self.enabled_event.clear()
 
-    def retire(self):
-        """The controller of the last enumeration leaves the air."""
-        self.generation += 1
-        if self.controller is not None:
-            leave_air(self.air.link, self.controller, [self.air.dongle_controller])
-            self.controller.host = None
-            self.controller = None
-
     def on_command(self, data):
         self.counts["commands"] += 1
         if len(data) < 3:
@@ -445,18 +430,6 @@ class Bridge:
                 "ignore_resets": self.ignore_resets, "generation": self.generation,
                 "scan_stall": self.scan_stall, **self.counts}
 
-    def stop_answering(self, radio_off=False):
-        """Wedged firmware. `radio_off`: its link layer stopped too, so the
-        dongle's link ends as a supervision timeout ends it (0x08) and the
-        dongle advertises again, as a real one does; without it the dongle
-        keeps a link that carries nothing (until its idle sleep)."""
-        was = self.answering
-        self.answering = False
-        if radio_off and self.controller is not None:
-            leave_air(self.air.link, self.controller, [self.air.dongle_controller])
-        say("not answering" + (", radio off" if radio_off else ""))
-        return {"was_answering": was, "radio_off": radio_off}
-
     def stall_scan(self, until):
         """The scan goes on in the controller, but no advertisement reaches
         the host: until the host's next scan enable ("restart") or until an
@@ -470,10 +443,6 @@ class Bridge:
         if self.scan_stall is not None:
             say(f"scan stall lifted by {why} ({self.counts['reports_withheld']} reports withheld)")
             self.scan_stall = None
-
-    def new_address(self, text):
-        self.next_address = Address(text, Address.PUBLIC_DEVICE_ADDRESS)
-        return {"next_address": plain(self.next_address)}
 
     def drop_off_bus(self, back_after=None):
         """Off the UDC; back on it after `back_after` seconds if given."""
@@ -493,25 +462,14 @@ class Bridge:
         return {"was_attached": was}
 
 
-class BridgeControl:
-    """The bridge's control socket: dongle.py's protocol, the bridge's commands."""
+class USBControl(BridgeControl):
+    """The bridge's control socket: the bridges' commands and the gadget's."""
 
     HELP = ("status | stop-answering [radio-off] | new-address ADDR | drop-off-bus [SECONDS] | attach"
             " | stall-scan [until-reset] | street on|off | quit")
 
-    def __init__(self, bridge, quit_event):
-        self.bridge, self.quit = bridge, quit_event
-
-    def run(self, line):
-        words = line.split()
-        name, arguments = (words[0].lower(), words[1:]) if words else ("", [])
+    def run_own(self, name, arguments):
         bridge = self.bridge
-        if name == "status" and not arguments:
-            return bridge.status()
-        if name == "stop-answering" and arguments in ([], ["radio-off"]):
-            return bridge.stop_answering(radio_off=bool(arguments))
-        if name == "new-address" and len(arguments) == 1:
-            return bridge.new_address(arguments[0])
         if name == "drop-off-bus" and len(arguments) <= 1:
             back_after = float(arguments[0]) if arguments else None
             if back_after is not None and not 0 <= back_after < 3600:
@@ -521,33 +479,7 @@ class BridgeControl:
             return bridge.attach()
         if name == "stall-scan" and arguments in ([], ["until-reset"]):
             return bridge.stall_scan("reset" if arguments else "restart")
-        if name == "street" and arguments in (["on"], ["off"]):
-            asyncio.ensure_future(bridge.air.street.set_advertising(arguments[0] == "on"))
-            return {"others": len(bridge.air.street.devices), "advertising": arguments[0] == "on"}
-        if name == "quit" and not arguments:
-            self.quit.set()
-            return {}
-        raise ValueError(f"bad command {line!r}; commands: {self.HELP}")
-
-    async def client(self, reader, writer):
-        try:
-            while line := await reader.readline():
-                text = line.decode("utf-8", "replace").strip()
-                try:
-                    reply = {"ok": True, **self.run(text)}
-                except Exception as error:  # noqa: BLE001 - answered, never fatal
-                    reply = {"ok": False, "error": f"{type(error).__name__}: {error}"}
-                writer.write(json.dumps(reply).encode() + b"\n")
-                await writer.drain()
-        except (ConnectionError, ValueError):
-            pass
-        finally:
-            writer.close()
-
-    async def serve(self, path):
-        if os.path.exists(path):
-            os.unlink(path)
-        return await asyncio.start_unix_server(self.client, path=path)
+        return None
 
 
 async def main(options):
@@ -562,7 +494,7 @@ async def main(options):
     for signum in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(signum, quit_event.set)
     await air.start()
-    control = BridgeControl(bridge, quit_event)
+    control = USBControl(bridge, quit_event)
     server = await control.serve(options.usb_control)
     bridge.start_threads()
     gadget.attach()

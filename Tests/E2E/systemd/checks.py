@@ -90,11 +90,11 @@ def sent(since=0.0, until=float("inf")):
     return seqs
 
 
-def records():
+def records(directory=READINGS):
     """The readings log's records, in file order."""
     out = []
-    if READINGS.exists():
-        for path in sorted(READINGS.glob("readings-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
+    if directory.exists():
+        for path in sorted(directory.glob("readings-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)):
             for line in path.read_text(errors="replace").splitlines():
                 try:
                     out.append(json.loads(line))
@@ -108,10 +108,10 @@ def contiguous(seqs):
     return bool(seqs) and seqs == list(range(seqs[0], seqs[0] + len(seqs)))
 
 
-def disk_seqs():
+def disk_seqs(directory=READINGS):
     """The dongle's sequence numbers of the NUS TX readings on disk."""
     seqs = []
-    for record in records():
+    for record in records(directory):
         payload = bytes.fromhex(record.get("hex") or "")
         if record.get("char") == NUS_TX and len(payload) >= 4:
             seqs.append(struct.unpack_from("<I", payload)[0])
@@ -468,6 +468,14 @@ def journal_fields(c):
     return ok, figures, "" if ok else f"entry {entry.get('MESSAGE')!r}, online again: {bool(back)}"
 
 
+def sandboxed_step(entry, unit, figures, problems, what):
+    """An escalation step's journal entry must be `unit`'s own, not root's:
+    the daemon did it from its sandbox. Records `by` and the problem."""
+    figures["by"] = f"{entry.get('_SYSTEMD_UNIT')} uid {entry.get('_UID')}"
+    if entry.get("_SYSTEMD_UNIT") != unit or entry.get("_UID") == "0":
+        problems.append(f"{what} was not the sandboxed unit's: {figures['by']}")
+
+
 def as_user(user, argv, timeout=60):
     """argv as `user` with that user's groups (runuser: initgroups)."""
     return run(["runuser", "-u", user, "--"] + argv, timeout=timeout)
@@ -754,10 +762,7 @@ def usb_reset(c):
         figures.update({"said": bool(said), "usb_reset": bool(done),
                         "online_s": round(time.monotonic() - began, 1) if back else None})
         if done:
-            entry = done[0]
-            figures["by"] = f"{entry.get('_SYSTEMD_UNIT')} uid {entry.get('_UID')}"
-            if entry.get("_SYSTEMD_UNIT") != unit or entry.get("_UID") == "0":
-                problems.append(f"the reset was not the sandboxed unit's: {figures['by']}")
+            sandboxed_step(done[0], unit, figures, problems, "the reset")
         else:
             steps = [e.get("MESSAGE") for e in journal("TETHER_EVENT=escalation", unit=unit)]
             problems.append(f"no usb-reset done: {steps}")
@@ -915,18 +920,7 @@ def uart_online():
 
 def uart_seqs():
     """The UART dongle's sequence numbers on tether@uart's disk."""
-    seqs = []
-    for path in sorted(UART_READINGS.glob("readings-*.jsonl"), key=lambda p: int(re.sub(r"\D", "", p.name) or 0)) \
-            if UART_READINGS.exists() else []:
-        for line in path.read_text(errors="replace").splitlines():
-            try:
-                record = json.loads(line)
-            except ValueError:
-                continue
-            payload = bytes.fromhex(record.get("hex") or "")
-            if record.get("char") == NUS_TX and len(payload) >= 4:
-                seqs.append(struct.unpack_from("<I", payload)[0])
-    return seqs
+    return disk_seqs(UART_READINGS)
 
 
 def uart_reading_after(count, timeout):
@@ -1097,10 +1091,7 @@ def uart_lockup(c):
     restarted = prop(UART_ATTACH, "InvocationID") != invocation
     figures["unit_restarted"] = restarted
     if step:
-        entry = step[0]
-        figures["by"] = f"{entry.get('_SYSTEMD_UNIT')} uid {entry.get('_UID')}"
-        if entry.get("_SYSTEMD_UNIT") != UART_UNIT or entry.get("_UID") == "0":
-            problems.append(f"the re-attach was not the sandboxed unit's: {figures['by']}")
+        sandboxed_step(step[0], UART_UNIT, figures, problems, "the re-attach")
     else:
         problems.append(f"no uart-reattach within 170 s: {figures['steps']}")
     if not restarted:

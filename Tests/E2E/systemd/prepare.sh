@@ -91,61 +91,45 @@ forward_textfile = "/var/lib/prometheus/node-exporter/tether-forward.prom"
 interval = "2s"
 TOML
 
+# An instance for a controller of its own, by address, and that
+# controller's dongle: the keep-alive and retry windows of the test, and
+# the steps (with anything else for [reconnect]) in $4.
+# instance_config NAME ADAPTER DONGLE RECONNECT_LINES
+instance_config() {
+    cat > "/etc/tether/$1.toml" <<TOML
+[bluez]
+adapter = "$2"
+
+[dongle]
+address = "$3"
+
+[keepalive]
+interval = "2s"
+timeout = "2s"
+sleep_after = "8s"
+
+[reconnect]
+initial_backoff = "500ms"
+max_backoff = "4s"
+connect_timeout = "10s"
+window = "20s"
+window_attempts = 4
+cooldown = "15s"
+$4
+
+[readings]
+flush_interval = "500ms"
+TOML
+}
 # Instance "usb" (tether@usb), for the systemd-usb-reset check: the USB
-# controller by its address, its dongle, and the usb-reset step.
-cat > /etc/tether/usb.toml <<'TOML'
-[bluez]
-adapter = "00:AA:01:04:00:01"
-
-[dongle]
-address = "00:AA:01:04:00:02"
-
-[keepalive]
-interval = "2s"
-timeout = "2s"
-sleep_after = "8s"
-
-[reconnect]
-initial_backoff = "500ms"
-max_backoff = "4s"
-connect_timeout = "10s"
-window = "20s"
-window_attempts = 4
-cooldown = "15s"
-escalate = ["usb-reset"]
-
-[readings]
-flush_interval = "500ms"
-TOML
+# controller, its dongle, and the usb-reset step.
+instance_config usb 00:AA:01:04:00:01 00:AA:01:04:00:02 'escalate = ["usb-reset"]'
 # Instance "uart" (tether@uart), for the uart-* checks: the UART controller
-# (Bumble on a pseudo-terminal, attached by e2e-uart-attach.service) by its
-# address, its dongle, and uart-reattach restarting that unit (the shipped
-# polkit rule lets user tether restart it because this file names it).
-cat > /etc/tether/uart.toml <<'TOML'
-[bluez]
-adapter = "00:AA:01:06:00:01"
-
-[dongle]
-address = "00:AA:01:06:00:02"
-
-[keepalive]
-interval = "2s"
-timeout = "2s"
-sleep_after = "8s"
-
-[reconnect]
-initial_backoff = "500ms"
-max_backoff = "4s"
-connect_timeout = "10s"
-window = "20s"
-window_attempts = 4
-cooldown = "15s"
-escalate = ["power-cycle", "hci-reset", "uart-reattach"]
-uart_unit = "e2e-uart-attach.service"
-
-[readings]
-flush_interval = "500ms"
-TOML
+# (Bumble on a pseudo-terminal, attached by e2e-uart-attach.service), its
+# dongle, and uart-reattach restarting that unit (the shipped polkit rule
+# lets user tether restart it because this file names it).
+instance_config uart 00:AA:01:06:00:01 00:AA:01:06:00:02 'escalate = ["power-cycle", "hci-reset", "uart-reattach"]
+uart_unit = "e2e-uart-attach.service"'
 # Instance "paired" (tether@paired, not started here): a dongle that pairs
 # with a passkey, its file made as the previous release's docs said (0640,
 # group tether), which this release no longer reads: systemd-upgrade checks

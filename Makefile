@@ -239,6 +239,7 @@ DST_BUGS += SIGNAL_FROM_NON_OWNER         # Sources/TetherDaemon/Link/LinkServic
 DST_BUGS += OLD_ANSWER_ACTS               # Sources/LinkSupervisor/Supervisor+Attempts.swift
 DST_BUGS += SYNC_FLAG_LOST                 # Sources/Readings/RecordFormat.swift
 DST_BUGS += STATUS_WALL_AGES               # Sources/TetherDaemon/Link/LinkService+ControlAPI.swift
+DST_BUGS += STEPS_BEFORE_CONTROLLER_VERDICT  # Sources/LinkSupervisor/Supervisor+Escalation.swift
 # A bug counts as caught only if the seed that caught it passes without it
 # (a violation of the code as it is would otherwise pass for a catch).
 # Each bug builds in its own scratch directory (the flags differ, and a

@@ -12,6 +12,7 @@ public enum Invariant: String, CaseIterable, Sendable {
     case boundedActions = "bounded-actions"
     case recoversAfterFaults = "recovers-after-faults"
     case escalationStepBounded = "escalation-step-bounded"
+    case noPowerCycleBeforeTheVerdict = "no-power-cycle-before-the-verdict"
     case stopDrains = "stop-drains"
     case statusTold = "status-told"
     case statusAgesMonotonic = "status-ages-monotonic"
@@ -58,6 +59,9 @@ public enum Invariant: String, CaseIterable, Sendable {
             "every escalation step begun gets its verdict within \(Self.escalationStepBound.simulationStamp) while the "
                 + "supervisor is escalating (a power cycle's calls and pauses, then at most 15 s for the adapter to show "
                 + "powered): a step whose adapter never comes back is judged failed, and the next step runs"
+        case .noPowerCycleBeforeTheVerdict:
+            "no power cycle (which goes through the controller) begins while a controller check of the outage is "
+                + "unanswered: its answer decides whether the power cycle runs"
         case .stopDrains:
             "a stop (SIGTERM) with a working disk leaves nothing unwritten: every reading delivered is in the log"
         case .statusTold:

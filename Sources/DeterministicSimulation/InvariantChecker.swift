@@ -45,6 +45,8 @@ struct InvariantChecker {
     private var removedUnsignalled: Set<String> = []
     /// The escalation step under way (its run) and when it began.
     private var escalationStep: (run: Int, since: Duration)?
+    /// Controller checks asked for and not answered yet (`no-power-cycle-before-the-verdict`).
+    private var controllerChecksOut: Set<Int> = []
     /// Tether has been online with its dongle (then it is bound to it).
     private var boundToDongle = false
 
@@ -95,6 +97,7 @@ struct InvariantChecker {
         subscribedSince = nil
         lastAttempt = 0
         escalationStep = nil
+        forgetControllerChecks()
     }
 
     /// SIGKILL: what was delivered and not yet written may be lost, if it
@@ -124,6 +127,7 @@ struct InvariantChecker {
         removedUnsignalled = []
         tetherNames = []
         escalationStep = nil
+        forgetControllerChecks()
     }
 
     mutating func processEnded() {
@@ -135,6 +139,13 @@ struct InvariantChecker {
         removedUnsignalled = []
         recentDeliveries.removeAll()
         escalationStep = nil
+        forgetControllerChecks()
+    }
+
+    /// A new process or connection asks afresh; a link that came up needs
+    /// no verdict from before (the outage that asked is over).
+    private mutating func forgetControllerChecks() {
+        controllerChecksOut = []
     }
 
     // MARK: The supervisor's decisions
@@ -150,6 +161,7 @@ struct InvariantChecker {
             seen = observation
         }
         if case .escalationFinished(_, let run, _) = decision.event, escalationStep?.run == run { escalationStep = nil }
+        if case .controllerChecked(let id, _) = decision.event { controllerChecksOut.remove(id) }
         count(.statusTold)
         if Supervisor.leavesStatusAsItWas(decision.event, deciding: decision.actions), decision.status != decision.statusBefore {
             simulation.violated(
@@ -159,6 +171,7 @@ struct InvariantChecker {
         if decision.status.state != state { checkStatusAges(simulation) }
         state = decision.status.state
         if state != .escalating { escalationStep = nil }
+        if state == .online || state == .waitingForData { forgetControllerChecks() }
         if state == .online || state == .waitingForData {
             if subscribedSince == nil {
                 subscribedSince = now
@@ -191,8 +204,17 @@ struct InvariantChecker {
                 if !seen.bluezPresent || !seen.adapterPresent || !seen.adapterPowered {
                     simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
                 }
-            case .escalate(_, let run):
+            case .escalate(let step, let run):
                 escalationStep = (run, now)
+                guard step == .powerCycle else { break }
+                count(.noPowerCycleBeforeTheVerdict)
+                if !controllerChecksOut.isEmpty {
+                    simulation.violated(
+                        .noPowerCycleBeforeTheVerdict,
+                        "power cycle #\(run) while controller check \(controllerChecksOut.sorted()) is unanswered")
+                }
+            case .checkController(let id):
+                controllerChecksOut.insert(id)
             case .report(.reconnectAttempt(let attempt, _)):
                 count(.retryWindowBounded)
                 if attempt <= lastAttempt || lastAttempt == 0 { windowFirstAttemptAt = now }

@@ -46,7 +46,8 @@ extension Supervisor {
         if !continuing { history.adapterRecoveries += 1 }
         let run = nextOperation()
         let escalation = Escalation(
-            purpose: .adapterRecovery, cause: adapterProblem, step: step, run: run, remaining: Array(steps.dropFirst()))
+            purpose: .adapterRecovery, cause: adapterProblem, phase: .running(step, run: run),
+            remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(adapterProblem); \(step.rawValue)", &actions)
         actions.append(.escalate(step, run: run))
     }
@@ -76,11 +77,11 @@ extension Supervisor {
         Backoff(first: first, cap: cap ?? settings.adapterRecoveryDelayCap).delay(afterFailures: times)
     }
 
-    mutating func recoveryStepFinished(_ escalation: Escalation, _ actions: inout Actions) {
+    mutating func recoveryStepFinished(_ escalation: Escalation, step: EscalationStep, _ actions: inout Actions) {
         if observation.adapterUsable {
             history.adapterUsableSince = now
             return attemptOrSearch(
-                window: Window(start: now), cause: "\(escalation.step.rawValue) brought the adapter back", &actions)
+                window: Window(start: now), cause: "\(step.rawValue) brought the adapter back", &actions)
         }
         let applicable = recoverySteps
         let next = escalation.remaining.filter(applicable.contains)
@@ -88,9 +89,9 @@ extension Supervisor {
         if applicable.isEmpty, observation.adapterPresent, !observation.adapterPowered, observation.radioBlock == .none {
             // Back, but off (a controller re-probed by a USB step comes back
             // unpowered unless bluetoothd's AutoEnable is on).
-            return adapterUnusableAfter(escalation.step, &actions)
+            return adapterUnusableAfter(step, &actions)
         }
-        enter(.waitingForAdapter(powerOnRetries: nil), "\(adapterProblem) after \(escalation.step.rawValue)", &actions)
+        enter(.waitingForAdapter(powerOnRetries: nil), "\(adapterProblem) after \(step.rawValue)", &actions)
         guard !applicable.isEmpty else { return }
         let delay = recoveryDelay
         actions.append(.report(.adapterNotRecovered(rounds: history.adapterRecoveries, problem: adapterProblem, retryIn: delay)))

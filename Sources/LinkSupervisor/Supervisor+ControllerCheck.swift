@@ -46,6 +46,10 @@ extension Supervisor {
     mutating func controllerChecked(_ id: Int, _ check: ControllerCheck, _ actions: inout Actions) {
         guard let outage = current.outage, outage.controllerCheck == id else { return }
         current.outage?.controllerCheck = nil
+        if case .outage(_, .escalating(let escalation)) = current, escalation.phase == .awaitingControllerCheck(check: id) {
+            if check == .responsive { history.controllerAnsweredAt = now }
+            return stepsAfterControllerCheck(escalation, check, &actions)
+        }
         if check == .responsive {
             history.controllerAnsweredAt = now
             evidenceArrived("the controller answers", &actions)
@@ -87,7 +91,8 @@ extension Supervisor {
             guard !steps.isEmpty else { return }
             stopDiscoveryIfRunning(&actions)
         case .waitingForBluez, .waitingForAdapter, .escalating:
-            // Already past attempting: nothing to end.
+            // Already past attempting: nothing to end (steps that waited
+            // for this answer took it above).
             return
         }
         if let window = current.window { actions.append(.report(.windowExhausted(attempts: window.attempts))) }

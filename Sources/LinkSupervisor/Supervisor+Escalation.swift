@@ -43,17 +43,44 @@ extension Supervisor {
             // The next cooldown's blind attempt asks.
             return attempt(window: Window(start: now, blind: true, controllerChecked: true), cause: "escalation done", &actions)
         }
+        #if DST_BUG_STEPS_BEFORE_CONTROLLER_VERDICT  // planted bug (make dst-selftest): steps run before the check's answer
+        let waitsForCheck = false
+        #else
+        let waitsForCheck = steps.contains(.powerCycle)
+        #endif
+        if waitsForCheck, let check = current.outage?.controllerCheck {
+            // The check's answer decides whether the power cycle runs
+            // (`stepsAfterControllerCheck`); it comes within the check's
+            // own bound.
+            let escalation = Escalation(
+                purpose: .exhaustedWindow, cause: cause, phase: .awaitingControllerCheck(check: check),
+                remaining: Array(steps))
+            return enter(.escalating(escalation), "\(cause); asking the controller before the steps", &actions)
+        }
         let run = nextOperation()
         let escalation = Escalation(
-            purpose: .exhaustedWindow, cause: cause, step: step, run: run, remaining: Array(steps.dropFirst()))
+            purpose: .exhaustedWindow, cause: cause, phase: .running(step, run: run), remaining: Array(steps.dropFirst()))
         enter(.escalating(escalation), "\(cause); \(step.rawValue)", &actions)
         actions.append(.escalate(step, run: run))
+    }
+
+    /// The controller check the steps waited for has answered: they run,
+    /// without the power cycle if the controller does not answer. (A
+    /// reconnect asked for meanwhile did not wait: `reconnectRequested`.)
+    mutating func stepsAfterControllerCheck(_ escalation: Escalation, _ check: ControllerCheck, _ actions: inout Actions) {
+        guard case .unresponsive(let detail) = check else {
+            return escalate(escalation.remaining, reconnectRequested: false, cause: escalation.cause, &actions)
+        }
+        actions.append(.report(.controllerUnresponsive(detail)))
+        let steps = escalation.remaining.filter { $0 != .powerCycle }
+        if steps.isEmpty { return enterCooldown(cause: "the controller does not answer", &actions) }
+        escalate(steps, reconnectRequested: false, cause: "the controller does not answer", &actions)
     }
 
     mutating func escalationFinished(
         _ step: EscalationStep, run: Int, _ result: Result<Void, LinkFailure>, _ actions: inout Actions
     ) {
-        guard case .outage(_, .escalating(let escalation)) = current, escalation.run == run, escalation.step == step
+        guard case .outage(_, .escalating(let escalation)) = current, escalation.phase == .running(step, run: run)
         else { return }
         switch result {
         case .success: actions.append(.report(.escalation(step, outcome: "done")))
@@ -66,7 +93,7 @@ extension Supervisor {
                 &actions)
         }
         switch escalation.purpose {
-        case .adapterRecovery: return recoveryStepFinished(escalation, &actions)
+        case .adapterRecovery: return recoveryStepFinished(escalation, step: step, &actions)
         case .exhaustedWindow: break
         }
         if !observation.adapterUsable, !escalation.remaining.isEmpty, !escalation.reconnectRequested {

@@ -144,13 +144,25 @@ extension Supervisor {
             case adapterRecovery
         }
 
+        enum Phase: Sendable, Equatable {
+            /// The steps wait for the answer to the controller check in
+            /// flight (operation `check`): it decides whether the power
+            /// cycle, which goes through that very controller, runs. A window
+            /// can be exhausted while the check a silence or its failures
+            /// asked for is still out (`make e2e`'s uart-lockup once: every
+            /// connect on the wedged controller failed within its 5 s).
+            case awaitingControllerCheck(check: Int)
+            /// `step` runs as operation `run`, which its answer echoes.
+            case running(EscalationStep, run: Int)
+        }
+
         var purpose: Purpose
         /// Why the steps run (an exhausted window, a controller that does
         /// not answer, …): every step's transition says it.
         var cause: String
-        var step: EscalationStep
-        /// The step's run (operation `escalate`), which its answer echoes.
-        var run: Int
+        var phase: Phase
+        /// The steps after the running one; while awaiting the check, all
+        /// of them.
         var remaining: [EscalationStep]
         /// Someone asked for a reconnect while the step ran: the remaining
         /// steps are skipped and an attempt follows this one.

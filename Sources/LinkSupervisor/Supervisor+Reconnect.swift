@@ -30,9 +30,17 @@ extension Supervisor {
             setup.window = Window(start: setup.attemptStartedAt, attempts: 1)
             update(.connecting(setup, connect: connect))
         case .escalating(var escalation):
-            // The step may have the adapter off right now.
-            escalation.reconnectRequested = true
-            update(.escalating(escalation))
+            switch escalation.phase {
+            case .awaitingControllerCheck:
+                // Nothing runs yet: the attempt goes now, and the check's
+                // answer is taken as any attempt's would be.
+                history.shortSessions = 0
+                attempt(window: Window(start: now), cause: "reconnect requested", &actions)
+            case .running:
+                // The step may have the adapter off right now.
+                escalation.reconnectRequested = true
+                update(.escalating(escalation))
+            }
         case .awaitingDisconnect:
             break  // already reconnecting
         case .backingOff, .coolingDown, .searching, .away:

@@ -149,6 +149,7 @@ import Testing
         settings.escalation = [.powerCycle, .hciReset, .usbReset]
         var link = VirtualLink(settings: settings)
         link.connectResult = .failure(SupervisorTests.abort)
+        link.controllerCheckAnswer = .unknown("not asked here")
         link.observe(VirtualLink.down)
         link.advance(by: .seconds(200))
         #expect(steps(link) == [.powerCycle])
@@ -447,5 +448,79 @@ extension ControllerCheckTests {
         #expect(gaps.prefix(5) == [.seconds(5), .seconds(10), .seconds(20), .seconds(40), .seconds(60)])
         #expect(gaps.dropFirst(4).allSatisfy { $0 == SupervisorTests.settings.discoveryRetryCap })
         #expect(link.count(where: { $0.startsDiscovery }) == 13)
+    }
+}
+
+/// A window exhausted while the controller check its failures (or a
+/// silence) asked for is still out: the steps wait for the answer, which
+/// decides whether the power cycle runs (`make e2e`'s uart-lockup once
+/// power-cycled a wedged controller because the window ran out first).
+extension ControllerCheckTests {
+    /// Refused connects, the check asked and never answered, the window
+    /// exhausted: escalating, no step yet.
+    func exhaustedAwaitingTheCheck(
+        escalation: [EscalationStep], sourceLocation: SourceLocation = #_sourceLocation
+    ) -> VirtualLink {
+        var link = refusing(escalation: escalation)
+        link.advance(by: .seconds(400))
+        #expect(checks(link) == 1, sourceLocation: sourceLocation)
+        #expect(link.state == .escalating, sourceLocation: sourceLocation)
+        #expect(link.log.contains { $0.action == .report(.windowExhausted(attempts: link.connectTimes.count)) },
+                sourceLocation: sourceLocation)
+        #expect(!link.log.contains { $0.action.escalatedStep != nil }, "no step before the answer",
+                sourceLocation: sourceLocation)
+        return link
+    }
+
+    @Test func stepsWaitingForAnUnresponsiveAnswerRunWithoutThePowerCycle() {
+        var link = exhaustedAwaitingTheCheck(escalation: [.powerCycle, .hciReset, .uartReattach])
+        link.advance(by: .seconds(60))
+        #expect(link.state == .escalating, "the steps wait for the answer, however long")
+        link.answerControllerCheck(.unresponsive("hci2 did not answer"))
+        #expect(link.log.contains { $0.action == .report(.controllerUnresponsive("hci2 did not answer")) })
+        link.finishEscalation(.hciReset, .failure(LinkFailure(.transient, "timed out")))
+        let steps = link.log.compactMap(\.action.escalatedStep)
+        #expect(steps == [.hciReset, .uartReattach])
+    }
+
+    @Test func stepsWaitingForAnAnswerThatTheControllerWorksRunAsConfigured() {
+        var link = exhaustedAwaitingTheCheck(escalation: [.powerCycle, .hciReset])
+        link.answerControllerCheck(.responsive)
+        #expect(link.log.compactMap(\.action.escalatedStep) == [.powerCycle])
+        link.finishEscalation(.powerCycle, .success(()))
+        #expect(link.log.compactMap(\.action.escalatedStep) == [.powerCycle, .hciReset])
+    }
+
+    @Test func anUnresponsiveAnswerWithOnlyThePowerCycleConfiguredCoolsDown() {
+        var link = exhaustedAwaitingTheCheck(escalation: [.powerCycle])
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
+        #expect(link.state == .coolingDown)
+        #expect(!link.log.contains { $0.action.escalatedStep != nil })
+    }
+
+    @Test func anAnswerToAnotherCheckStartsNoStep() {
+        var link = exhaustedAwaitingTheCheck(escalation: [.powerCycle, .hciReset])
+        link.send(.controllerChecked(check: link.lastControllerCheck + 1000, .unresponsive("hci0 did not answer")))
+        #expect(link.state == .escalating)
+        #expect(!link.log.contains { $0.action.escalatedStep != nil })
+    }
+
+    @Test func stepsWithoutThePowerCycleDoNotWait() {
+        var link = refusing(escalation: [.hciReset])
+        link.advance(by: .seconds(400))
+        #expect(checks(link) == 1)
+        #expect(link.log.compactMap(\.action.escalatedStep) == [.hciReset])
+    }
+
+    @Test func aReconnectWhileTheStepsWaitAttemptsAtOnce() {
+        var link = exhaustedAwaitingTheCheck(escalation: [.powerCycle, .hciReset])
+        let before = link.connectTimes.count
+        link.connectResult = nil
+        link.send(.reconnectRequested)
+        #expect(link.connectTimes.count == before + 1)
+        #expect(link.state == .connecting)
+        // The answer then ends that attempt as any attempt's (no power cycle).
+        link.answerControllerCheck(.unresponsive("hci0 did not answer"))
+        #expect(link.log.compactMap(\.action.escalatedStep) == [.hciReset])
     }
 }

@@ -290,6 +290,7 @@ import Testing
 
     @Test func nobodyHeardForTwoMinutesRestartsDiscoveryThenTakesTheSteps() {
         var link = awayAmongOthers()
+        link.controllerCheckAnswer = .responsive
         link.clearLog()
         link.advance(by: .seconds(130))
         #expect(reports(link).contains { if case .scanStalled(_, restarting: true) = $0 { true } else { false } })

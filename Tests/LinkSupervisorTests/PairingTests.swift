@@ -240,6 +240,7 @@ import Testing
         settings.escalation = [.rfkillUnblock, .powerCycle, .rfkillUnblock]
         var link = VirtualLink(settings: settings)
         link.connectResult = .failure(SupervisorTests.abort)
+        link.controllerCheckAnswer = .unknown("not asked here")
         link.observe(VirtualLink.down)
         link.advance(by: .seconds(400))
         let steps = link.log.compactMap { if case .escalate(let step, _) = $0.action { step } else { nil } }

@@ -21,6 +21,7 @@ import Testing
         settings.escalation = escalation
         var link = VirtualLink(settings: settings)
         link.connectResult = .failure(Self.abort)
+        link.controllerCheckAnswer = .unknown("not asked here")
         link.observe(VirtualLink.down)
         link.advance(by: duration)
         return link
@@ -255,6 +256,7 @@ import Testing
     @Test func failingConnectsFollowTheScheduleThenEscalateThenCoolDown() {
         var link = onlineLink()
         link.connectResult = .failure(LinkFailure(.transient, "org.bluez.Error.Failed: le-connection-abort-by-local"))
+        link.controllerCheckAnswer = .unknown("not asked here")
         link.observe(VirtualLink.down)
         link.advance(by: .seconds(400))
         let times = link.connectTimes

@@ -28,6 +28,10 @@ struct VirtualLink {
     /// is cleared): what the answers below echo.
     var lastRemoval = 0
     var lastControllerCheck = 0
+    /// What every controller check is answered at once, if anything (the
+    /// daemon's check always answers, within its 5 s): tests that do not
+    /// look at the checks but make the supervisor wait on them.
+    var controllerCheckAnswer: ControllerCheck?
     var lastDiscovery = 0
     var escalationRuns: [EscalationStep: Int] = [:]
 
@@ -82,6 +86,8 @@ struct VirtualLink {
                 send(.subscribeFinished(attempt: id, .success(())))
             case .poll(let id, _):
                 if let result = pollResult { send(.pollFinished(poll: id, result)) }
+            case .checkController(let id):
+                if let answer = controllerCheckAnswer { send(.controllerChecked(check: id, answer)) }
             default:
                 break
             }

@@ -171,8 +171,8 @@ struct InvariantChecker {
         if decision.status.state != state { checkStatusAges(simulation) }
         state = decision.status.state
         if state != .escalating { escalationStep = nil }
-        if state == .online || state == .waitingForData { forgetControllerChecks() }
         if state == .online || state == .waitingForData {
+            forgetControllerChecks()
             if subscribedSince == nil {
                 subscribedSince = now
                 lastPollAt = now

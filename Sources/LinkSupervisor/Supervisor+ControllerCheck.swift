@@ -46,13 +46,12 @@ extension Supervisor {
     mutating func controllerChecked(_ id: Int, _ check: ControllerCheck, _ actions: inout Actions) {
         guard let outage = current.outage, outage.controllerCheck == id else { return }
         current.outage?.controllerCheck = nil
-        if case .outage(_, .escalating(let escalation)) = current, escalation.phase == .awaitingControllerCheck(check: id) {
-            if check == .responsive { history.controllerAnsweredAt = now }
-            return stepsAfterControllerCheck(escalation, check, &actions)
-        }
         if check == .responsive {
             history.controllerAnsweredAt = now
-            evidenceArrived("the controller answers", &actions)
+            evidenceArrived("the controller answers", &actions)  // acts only while listening away
+        }
+        if case .outage(_, .escalating(let escalation)) = current, escalation.phase == .awaitingControllerCheck(check: id) {
+            return stepsAfterControllerCheck(escalation, check, &actions)
         }
         guard case .unresponsive(let detail) = check else { return }
         // Waiting on discovery, advertisements that came through the
@@ -96,7 +95,14 @@ extension Supervisor {
             return
         }
         if let window = current.window { actions.append(.report(.windowExhausted(attempts: window.attempts))) }
-        if steps.isEmpty { return enterCooldown(cause: "the controller does not answer", &actions) }
-        escalate(steps, reconnectRequested: false, cause: "the controller does not answer", &actions)
+        stepsForSilentController(steps, &actions)
+    }
+
+    /// The controller does not answer: `steps` (the power cycle left out)
+    /// run, or a cooldown when none is left.
+    mutating func stepsForSilentController(_ steps: [EscalationStep], _ actions: inout Actions) {
+        let cause = "the controller does not answer"
+        if steps.isEmpty { return enterCooldown(cause: cause, &actions) }
+        escalate(steps, reconnectRequested: false, cause: cause, &actions)
     }
 }

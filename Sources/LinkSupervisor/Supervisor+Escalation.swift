@@ -72,9 +72,7 @@ extension Supervisor {
             return escalate(escalation.remaining, reconnectRequested: false, cause: escalation.cause, &actions)
         }
         actions.append(.report(.controllerUnresponsive(detail)))
-        let steps = escalation.remaining.filter { $0 != .powerCycle }
-        if steps.isEmpty { return enterCooldown(cause: "the controller does not answer", &actions) }
-        escalate(steps, reconnectRequested: false, cause: "the controller does not answer", &actions)
+        stepsForSilentController(escalation.remaining.filter { $0 != .powerCycle }, &actions)
     }
 
     mutating func escalationFinished(

@@ -19,6 +19,11 @@ struct SimulationSettings {
     var silenceLimit: Duration
     /// [reconnect]
     var windowAttempts: Int
+    /// reconnect.initial_backoff and max_backoff: the config's defaults, or
+    /// short ones (make e2e's) whose window can run out within the 5 s a
+    /// controller check of a wedged controller takes.
+    var initialBackoff: Duration
+    var maxBackoff: Duration
     var window: Duration = .seconds(180)
     var cooldown: Duration
     var connectTimeout: Duration
@@ -55,7 +60,7 @@ struct SimulationSettings {
 
     init(random: inout SimulationRandom) {
         keepaliveInterval = random.pick([.seconds(5), .seconds(5), .seconds(10)])
-        windowAttempts = random.pick([5, 8, 12, 12])
+        windowAttempts = random.pick([3, 5, 8, 12])
         cooldown = random.pick([.seconds(60), .seconds(300), .seconds(300)])
         connectTimeout = random.pick([.seconds(10), .seconds(20), .seconds(20), .seconds(30)])
         escalate = random.pick([[], [], [.powerCycle], [.powerCycle, .hciReset]])
@@ -70,6 +75,7 @@ struct SimulationSettings {
         twin = findsByName && random.chance(0.5)
         otherAdvertisers = random.pick([0, 0, 3, 20])
         controllerCommandsPermitted = random.chance(0.75)
+        (initialBackoff, maxBackoff) = random.pick([(.seconds(1), .seconds(30)), (.seconds(1), .seconds(30)), (.milliseconds(500), .seconds(4))])
     }
 
     /// `tether.toml` for this seed, its readings (and binding) in `directory`.
@@ -93,6 +99,8 @@ struct SimulationSettings {
             confirm_every = \(confirmEvery.map(seconds) ?? "\"0s\"")
             [reconnect]
             window_attempts = \(windowAttempts)
+            initial_backoff = \(seconds(initialBackoff))
+            max_backoff = \(seconds(maxBackoff))
             window = \(seconds(window))
             cooldown = \(seconds(cooldown))
             connect_timeout = \(seconds(connectTimeout))

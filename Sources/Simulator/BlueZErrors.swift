@@ -63,6 +63,13 @@ enum BlueZFault {
     /// real stack never gave.)
     static let keyRefused = failed(BlueZ.FailedMessage.abortByLocal)
 
+    /// 5.66's answer to a Connect while the kernel still holds a connection
+    /// to the device that bluetoothd has let go of (a locked-up controller
+    /// never reported its end): bt_io_connect fails with EBUSY and
+    /// device_connect_le answers at once with EIO's text, as `make e2e`'s
+    /// uart-lockup saw it (within 20 ms, every attempt).
+    static let kernelLinkBusy = failed("Input/output error")
+
     /// What GATT calls get on a device without a link.
     static let gattNotConnected = failed(BlueZ.FailedMessage.notConnected)
     /// What a Connect gets when the dongle does not answer (asleep, or a

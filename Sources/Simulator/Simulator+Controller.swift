@@ -32,7 +32,12 @@ import Rfkill
 /// (`hciCommandTimeout`: StartDiscovery `InProgress`, StopDiscovery and
 /// Connect `Failed`) or its ATT timeout (GATT requests, new notify
 /// sessions: `Failed "Operation failed"`), or are never answered while the
-/// believed link lasts (Disconnect, RemoveDevice). What bluetoothd answers
+/// believed link lasts (RemoveDevice). A Disconnect of the believed link
+/// times out in the kernel: bluetoothd then drops the link (Connected=false,
+/// no reason from the kernel) while the kernel keeps its connection, and
+/// every Connect to the device fails at once (`Failed "Input/output
+/// error"`, bt_io_connect's EBUSY) until the lockup ends, as in `make e2e`'s
+/// uart-lockup on bluetoothd 5.66 and kernel 6.1. What bluetoothd answers
 /// from its own state (properties, Connect on the believed link, a
 /// StartNotify repeated by a client holding a session, write commands)
 /// still answers. It ends with `setLockup(false)` (the controller answers
@@ -176,6 +181,9 @@ extension Simulator {
     func clearLockup(reason: String, when condition: (Lockup) -> Bool = { _ in true }) {
         guard let lockup, condition(lockup) else { return }
         self.lockup = nil
+        // The controller answers again or was reset: the kernel's stale
+        // connection goes with the lockup.
+        kernelHeldLink = false
         log.record(.controllerLockup) {
             $0.on = false
             $0.reason = reason
@@ -197,10 +205,13 @@ extension Simulator {
     }
 
     /// bluetoothd hears at last that the believed link is down (power-off,
-    /// rfkill, the controller answering again): Connected=false as for any
-    /// link loss, acquired sockets closed, held Disconnect calls answered.
-    func endGhostLink(reason: String) async {
+    /// rfkill, the controller answering again), or gives it up
+    /// (`kernelKeepsIt`: its Disconnect timed out in the kernel, which still
+    /// holds the connection until the lockup ends): Connected=false as for
+    /// any link loss, acquired sockets closed, held calls answered.
+    func endGhostLink(reason: String, kernelKeepsIt: Bool = false, client: String? = nil) async {
         guard ghostLink else { return }
+        kernelHeldLink = kernelKeepsIt
         let removedGatt = exportedGatt
         let hadGatt = gattExported && !options.gattCache
         if hadGatt {
@@ -209,7 +220,10 @@ extension Simulator {
         }
         forgetGhostLink()
         linkLostForAcquisitions(reason: reason)
-        log.record(.disconnected) { $0.reason = reason }
+        log.record(.disconnected) {
+            $0.reason = reason
+            $0.client = client
+        }
         if let bus = bluez {
             await bus.announceLinkLoss(
                 device: deviceExported ? devicePath : nil,

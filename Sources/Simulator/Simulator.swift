@@ -105,7 +105,11 @@ public actor Simulator {
     /// bluetoothd still believes in a link that the locked-up controller
     /// lost: Device1.Connected stays true, the dongle advertises.
     var ghostLink = false
-    /// Disconnect and RemoveDevice calls waiting for that link to end.
+    /// The kernel's connection to the dongle that bluetoothd let go of when
+    /// its Disconnect timed out on the locked-up controller; it lasts until
+    /// the lockup ends (a Connect meanwhile fails at once).
+    var kernelHeldLink = false
+    /// RemoveDevice calls waiting for that link to end.
     var ghostLinkWaits: [Int] = []
 
     struct Lockup {

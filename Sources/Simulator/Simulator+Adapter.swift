@@ -67,7 +67,7 @@ extension Simulator {
         if !on {
             // Closing the controller drops the kernel's connections, a
             // stale one of a lockup's too (hci_conn_hash_flush).
-            kernelHeldLink = false
+            lockup?.kernelHoldsLink = false
             await loseLink(reason: reason == "rfkill" ? "rfkill" : "power-off", asleep: false)
             await endGhostLink(reason: reason == "rfkill" ? "rfkill" : "power-off")
             await endAllDiscovery(reason: reason ?? "power-off")

@@ -180,10 +180,9 @@ extension Simulator {
     /// Ends the lockup (when `condition` holds for it).
     func clearLockup(reason: String, when condition: (Lockup) -> Bool = { _ in true }) {
         guard let lockup, condition(lockup) else { return }
-        self.lockup = nil
         // The controller answers again or was reset: the kernel's stale
-        // connection goes with the lockup.
-        kernelHeldLink = false
+        // connection (`kernelHoldsLink`) goes with the lockup.
+        self.lockup = nil
         log.record(.controllerLockup) {
             $0.on = false
             $0.reason = reason
@@ -211,7 +210,7 @@ extension Simulator {
     /// any link loss, acquired sockets closed, held calls answered.
     func endGhostLink(reason: String, kernelKeepsIt: Bool = false, client: String? = nil) async {
         guard ghostLink else { return }
-        kernelHeldLink = kernelKeepsIt
+        lockup?.kernelHoldsLink = kernelKeepsIt
         let removedGatt = exportedGatt
         let hadGatt = gattExported && !options.gattCache
         if hadGatt {

@@ -56,6 +56,8 @@ extension Simulator {
         guard !stopped, let bus = bluez else { return }
         log.record(.crash)
         bluez = nil
+        // The strangers' objects lived in its memory: gone, unannounced.
+        _ = forgetStrangers()
         forgetBluetoothdState(reason: "bluetoothd-crash")
         await bus.close()
         scheduleRestart(after: delay)
@@ -92,6 +94,7 @@ extension Simulator {
         bluez = nil
         var paths = gattExported ? (exportedGatt ?? gatt).removalOrder : []
         if deviceExported { paths.append(devicePath) }
+        paths += forgetStrangers()
         if adapterPresent { paths.append(adapterPath) }
         forgetBluetoothdState(reason: "bluetoothd-restart")
         await bus.unexportObjects(paths)

@@ -30,12 +30,6 @@ extension Simulator {
 
     /// One scan tick's share of the other advertisers' reports, and the twin's.
     func reportOtherAdvertisers(on bus: Bus) async {
-        if othersExportedOn != ObjectIdentifier(bus) {
-            othersExported.removeAll()
-            twinExported = false
-            bootloaderExported = false
-            othersExportedOn = ObjectIdentifier(bus)
-        }
         await reportTwin(on: bus)
         await reportBootloader(on: bus)
         guard otherAdvertisers > 0 else { return }
@@ -62,7 +56,8 @@ extension Simulator {
     /// The objects made for other advertisers under the current adapter,
     /// forgotten: when the controller leaves, bluetoothd removes every
     /// device object under its adapter, strangers' too, and a controller
-    /// that comes back (as another hciN, or the same) starts with none.
+    /// that comes back (as another hciN, or the same) starts with none; a
+    /// new bluetoothd starts with none either (they lived in its memory).
     func forgetStrangers() -> [ObjectPath] {
         var paths = othersExported.sorted().compactMap { try? DeviceObject.path(adapter: adapterPath, address: Self.otherAddress($0)) }
         if twinExported, let address = options.twinAddress, let path = try? DeviceObject.path(adapter: adapterPath, address: address) {

@@ -105,10 +105,6 @@ public actor Simulator {
     /// bluetoothd still believes in a link that the locked-up controller
     /// lost: Device1.Connected stays true, the dongle advertises.
     var ghostLink = false
-    /// The kernel's connection to the dongle that bluetoothd let go of when
-    /// its Disconnect timed out on the locked-up controller; it lasts until
-    /// the lockup ends (a Connect meanwhile fails at once).
-    var kernelHeldLink = false
     /// RemoveDevice calls waiting for that link to end.
     var ghostLinkWaits: [Int] = []
 
@@ -116,7 +112,15 @@ public actor Simulator {
         /// An Adapter1.Powered cycle (or an rfkill block and unblock) clears
         /// it: the HCI Reset of opening the controller again gets it going.
         let clearsOnPowerCycle: Bool
+        /// The kernel's connection to the dongle that bluetoothd let go of
+        /// when its Disconnect timed out on the locked-up controller (a
+        /// Connect meanwhile fails at once). It is the lockup's: it lasts
+        /// until the lockup ends or the controller is closed.
+        var kernelHoldsLink = false
     }
+
+    /// The kernel still holds a link bluetoothd let go of (see `Lockup`).
+    var kernelHeldLink: Bool { lockup?.kernelHoldsLink ?? false }
 
     // MARK: Device
 
@@ -129,10 +133,9 @@ public actor Simulator {
     /// (`SimulatorOptions.removalSignalDelay`): its path and interfaces.
     var removalUnannounced: (path: ObjectPath, interfaces: [String])?
     var rssiPublished = false
-    /// The other advertisers discovery has made objects for, on which
-    /// connection (a new bluetoothd starts with none), and the next to report.
+    /// The other advertisers discovery has made objects for (forgotten with
+    /// the adapter or with bluetoothd: `forgetStrangers`), and the next to report.
     var othersExported: Set<Int> = []
-    var othersExportedOn: ObjectIdentifier?
     var othersCursor = 0
     var twinExported = false
     /// The scan delivers nothing (`stallScan`), until what lifts it.

@@ -282,4 +282,39 @@ import Testing
             })
         }
     }
+
+    /// The strangers' objects live in bluetoothd's memory: a clean stop
+    /// removes them with the rest (InterfacesRemoved), and the next
+    /// bluetoothd's discovery makes them anew. (The simulator tied them to
+    /// the connection's address, `ObjectIdentifier`: a new bluetoothd whose
+    /// connection the allocator put where the old one had been was taken
+    /// for the old one, so it changed the RSSI of objects it never made,
+    /// and `make dst` gave a seed another life when seeds ran side by side.)
+    @Test func strangersObjectsGoWithBluetoothdAndTheNextOneMakesThemAnew() async throws {
+        try await withSimulator({
+            $0.otherAdvertisers = 2
+            $0.advertisingInterval = .milliseconds(30)
+            $0.otherAdvertisingInterval = .milliseconds(60)
+        }) { f in
+            // Other-0 and Other-1 (the simulator's addresses for strangers).
+            let strangers: Set<ObjectPath> = ["/org/bluez/hci0/dev_0A_00_00_00_00_00", "/org/bluez/hci0/dev_0A_00_00_00_00_01"]
+            try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")
+            #expect(await eventually(timeout: .seconds(3)) {
+                (try? await f.managedObjects().keys).map { strangers.isSubset(of: Set($0)) } ?? false
+            })
+            let signals = try await f.record()
+            await f.simulator.restart(after: .milliseconds(50))
+            _ = try await signals.wait { $0.member == "InterfacesRemoved" && $0.body.first?.objectPath == Self.adapter }
+            let removed = Set(await signals.messages.filter { $0.member == "InterfacesRemoved" }.compactMap { $0.body.first?.objectPath })
+            #expect(strangers.isSubset(of: removed))
+            #expect(await eventually(timeout: .seconds(3)) { await f.simulator.bluezUniqueName != nil })
+            try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")
+            _ = try await signals.wait { message in
+                message.member == "InterfacesAdded" && message.body.first?.objectPath.map { strangers.contains($0) } == true
+            }
+            #expect(await eventually(timeout: .seconds(3)) {
+                (try? await f.managedObjects().keys).map { strangers.isSubset(of: Set($0)) } ?? false
+            })
+        }
+    }
 }

@@ -43,6 +43,13 @@ import Testing
         }
     }
 
+    /// Two other advertisers, each reported within a few scan ticks.
+    static func twoStrangers(_ options: inout SimulatorOptions) {
+        options.otherAdvertisers = 2
+        options.advertisingInterval = .milliseconds(30)
+        options.otherAdvertisingInterval = .milliseconds(60)
+    }
+
     static func change(_ index: UInt32 = 0, soft: Bool, hard: Bool) -> RfkillEvent {
         RfkillEvent(index: index, type: RfkillEvent.bluetoothType, operation: .change, softBlocked: soft, hardBlocked: hard)
     }
@@ -254,11 +261,7 @@ import Testing
     /// longer existed and DfuTarg was never heard: a soak's firmware update
     /// was escalated as a controller fault.)
     @Test func strangersObjectsLeaveWithTheAdapterAndAreMadeAgainUnderTheNextOne() async throws {
-        try await withSimulator({
-            $0.otherAdvertisers = 2
-            $0.advertisingInterval = .milliseconds(30)
-            $0.otherAdvertisingInterval = .milliseconds(60)
-        }) { f in
+        try await withSimulator(Self.twoStrangers) { f in
             await f.simulator.setBootloader(true)
             try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")
             func strangers(under adapter: String) async throws -> Set<String> {
@@ -291,11 +294,7 @@ import Testing
     /// for the old one, so it changed the RSSI of objects it never made,
     /// and `make dst` gave a seed another life when seeds ran side by side.)
     @Test func strangersObjectsGoWithBluetoothdAndTheNextOneMakesThemAnew() async throws {
-        try await withSimulator({
-            $0.otherAdvertisers = 2
-            $0.advertisingInterval = .milliseconds(30)
-            $0.otherAdvertisingInterval = .milliseconds(60)
-        }) { f in
+        try await withSimulator(Self.twoStrangers) { f in
             // Other-0 and Other-1 (the simulator's addresses for strangers).
             let strangers: Set<ObjectPath> = ["/org/bluez/hci0/dev_0A_00_00_00_00_00", "/org/bluez/hci0/dev_0A_00_00_00_00_01"]
             try await f.call(Self.adapter, BlueZ.adapterInterface, "StartDiscovery")

@@ -47,7 +47,7 @@ extension Simulator {
         if dongle.state == .connected || ghostLink { return nil }
         // The kernel still holds the link bluetoothd let go of (a Disconnect
         // through a locked-up controller): the ATT socket's connect fails.
-        if kernelHeldLink { throw BlueZFault.kernelLinkBusy }
+        if lockup?.kernelHoldsLink == true { throw BlueZFault.kernelLinkBusy }
         let started = ConnectStart(waitID: makeWaitID(), generation: generation, wedged: lockup != nil)
         pendingConnect = PendingConnect(waitID: started.waitID, client: client)
         return started

@@ -119,9 +119,6 @@ public actor Simulator {
         var kernelHoldsLink = false
     }
 
-    /// The kernel still holds a link bluetoothd let go of (see `Lockup`).
-    var kernelHeldLink: Bool { lockup?.kernelHoldsLink ?? false }
-
     // MARK: Device
 
     var dongle: SimulatedDongle

@@ -119,7 +119,7 @@ DOC_BIN_PREREQ = $(if $(filter $(HOST_ARCH),$(ARCH)),$(BIN_PREREQ),doc-bin)
 # scratch tree.
 GEN_DIR   ?= .build/packaging
 CHECK_DIR ?= .build/check-units
-UNITS     = systemd/tether.service systemd/tether@.service systemd/tether-forward.service systemd/tether-forward@.service
+UNITS     = systemd/tether.service systemd/tether@.service systemd/tether-forward.service systemd/tether-forward@.service systemd/tether-serdev-rebind@.service
 # `systemd-analyze security` scores 0.0 (best) to 10.0; --threshold= takes
 # ten times that, so 20 is "overall exposure at most 2.0".
 SECURITY_THRESHOLD ?= 20
@@ -384,7 +384,8 @@ check-tarball: deps
 uninstall:
 	rm -f "$(DESTDIR)$(BINDIR)/tether"
 	rm -f "$(DESTDIR)$(UNITDIR)/tether.service" "$(DESTDIR)$(UNITDIR)/tether@.service"
-	rm -f "$(DESTDIR)$(UNITDIR)/tether-forward.service" "$(DESTDIR)$(UNITDIR)/tether-forward@.service"
+	rm -f "$(DESTDIR)$(UNITDIR)/tether-forward.service" "$(DESTDIR)$(UNITDIR)/tether-forward@.service" \
+	  "$(DESTDIR)$(UNITDIR)/tether-serdev-rebind@.service"
 	rm -f "$(DESTDIR)$(UNITDIR)/bluetooth.service.d/tether.conf"
 	rmdir "$(DESTDIR)$(UNITDIR)/bluetooth.service.d" 2>/dev/null || true
 	rm -f "$(DESTDIR)$(SYSUSERSDIR)/tether.conf"

@@ -11,7 +11,10 @@ import PackageDescription
 //                       the root task and task sleeps on it, so the daemon needs no libdispatch thread
 //                       (or a virtual loop on virtual time, driven by its caller: `make dst`)
 //   DBus                a small, general D-Bus binding
-//   HCI                 raw HCI device control (reset) through libbluetooth
+//   ControllerDevice    the devices under a controller, through sysfs (Sysfs): the USB device (a port reset,
+//                       btusb rebound) and a UART controller's serdev device (its driver rebound): blocking
+//   HCI                 raw HCI device control (reset) through libbluetooth; what attaches a controller
+//   Rfkill              the kernel's rfkill switches (/dev/rfkill)
 //   MQTT                an MQTT connection through libmosquitto, driven by an EventLoop
 //   BlueZ               a typed client for org.bluez
 //   Hex                 hex text to bytes and back (payloads, config values): standard library only
@@ -95,9 +98,9 @@ let package = Package(
         .target(name: "CEventLoop"),
         .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"], swiftSettings: productSettings),
-        .target(name: "HCI", dependencies: ["CBluetooth"], swiftSettings: productSettings),
+        .target(name: "ControllerDevice", swiftSettings: productSettings),
+        .target(name: "HCI", dependencies: ["CBluetooth", "ControllerDevice"], swiftSettings: productSettings),
         .target(name: "Rfkill", swiftSettings: productSettings),
-        .target(name: "USBDevice", swiftSettings: productSettings),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
         .target(name: "Hex", swiftSettings: productSettings),
@@ -145,7 +148,7 @@ let package = Package(
         .target(
             name: "TetherDaemon",
             dependencies: [
-                "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "USBDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
+                "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "ControllerDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
                 "Configuration", "ControlAPI", "TextColumns",
                 "Readings", "Systemd", "MetricsTextfile", "DurableFile", "CClock",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
@@ -170,7 +173,7 @@ let package = Package(
             name: "tether",
             dependencies: [
                 "TetherDaemon", "ControlAPI", "DongleScan", "TextColumns", "LinkSupervisor", "Configuration", "Readings", "PayloadLayout",
-                "CommandLineArguments", "DBus", "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess",
+                "CommandLineArguments", "DBus", "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess", "ControllerDevice",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -200,7 +203,7 @@ let package = Package(
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
         .testTarget(name: "HCITests", dependencies: ["HCI", "TestSupport"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
-        .testTarget(name: "USBDeviceTests", dependencies: ["USBDevice"]),
+        .testTarget(name: "ControllerDeviceTests", dependencies: ["ControllerDevice"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "PayloadLayout", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
         .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "LinkPolicy", "HCI", "BlueZ", "DBus", "EventLoop"]),

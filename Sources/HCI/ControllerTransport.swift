@@ -1,8 +1,4 @@
-#if canImport(Glibc)
-import Glibc
-#elseif canImport(Musl)
-import Musl
-#endif
+import ControllerDevice
 
 /// What a controller is, for an operator: its bus, the driver that drives
 /// it and the device it hangs on, as the kernel shows them.
@@ -25,10 +21,11 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
     /// A UART controller the kernel attached itself: a serdev device (from
     /// the device tree or ACPI) with a driver bound, such as `hci_uart_bcm`
     /// on `serial0-0`, the Raspberry Pi's onboard radio under current
-    /// Raspberry Pi OS. No program attached it, so restarting a unit does
-    /// not attach it again (that image's `hciuart.service` does nothing
-    /// when the kernel manages the radio); false for a line discipline a
-    /// program set on a tty (`hciattach`, `btattach`).
+    /// Raspberry Pi OS. No program attached it, so restarting the unit of
+    /// one does not attach it again (that image's `hciuart.service` does
+    /// nothing when the kernel manages the radio): rebinding its driver does
+    /// (`serdevRebindUnit`). False for a line discipline a program set on a
+    /// tty (`hciattach`, `btattach`).
     public var attachedByKernel: Bool
 
     public init(controller: String, bus: ControllerBus, driver: String? = nil, port: String? = nil, attachedByKernel: Bool = false) {
@@ -38,6 +35,19 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
         self.port = port
         self.attachedByKernel = attachedByKernel
     }
+
+    /// The unit the package ships to re-attach a controller the kernel
+    /// attached itself: `tether-serdev-rebind@serial0-0.service` rebinds the
+    /// serdev driver of `serial0-0` as root (`tether serdev-rebind`). Nil for
+    /// every other controller (a unit that runs `hciattach` or `btattach`
+    /// re-attaches those, and USB ones have their own steps).
+    public var serdevRebindUnit: String? {
+        guard attachedByKernel, let port else { return nil }
+        return Self.serdevRebindUnit(port: port)
+    }
+
+    /// `tether-serdev-rebind@PORT.service`.
+    public static func serdevRebindUnit(port: String) -> String { "tether-serdev-rebind@\(port).service" }
 
     /// "UART (hci_uart on ttyAMA0)", "USB (btusb on 1-1:1.0)", "virtual".
     public var description: String {
@@ -54,10 +64,10 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
     /// `controller(named:)`) under `sysfs` (default `/sys`).
     public static func read(_ controller: KernelController, sysfs: String = "/sys") -> ControllerTransport {
         var transport = ControllerTransport(controller: controller.name, bus: controller.bus)
-        let device = resolvedPath("\(sysfs)/class/bluetooth/\(controller.name)/device")
+        let device = Sysfs.resolvedPath("\(sysfs)/class/bluetooth/\(controller.name)/device")
         if let device {
-            transport.port = lastComponent(device)
-            transport.driver = resolvedPath("\(device)/driver").map(lastComponent)
+            transport.port = Sysfs.lastComponent(device)
+            transport.driver = Sysfs.driver(of: device)
             // A tty has no driver link: a bound driver on a UART
             // controller's device is a serdev driver's.
             transport.attachedByKernel = controller.bus == .uart && transport.driver != nil
@@ -67,15 +77,5 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
         // the controller has no device in sysfs).
         if controller.bus == .uart, transport.driver == nil { transport.driver = "hci_uart" }
         return transport
-    }
-
-    private static func resolvedPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
-    }
-
-    private static func lastComponent(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
     }
 }

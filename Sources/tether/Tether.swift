@@ -24,7 +24,7 @@ struct Tether: AsyncParsableCommand {
         version: tetherVersion,
         subcommands: [
             RunCommand.self, StatusCommand.self, ReconnectCommand.self, RebindCommand.self, ScanCommand.self, ReadingsCommand.self,
-            CheckConfigCommand.self, ForwardCommand.self, PolkitCheckUnitCommand.self,
+            CheckConfigCommand.self, ForwardCommand.self, PolkitCheckUnitCommand.self, SerdevRebindCommand.self,
         ]
     )
 

@@ -73,6 +73,7 @@ import Testing
             "./usr/bin/tether", "./etc/tether/tether.toml",
             "./lib/systemd/system/tether.service", "./lib/systemd/system/tether@.service",
             "./lib/systemd/system/tether-forward.service", "./lib/systemd/system/tether-forward@.service",
+            "./lib/systemd/system/tether-serdev-rebind@.service",
             "./lib/systemd/system/bluetooth.service.d/tether.conf",
             "./usr/lib/sysusers.d/tether.conf", "./usr/share/dbus-1/system.d/io.tether.Tether.conf",
             "./lib/udev/rules.d/70-tether.rules",

@@ -7,6 +7,8 @@ import Testing
 @Suite(.serialized) struct UnitFileTests {
     static let units = ["tether.service", "tether@.service"]
     static let forwardUnits = ["tether-forward.service", "tether-forward@.service"]
+    /// Restarted by uart-reattach for a UART controller the kernel attached.
+    static let serdevRebindUnit = "tether-serdev-rebind@.service"
     /// The highest overall exposure `systemd-analyze security` may give (0–10).
     static let exposureLimit = 2.0
 
@@ -92,6 +94,24 @@ import Testing
 
     /// The drop-in the package ships as an example: it adds the metrics
     /// textfile directory to the writable paths, and nothing else.
+    /// Root for one thing only: the serial bus's sysfs files, writable in a
+    /// sandbox that has no capability, no network and nothing else
+    /// writable; no [Install]: only uart-reattach (or an operator) starts it.
+    @Test func theSerdevRebindUnitIsRootWithNothingButTheSerialBus() throws {
+        let file = try UnitFile(path: Self.source(Self.serdevRebindUnit))
+        let expected: [(String, String)] = [
+            ("Type", "oneshot"), ("CapabilityBoundingSet", ""), ("AmbientCapabilities", ""), ("NoNewPrivileges", "yes"),
+            ("ProtectSystem", "strict"), ("ProtectKernelTunables", "yes"), ("ReadWritePaths", "-/sys/bus/serial"),
+            ("PrivateNetwork", "yes"), ("PrivateDevices", "yes"), ("SystemCallArchitectures", "native"),
+        ]
+        for (key, value) in expected {
+            #expect(file.value(key) == value, "\(key)")
+        }
+        #expect(file.value("User") == nil, "root: the sysfs files are root's")
+        #expect(file.value("ExecStart")?.hasSuffix("/tether serdev-rebind -- %i") == true)
+        #expect(file.values("WantedBy", in: "Install").isEmpty)
+    }
+
     @Test func theMetricsDropInOnlyAddsTheTextfileDirectory() throws {
         let dropIn = try UnitFile(path: Packaging.path("systemd/metrics-textfile.conf"))
         #expect(dropIn.directives.map(\.key) == ["ReadWritePaths"])
@@ -142,7 +162,7 @@ import Testing
         return (try #require(figure, "no overall exposure in:\n\(result.output)"), result)
     }
 
-    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"), arguments: units + forwardUnits)
+    @Test(.enabled(if: Packaging.hasSystemdAnalyze, "needs systemd-analyze"), arguments: units + forwardUnits + [serdevRebindUnit])
     func sandboxExposureIsAtMostTwo(unit: String) throws {
         let (exposure, result) = try Self.overallExposure(Self.source(unit))
         print("figure: systemd-analyze security --offline=yes \(unit): overall exposure \(exposure) (limit \(Self.exposureLimit))")
@@ -179,7 +199,7 @@ import Testing
         let copies = directory.url.appendingPathComponent("verify")
         try FileManager.default.createDirectory(at: copies, withIntermediateDirectories: true)
         var paths: [String] = []
-        for unit in units + forwardUnits {
+        for unit in units + forwardUnits + [serdevRebindUnit] {
             let installed = try Packaging.read("\(root)/usr/lib/systemd/system/\(unit)")
             let rewritten = installed.replacingOccurrences(of: "ExecStart=/usr/bin/tether ", with: "ExecStart=\(root)/usr/bin/tether ")
             #expect(rewritten != installed, "\(unit): installed ExecStart is not /usr/bin/tether")
@@ -230,5 +250,6 @@ import Testing
         #expect(result.output.contains("Overall exposure level for tether.service"))
         #expect(result.output.contains("Overall exposure level for tether@"))
         #expect(result.output.contains("Overall exposure level for tether-forward.service"))
+        #expect(result.output.contains("Overall exposure level for tether-serdev-rebind@"))
     }
 }

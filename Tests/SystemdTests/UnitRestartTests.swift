@@ -7,16 +7,20 @@ import TestSupport
 /// against stand-ins for systemctl: it succeeds, it is refused (what polkit
 /// answers a unit the config does not name), it hangs.
 @Suite struct UnitRestartTests {
-    /// Written through a close-on-exec descriptor: one that a process other
-    /// tests spawn meanwhile inherited would make exec fail with ETXTBSY.
+    /// Written by a shell of its own, never through a descriptor of this
+    /// process: a process another test spawns inherits this process's
+    /// descriptors until its exec, even close-on-exec ones, and while any
+    /// of them holds the script open for writing, exec fails with ETXTBSY
+    /// (seen: "cannot start …/systemctl: Text file busy"). The shell has
+    /// exited, and its descriptor with it, before the script runs.
     func systemctl(_ dir: TemporaryDirectory, _ body: String) throws -> String {
         let path = dir.url.appendingPathComponent("systemctl").path
-        let fd = open(path, O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0o755)
-        try #require(fd >= 0)
-        let bytes = Array("#!/bin/sh\n\(body)\n".utf8)
-        let written = bytes.withUnsafeBytes { write(fd, $0.baseAddress, $0.count) }
-        close(fd)
-        try #require(written == bytes.count)
+        let writer = Process()
+        writer.executableURL = URL(fileURLWithPath: "/bin/sh")
+        writer.arguments = ["-c", "printf '%s\\n' \"$1\" > \"$2\" && chmod 755 \"$2\"", "sh", "#!/bin/sh\n\(body)", path]
+        try writer.run()
+        writer.waitUntilExit()
+        try #require(writer.terminationStatus == 0)
         return path
     }
 

@@ -8,13 +8,13 @@ import LinkPolicy
 /// reach the Raspberry Pi's onboard radio, which is on a UART).
 public enum ControllerIdentity {
     /// "using hci0 (B8:27:EB:12:34:56): UART (hci_uart on ttyAMA0); usb-reset in reconnect.escalate cannot reach it (usb-reset needs a USB controller); hci-reset and power-cycle can".
-    static func line(name: String, address: String, transport: ControllerTransport?, escalate: [EscalationStep]) -> String {
+    static func line(name: String, address: String, transport: ControllerTransport?, escalate: [EscalationStep], uartUnit: String) -> String {
         var line = "using \(name) (\(address))"
         guard let transport else { return line + ": the kernel does not say what it is" }
         line += ": \(transport)"
-        let (reachable, unreachable) = reach(of: escalate, on: transport)
+        let (reachable, unreachable) = reach(of: escalate, on: transport, uartUnit: uartUnit)
         guard !unreachable.isEmpty else { return line }
-        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (\(Self.why(unreachable, cannotReach: transport)))"
+        line += "; \(Self.list(unreachable)) in reconnect.escalate cannot reach it (\(Self.why(unreachable, cannotReach: transport, uartUnit: uartUnit)))"
         line += reachable.isEmpty ? "; no configured step can (add hci-reset, power-cycle)" : "; \(Self.list(reachable)) can"
         return line
     }
@@ -26,12 +26,13 @@ public enum ControllerIdentity {
     public static func escalationWarnings(for config: TetherConfig, sysfs: String = "/sys") -> [String] {
         let controllers = KernelControllers.list(sysfs: "\(sysfs)/class/bluetooth")
         return escalationWarnings(
-            escalate: config.reconnect.escalate, bluez: config.bluez,
+            escalate: config.reconnect.escalate, uartUnit: config.reconnect.uartUnit, bluez: config.bluez,
             controllers: controllers.map { ($0, ControllerTransport.read($0, sysfs: sysfs)) })
     }
 
     static func escalationWarnings(
-        escalate: [EscalationStep], bluez: TetherConfig.BlueZSection, controllers: [(KernelController, ControllerTransport)]
+        escalate: [EscalationStep], uartUnit: String, bluez: TetherConfig.BlueZSection,
+        controllers: [(KernelController, ControllerTransport)]
     ) -> [String] {
         let used = controllers.filter { controller, _ in
             if let address = bluez.adapterAddress { return controller.address.uppercased() == address.uppercased() }
@@ -39,10 +40,10 @@ public enum ControllerIdentity {
             return true
         }
         return used.compactMap { controller, transport in
-            let (reachable, unreachable) = reach(of: escalate, on: transport)
+            let (reachable, unreachable) = reach(of: escalate, on: transport, uartUnit: uartUnit)
             guard !unreachable.isEmpty else { return nil }
             return "reconnect.escalate: \(list(unreachable)) cannot reach \(controller.name) (\(controller.address)), "
-                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(why(unreachable, cannotReach: transport)); "
+                + "a \(transport.bus.displayName) controller\(transport.detail.map { " (\($0))" } ?? ""): \(why(unreachable, cannotReach: transport, uartUnit: uartUnit)); "
                 + (reachable.isEmpty ? "no configured step can reach it (hci-reset and power-cycle can)" : "\(list(reachable)) can")
         }
     }
@@ -56,22 +57,25 @@ public enum ControllerIdentity {
     }
 
     /// The configured steps that can reach `transport`'s controller, and those that cannot, in order.
-    private static func reach(of steps: [EscalationStep], on transport: ControllerTransport) -> (reachable: [EscalationStep], unreachable: [EscalationStep]) {
-        (steps.filter { $0.reaches(transport) }, steps.filter { !$0.reaches(transport) })
+    private static func reach(
+        of steps: [EscalationStep], on transport: ControllerTransport, uartUnit: String
+    ) -> (reachable: [EscalationStep], unreachable: [EscalationStep]) {
+        (steps.filter { $0.reaches(transport, uartUnit: uartUnit) }, steps.filter { !$0.reaches(transport, uartUnit: uartUnit) })
     }
 
     /// Why `steps` cannot reach `transport`'s controller: "usb-reset needs a
     /// USB controller", "usb-reset needs a USB controller, uart-reattach a
-    /// UART one", or, on a UART controller the kernel attached, that no unit
-    /// attaches it.
-    private static func why(_ steps: [EscalationStep], cannotReach transport: ControllerTransport) -> String {
+    /// UART one", or, on a UART controller the kernel attached, that
+    /// `uart_unit` does not attach it and which unit would.
+    private static func why(_ steps: [EscalationStep], cannotReach transport: ControllerTransport, uartUnit: String) -> String {
         let usb = steps.filter { $0.needs == .usb }
         let uart = steps.filter { $0.needs == .uart }
         var parts: [String] = []
         if !usb.isEmpty { parts.append("\(list(usb)) \(usb.count == 1 ? "needs" : "need") a USB controller") }
         if !uart.isEmpty {
             if transport.bus == .uart {
-                parts.append("\(list(uart)) restarts reconnect.uart_unit, and no unit attaches a controller the kernel attached itself")
+                let rebind = transport.serdevRebindUnit.map { "; set reconnect.uart_unit = \"\($0)\", which rebinds its serdev driver" } ?? ""
+                parts.append("\(list(uart)) restarts reconnect.uart_unit (\(uartUnit)), which does not attach a controller the kernel attached itself\(rebind)")
             } else {
                 parts.append(parts.isEmpty ? "\(list(uart)) needs a UART controller" : "\(list(uart)) a UART one")
             }
@@ -104,9 +108,12 @@ extension EscalationStep {
     }
 
     /// Whether the step can act on `transport`'s controller: on its bus,
-    /// and for `uart-reattach` attached by a program a unit runs, not by
-    /// the kernel itself.
-    func reaches(_ transport: ControllerTransport) -> Bool {
-        reaches(transport.bus) && !(self == .uartReattach && transport.attachedByKernel)
+    /// and for `uart-reattach` (which restarts `uartUnit`) attached by a
+    /// program a unit runs, or attached by the kernel when `uartUnit` is the
+    /// package's unit that rebinds that controller's serdev driver.
+    func reaches(_ transport: ControllerTransport, uartUnit: String) -> Bool {
+        guard reaches(transport.bus) else { return false }
+        guard self == .uartReattach, transport.attachedByKernel else { return true }
+        return uartUnit == transport.serdevRebindUnit
     }
 }

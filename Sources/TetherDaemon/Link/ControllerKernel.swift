@@ -2,7 +2,7 @@ import HCI
 import LinkPolicy
 import LinkSupervisor
 import Systemd
-import USBDevice
+import ControllerDevice
 
 /// The kernel's side of the Bluetooth controllers, which the link service
 /// reaches around bluetoothd: an HCI reset, a USB reset or rebind, the
@@ -48,13 +48,8 @@ public struct SystemControllerKernel: ControllerKernel {
 
     public func reprobe(_ step: EscalationStep, controller: String, unit: String) async -> Result<Void, LinkFailure> {
         if step == .uartReattach {
-            guard let transport = transport(of: controller), transport.bus == .uart else {
-                return .failure(LinkFailure(.fatal, "\(controller) is not a UART controller: restarting \(unit) would not reach it"))
-            }
-            guard !transport.attachedByKernel else {
-                return .failure(LinkFailure(
-                    .fatal, "\(controller) was attached by the kernel (\(transport.detail ?? "a serdev driver")), not by a unit: "
-                        + "restarting \(unit) would not attach it again"))
+            if let refusal = Self.uartReattachRefusal(controller: controller, transport: transport(of: controller), unit: unit) {
+                return .failure(refusal)
             }
             return UnitRestart.restart(unit, timeout: Self.unitRestartTimeout).mapError { failure in
                 LinkFailure(.fatal, failure.description + (failure.refused ? Self.refusedHint(unit) : ""))
@@ -67,6 +62,20 @@ public struct SystemControllerKernel: ControllerKernel {
         }
         let result = step == .usbRebind ? device.rebind() : device.reset()
         return result.mapError { LinkFailure(.fatal, "\(device): \($0)") }
+    }
+
+    /// Why restarting `unit` cannot re-attach `controller` (nil: it can):
+    /// not a UART controller, or one the kernel attached and `unit` is not
+    /// the package's serdev rebind unit for its port (which the failure names).
+    static func uartReattachRefusal(controller: String, transport: ControllerTransport?, unit: String) -> LinkFailure? {
+        guard let transport, transport.bus == .uart else {
+            return LinkFailure(.fatal, "\(controller) is not a UART controller: restarting \(unit) would not reach it")
+        }
+        guard transport.attachedByKernel, unit != transport.serdevRebindUnit else { return nil }
+        return LinkFailure(
+            .fatal, "\(controller) was attached by the kernel (\(transport.detail ?? "a serdev driver")), not by a unit: "
+                + "restarting \(unit) would not attach it again"
+                + (transport.serdevRebindUnit.map { "; set reconnect.uart_unit = \"\($0)\", which rebinds its driver" } ?? ""))
     }
 
     /// Why systemd may have refused the service's user: what an operator checks.

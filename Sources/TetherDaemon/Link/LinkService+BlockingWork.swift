@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// Blocking work (HCI reset, USB reset and rebind, the controller check), off the loop.
 extension LinkService {

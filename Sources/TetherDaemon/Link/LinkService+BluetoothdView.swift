@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// bluetoothd's object tree into the supervisor's observation: the dongle, its adapter, its address.
 extension LinkService {
@@ -174,7 +174,7 @@ extension LinkService {
     func identifyController(_ adapter: Adapter) {
         let transport = kernel.transport(of: adapter.interfaceName)
         report.logger.notice(
-            "\(ControllerIdentity.line(name: adapter.interfaceName, address: adapter.address.uppercased(), transport: transport, escalate: config.reconnect.escalate))",
+            "\(ControllerIdentity.line(name: adapter.interfaceName, address: adapter.address.uppercased(), transport: transport, escalate: config.reconnect.escalate, uartUnit: config.reconnect.uartUnit))",
             metadata: ["event": "controller", "adapter": "\(adapter.interfaceName)"])
         shared.withLock { $0.controller = transport?.description }
     }

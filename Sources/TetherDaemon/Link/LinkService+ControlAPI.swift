@@ -17,7 +17,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// The control API (`tether status`, `tether reconnect`): hops onto the loop.
 extension LinkService {

@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// A controller that never came up, and the adapter problems status shows.
 extension LinkService {

@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// Why the link dropped: the kernel's management socket and bluetoothd's liveness.
 extension LinkService {

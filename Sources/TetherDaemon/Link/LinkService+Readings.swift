@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// The readings fast path: notifications taken off the bus, written each turn, handed to the recorder.
 extension LinkService {

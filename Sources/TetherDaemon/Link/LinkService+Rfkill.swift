@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// rfkill: the radio blocks the kernel reports, and the unblock step.
 extension LinkService {

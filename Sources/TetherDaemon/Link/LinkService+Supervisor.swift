@@ -16,7 +16,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// The supervisor: events in, in order; its actions carried out in the order decided.
 extension LinkService {

@@ -17,7 +17,7 @@ import Logging
 import Readings
 import Rfkill
 import Synchronization
-import USBDevice
+import ControllerDevice
 
 /// Runs the supervisor against bluetoothd on one event loop: the adapter
 /// layer between the pure `Supervisor` and the world.

@@ -858,13 +858,76 @@ def forward(c):
 def security(c):
     """systemd-analyze security (live) ≤ 2.0 for every unit."""
     figures, ok = {}, True
-    for unit in ("tether.service", "tether@e2e.service", "tether-forward.service", "tether-forward@e2e.service"):
+    for unit in ("tether.service", "tether@e2e.service", "tether-forward.service", "tether-forward@e2e.service",
+                 SERDEV_REBIND_UNIT):
         output = run(["systemd-analyze", "security", "--no-pager", unit]).stdout
         match = re.search(r"Overall exposure level for \S+: (\d+\.\d+)", output)
         level = float(match.group(1)) if match else None
         figures[unit] = level
         ok = ok and level is not None and level <= 2.0
     return ok, figures, "" if ok else "above 2.0"
+
+
+SERDEV_REBIND_UNIT = "tether-serdev-rebind@serial9-9.service"
+SERDEV_PROBE_UNIT = "tether-serdev-rebind@e2e-probe.service"
+SERDEV_PROBE_SCRIPT = Path("/run/e2e/serdev-probe.py")
+SERDEV_PROBE_DROPIN = Path(f"/run/systemd/system/{SERDEV_PROBE_UNIT}.d/e2e.conf")
+
+
+def serdev_rebind_sandbox(c):
+    """The shipped tether-serdev-rebind@.service (uart-reattach's unit for a
+    UART controller the kernel attached: the Raspberry Pi's onboard radio)
+    runs `tether serdev-rebind PORT` as root in a sandbox of its own. The
+    guest has no serdev Bluetooth controller (QEMU's COM1 has no serdev
+    child), so this shows the unit and its sandbox, not a rebind: the
+    command runs there and refuses a port the serial bus does not have
+    (exit 1, saying so); and from the same sandbox (the unit with only its
+    ExecStart replaced) a write to the serial bus's drivers_probe reaches
+    the kernel, which answers ENODEV for a device it does not have, while a
+    write anywhere else under /sys is refused (EROFS)."""
+    figures, problems = {}, []
+    began = now_us()
+    refused = run(["systemctl", "start", SERDEV_REBIND_UNIT], timeout=60)
+    figures["start_exit"] = refused.returncode
+    figures["result"] = prop(SERDEV_REBIND_UNIT, "Result")
+    figures["exit_status"] = prop(SERDEV_REBIND_UNIT, "ExecMainStatus")
+    said = [e.get("MESSAGE", "") for e in since(journal(unit=SERDEV_REBIND_UNIT), began)]
+    figures["said"] = next((m for m in said if "serdev-rebind" in m), "")[:200]
+    if refused.returncode == 0 or figures["exit_status"] != "1":
+        problems.append(f"{SERDEV_REBIND_UNIT}: start exit {refused.returncode}, ExecMainStatus {figures['exit_status']}")
+    if "no serial device serial9-9" not in figures["said"]:
+        problems.append(f"{SERDEV_REBIND_UNIT} did not say why: {said[-3:]}")
+    SERDEV_PROBE_SCRIPT.write_text(
+        "import errno, os\n"
+        "for path in ('/sys/bus/serial/drivers_probe', '/sys/bus/platform/drivers_probe'):\n"
+        "    try:\n"
+        "        fd = os.open(path, os.O_WRONLY)\n"
+        "        try:\n"
+        "            os.write(fd, b'e2e-no-such-device')\n"
+        "        finally:\n"
+        "            os.close(fd)\n"
+        "        print(f'probe {path}: written', flush=True)\n"
+        "    except OSError as error:\n"
+        "        print(f'probe {path}: {errno.errorcode.get(error.errno, error.errno)}', flush=True)\n")
+    SERDEV_PROBE_DROPIN.parent.mkdir(parents=True, exist_ok=True)
+    SERDEV_PROBE_DROPIN.write_text(f"[Service]\nExecStart=\nExecStart=/usr/bin/python3 {SERDEV_PROBE_SCRIPT}\n")
+    try:
+        run(["systemctl", "daemon-reload"], timeout=60)
+        began = now_us()
+        probe = run(["systemctl", "start", SERDEV_PROBE_UNIT], timeout=60)
+        figures["probe_exit"] = probe.returncode
+        lines = [e.get("MESSAGE", "") for e in since(journal(unit=SERDEV_PROBE_UNIT), began)]
+        outcome = dict(m[len("probe "):].rsplit(": ", 1) for m in lines if m.startswith("probe /sys/"))
+        figures["serial_bus"] = outcome.get("/sys/bus/serial/drivers_probe")
+        figures["elsewhere"] = outcome.get("/sys/bus/platform/drivers_probe")
+        if figures["serial_bus"] != "ENODEV":
+            problems.append(f"a write to /sys/bus/serial/drivers_probe in the unit's sandbox: {figures['serial_bus']} (want ENODEV, the kernel's answer)")
+        if figures["elsewhere"] != "EROFS":
+            problems.append(f"a write to /sys/bus/platform/drivers_probe in the unit's sandbox: {figures['elsewhere']} (want EROFS)")
+    finally:
+        SERDEV_PROBE_DROPIN.unlink(missing_ok=True)
+        run(["systemctl", "daemon-reload"], timeout=60)
+    return not problems, figures, "; ".join(problems)
 
 
 # ------------------------------------------------------------------ the UART controller
@@ -1184,6 +1247,7 @@ CHECKS = [
     ("systemd-stop", stop),
     ("systemd-forward", forward),
     ("systemd-security", security),
+    ("systemd-serdev-rebind-sandbox", serdev_rebind_sandbox),
     ("uart-stack-up", uart_stack_up),
     ("uart-keep-alive", uart_keep_alive),
     ("uart-link-drop", uart_link_drop),

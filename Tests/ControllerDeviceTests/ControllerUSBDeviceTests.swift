@@ -7,7 +7,7 @@ import Glibc
 import Musl
 #endif
 
-@testable import USBDevice
+@testable import ControllerDevice
 
 /// A sysfs tree in a temporary directory, shaped like the kernel's for a
 /// btusb controller on dummy_hcd (as `make e2e`'s guest has it) and for a

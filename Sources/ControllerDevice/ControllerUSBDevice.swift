@@ -27,12 +27,12 @@ public struct ControllerUSBDevice: Sendable, Equatable, CustomStringConvertible 
             switch self {
             case .noController(let name): "no controller \(name) in sysfs"
             case .notUSB(let name, let bus): "\(name) is not a USB controller (its bus is \(bus))"
-            case .unreadable(let path, let code): "cannot read \(path): \(describe(code))"
+            case .unreadable(let path, let code): "cannot read \(path): \(Sysfs.describe(code))"
             case .reset(let node, let code):
-                "USBDEVFS_RESET on \(node) failed: \(describe(code))"
+                "USBDEVFS_RESET on \(node) failed: \(Sysfs.describe(code))"
                     + (code == EACCES || code == EPERM ? " (the tether group needs write access: the package's udev rule gives it, and the unit's DeviceAllow= the node)" : "")
             case .rebind(let file, let code):
-                "writing \(file) failed: \(describe(code))"
+                "writing \(file) failed: \(Sysfs.describe(code))"
                     + (code == EACCES || code == EPERM || code == EROFS ? " (needs root and a writable /sys: see usb-rebind in tether.toml(5))" : "")
             }
         }
@@ -54,24 +54,24 @@ public struct ControllerUSBDevice: Sendable, Equatable, CustomStringConvertible 
     /// Finds the USB device of `controller` under `sysfs` (default `/sys`)
     /// with its node under `dev` (default `/dev`).
     public static func locate(controller: String, sysfs: String = "/sys", dev: String = "/dev") -> Result<ControllerUSBDevice, Failure> {
-        guard resolvedPath("\(sysfs)/class/bluetooth/\(controller)") != nil else { return .failure(.noController(controller)) }
+        guard Sysfs.resolvedPath("\(sysfs)/class/bluetooth/\(controller)") != nil else { return .failure(.noController(controller)) }
         // A controller with no parent device is a virtual one (vhci).
-        guard let interfacePath = resolvedPath("\(sysfs)/class/bluetooth/\(controller)/device") else {
+        guard let interfacePath = Sysfs.resolvedPath("\(sysfs)/class/bluetooth/\(controller)/device") else {
             return .failure(.notUSB(controller: controller, bus: "virtual"))
         }
-        let bus = resolvedPath("\(interfacePath)/subsystem").map(lastComponent) ?? "unknown"
+        let bus = Sysfs.resolvedPath("\(interfacePath)/subsystem").map(Sysfs.lastComponent) ?? "unknown"
         guard bus == "usb" else { return .failure(.notUSB(controller: controller, bus: bus)) }
-        let devicePath = parent(interfacePath)
-        guard let busText = readLine("\(devicePath)/busnum"), let busNumber = Int(busText) else {
+        let devicePath = Sysfs.parent(interfacePath)
+        guard let busText = Sysfs.readLine("\(devicePath)/busnum"), let busNumber = Int(busText) else {
             return .failure(.unreadable(path: "\(devicePath)/busnum", errno: errno))
         }
-        guard let devText = readLine("\(devicePath)/devnum"), let deviceNumber = Int(devText) else {
+        guard let devText = Sysfs.readLine("\(devicePath)/devnum"), let deviceNumber = Int(devText) else {
             return .failure(.unreadable(path: "\(devicePath)/devnum", errno: errno))
         }
         let node = "\(dev)/bus/usb/\(threeDigits(busNumber))/\(threeDigits(deviceNumber))"
-        let driver = resolvedPath("\(interfacePath)/driver").map(lastComponent)
+        let driver = Sysfs.driver(of: interfacePath)
         return .success(ControllerUSBDevice(
-            controller: controller, interface: lastComponent(interfacePath), devicePath: devicePath, node: node,
+            controller: controller, interface: Sysfs.lastComponent(interfacePath), devicePath: devicePath, node: node,
             driver: driver
         ))
     }
@@ -94,59 +94,15 @@ public struct ControllerUSBDevice: Sendable, Equatable, CustomStringConvertible 
     public func rebind(driver: String = "btusb", sysfs: String = "/sys") -> Result<Void, Failure> {
         let directory = "\(sysfs)/bus/usb/drivers/\(driver)"
         // An interface nobody has bound (a rebind cut short) only needs the bind.
-        if self.driver == driver || Self.resolvedPath("\(devicePath)/\(interface)/driver").map(Self.lastComponent) == driver {
-            if let code = Self.write(interface, to: "\(directory)/unbind") { return .failure(.rebind(file: "\(directory)/unbind", errno: code)) }
+        if self.driver == driver || Sysfs.driver(of: "\(devicePath)/\(interface)") == driver {
+            if let code = Sysfs.write(interface, to: "\(directory)/unbind") { return .failure(.rebind(file: "\(directory)/unbind", errno: code)) }
         }
-        if let code = Self.write(interface, to: "\(directory)/bind") { return .failure(.rebind(file: "\(directory)/bind", errno: code)) }
+        if let code = Sysfs.write(interface, to: "\(directory)/bind") { return .failure(.rebind(file: "\(directory)/bind", errno: code)) }
         return .success(())
-    }
-
-    // MARK: sysfs
-
-    static func resolvedPath(_ path: String) -> String? {
-        guard let resolved = realpath(path, nil) else { return nil }
-        defer { free(resolved) }
-        return String(cString: resolved)
-    }
-
-    static func lastComponent(_ path: String) -> String {
-        path.split(separator: "/").last.map(String.init) ?? path
-    }
-
-    static func parent(_ path: String) -> String {
-        var parts = path.split(separator: "/", omittingEmptySubsequences: false)
-        if parts.count > 1 { parts.removeLast() }
-        return parts.joined(separator: "/")
     }
 
     static func threeDigits(_ number: Int) -> String {
         let text = String(number)
         return String(repeating: "0", count: max(0, 3 - text.count)) + text
     }
-
-    static func readLine(_ path: String) -> String? {
-        let fd = open(path, O_RDONLY | O_CLOEXEC)
-        guard fd >= 0 else { return nil }
-        defer { _ = close(fd) }
-        var buffer = [UInt8](repeating: 0, count: 64)
-        let count = buffer.withUnsafeMutableBytes { read(fd, $0.baseAddress, 64) }
-        guard count > 0 else { return nil }
-        let text = String(decoding: buffer.prefix(count), as: UTF8.self)
-        return text.split(whereSeparator: { $0 == "\n" || $0 == " " }).first.map(String.init)
-    }
-
-    /// Writes `text` to a sysfs file; the errno of a failure.
-    static func write(_ text: String, to path: String) -> Int32? {
-        let fd = open(path, O_WRONLY | O_CLOEXEC)
-        guard fd >= 0 else { return errno }
-        defer { _ = close(fd) }
-        let bytes = Array(text.utf8)
-        let written = bytes.withUnsafeBytes { systemWrite(fd, $0.baseAddress, $0.count) }
-        return written == bytes.count ? nil : (written < 0 ? errno : EIO)
-    }
 }
-
-private func describe(_ code: Int32) -> String { String(cString: strerror(code)) }
-
-// The C call under a name the type's own `write(_:to:)` does not hide.
-private func systemWrite(_ fd: Int32, _ bytes: UnsafeRawPointer?, _ count: Int) -> Int { write(fd, bytes, count) }

@@ -203,7 +203,7 @@ let package = Package(
         .testTarget(name: "DeterministicSimulationTests", dependencies: ["DeterministicSimulation"]),
         .testTarget(name: "HCITests", dependencies: ["HCI", "TestSupport"]),
         .testTarget(name: "RfkillTests", dependencies: ["Rfkill"]),
-        .testTarget(name: "ControllerDeviceTests", dependencies: ["ControllerDevice"]),
+        .testTarget(name: "ControllerDeviceTests", dependencies: ["ControllerDevice", "TestSupport"]),
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "PayloadLayout", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
         .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "LinkPolicy", "HCI", "BlueZ", "DBus", "EventLoop"]),

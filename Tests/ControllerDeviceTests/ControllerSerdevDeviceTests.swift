@@ -1,4 +1,5 @@
 import FoundationEssentials
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -18,9 +19,7 @@ import Musl
     var sysfs: String { "\(root)/sys" }
 
     init() throws {
-        var template = Array("/tmp/tether-serdev-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
-        root = String(cString: try #require(made))
+        root = try TemporaryDirectory("tether-serdev").path
         let radio = "\(root)/sys/devices/platform/soc/fe201000.serial/serial0/serial0-0"
         let gps = "\(root)/sys/devices/platform/soc/fe201a00.serial/serial1/serial1-0"
         for directory in ["\(radio)/bluetooth/hci0", gps, "\(root)/sys/bus/serial/devices",

@@ -1,4 +1,5 @@
 import FoundationEssentials
+import TestSupport
 import Testing
 
 #if canImport(Glibc)
@@ -16,9 +17,7 @@ import Musl
     let root: String
 
     init() throws {
-        var template = Array("/tmp/tether-usb-XXXXXX".utf8CString)
-        let made = template.withUnsafeMutableBufferPointer { buffer in buffer.baseAddress.flatMap { mkdtemp($0) } }
-        root = String(cString: try #require(made))
+        root = try TemporaryDirectory("tether-usb").path
         let device = "\(root)/sys/devices/platform/dummy_hcd.0/usb1/1-1"
         let interface = "\(device)/1-1:1.0"
         try make(directory: "\(interface)/bluetooth/hci1")

@@ -892,7 +892,7 @@ def serdev_rebind_sandbox(c):
     figures["result"] = prop(SERDEV_REBIND_UNIT, "Result")
     figures["exit_status"] = prop(SERDEV_REBIND_UNIT, "ExecMainStatus")
     said = [e.get("MESSAGE", "") for e in since(journal(unit=SERDEV_REBIND_UNIT), began)]
-    figures["said"] = next((m for m in said if "serdev-rebind" in m), "")[:200]
+    figures["said"] = next((m for m in said if m.startswith("tether serdev-rebind:")), "")[:200]
     if refused.returncode == 0 or figures["exit_status"] != "1":
         problems.append(f"{SERDEV_REBIND_UNIT}: start exit {refused.returncode}, ExecMainStatus {figures['exit_status']}")
     if "no serial device serial9-9" not in figures["said"]:

@@ -43,11 +43,15 @@ public struct ControllerTransport: Sendable, Equatable, CustomStringConvertible 
     /// re-attaches those, and USB ones have their own steps).
     public var serdevRebindUnit: String? {
         guard attachedByKernel, let port else { return nil }
-        return Self.serdevRebindUnit(port: port)
+        return "tether-serdev-rebind@\(port).service"
     }
 
-    /// `tether-serdev-rebind@PORT.service`.
-    public static func serdevRebindUnit(port: String) -> String { "tether-serdev-rebind@\(port).service" }
+    /// What an operator is told to set when `uart-reattach` restarts a unit
+    /// that cannot re-attach this controller; empty when no unit of the
+    /// package's would either.
+    public var serdevRebindAdvice: String {
+        serdevRebindUnit.map { "; set reconnect.uart_unit = \"\($0)\", which rebinds its serdev driver" } ?? ""
+    }
 
     /// "UART (hci_uart on ttyAMA0)", "USB (btusb on 1-1:1.0)", "virtual".
     public var description: String {

@@ -68,7 +68,7 @@ import Testing
         #expect(SystemControllerKernel.uartReattachRefusal(controller: "hci0", transport: Self.uart, unit: Self.serdevRebind) == nil)
         #expect(SystemControllerKernel.uartReattachRefusal(controller: "hci0", transport: Self.uart, unit: Self.hciuart)?.description
             == "hci0 was attached by the kernel (hci_uart_bcm on serial0-0), not by a unit: restarting hciuart.service would not attach it again; "
-            + "set reconnect.uart_unit = \"tether-serdev-rebind@serial0-0.service\", which rebinds its driver")
+            + "set reconnect.uart_unit = \"tether-serdev-rebind@serial0-0.service\", which rebinds its serdev driver")
         #expect(SystemControllerKernel.uartReattachRefusal(controller: "hci1", transport: Self.usb, unit: Self.serdevRebind)?.description
             == "hci1 is not a UART controller: restarting tether-serdev-rebind@serial0-0.service would not reach it")
         #expect(SystemControllerKernel.uartReattachRefusal(controller: "hci3", transport: nil, unit: Self.hciuart) != nil)

@@ -74,8 +74,7 @@ public enum ControllerIdentity {
         if !usb.isEmpty { parts.append("\(list(usb)) \(usb.count == 1 ? "needs" : "need") a USB controller") }
         if !uart.isEmpty {
             if transport.bus == .uart {
-                let rebind = transport.serdevRebindUnit.map { "; set reconnect.uart_unit = \"\($0)\", which rebinds its serdev driver" } ?? ""
-                parts.append("\(list(uart)) restarts reconnect.uart_unit (\(uartUnit)), which does not attach a controller the kernel attached itself\(rebind)")
+                parts.append("\(list(uart)) restarts reconnect.uart_unit (\(uartUnit)), which does not attach a controller the kernel attached itself\(transport.serdevRebindAdvice)")
             } else {
                 parts.append(parts.isEmpty ? "\(list(uart)) needs a UART controller" : "\(list(uart)) a UART one")
             }

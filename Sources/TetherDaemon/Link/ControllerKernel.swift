@@ -74,8 +74,7 @@ public struct SystemControllerKernel: ControllerKernel {
         guard transport.attachedByKernel, unit != transport.serdevRebindUnit else { return nil }
         return LinkFailure(
             .fatal, "\(controller) was attached by the kernel (\(transport.detail ?? "a serdev driver")), not by a unit: "
-                + "restarting \(unit) would not attach it again"
-                + (transport.serdevRebindUnit.map { "; set reconnect.uart_unit = \"\($0)\", which rebinds its driver" } ?? ""))
+                + "restarting \(unit) would not attach it again" + transport.serdevRebindAdvice)
     }
 
     /// Why systemd may have refused the service's user: what an operator checks.

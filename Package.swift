@@ -6,6 +6,8 @@ import PackageDescription
 //   CSystemd            C shim: datagrams (and fd passing) to Unix sockets, for sd_notify and journald
 //   CProcess            C shim: process-wide prctl(2) settings (variadic in C, so not callable from Swift)
 //   CClock              C shim: the kernel's NTP status (adjtimex(2); <sys/timex.h> is not in Swift's Glibc)
+//   DurationUnits       a Duration in whole milliseconds, microseconds, nanoseconds (saturating) or Double seconds:
+//                       the arithmetic poll(2) timeouts, records and metrics need, once: standard library only
 //   ChildProcess        posix_spawn with kill/waitpid (dbus-daemon, demo, tests)
 //   CEventLoop, EventLoop  one thread, one epoll set: the daemon's executor, descriptors and monotonic timers;
 //                       the root task and task sleeps on it, so the daemon needs no libdispatch thread
@@ -94,12 +96,13 @@ let package = Package(
         .target(name: "CSystemd"),
         .target(name: "CProcess"),
         .target(name: "CClock"),
-        .target(name: "ChildProcess", dependencies: ["CProcess"], swiftSettings: productSettings),
+        .target(name: "DurationUnits", swiftSettings: productSettings),
+        .target(name: "ChildProcess", dependencies: ["CProcess", "DurationUnits"], swiftSettings: productSettings),
         .target(name: "CEventLoop"),
-        .target(name: "EventLoop", dependencies: ["CEventLoop"], swiftSettings: productSettings),
+        .target(name: "EventLoop", dependencies: ["CEventLoop", "DurationUnits"], swiftSettings: productSettings),
         .target(name: "DBus", dependencies: ["CDBus", "CEventLoop", "EventLoop", "ChildProcess"], swiftSettings: productSettings),
         .target(name: "ControllerDevice", swiftSettings: productSettings),
-        .target(name: "HCI", dependencies: ["CBluetooth", "ControllerDevice"], swiftSettings: productSettings),
+        .target(name: "HCI", dependencies: ["CBluetooth", "ControllerDevice", "DurationUnits"], swiftSettings: productSettings),
         .target(name: "Rfkill", swiftSettings: productSettings),
         .target(name: "BlueZ", dependencies: ["DBus", "EventLoop"], swiftSettings: productSettings),
         .target(name: "MQTT", dependencies: ["CMosquitto", "EventLoop"], swiftSettings: productSettings),
@@ -110,9 +113,9 @@ let package = Package(
         .target(name: "LinkPolicy", dependencies: ["Pacing"], swiftSettings: productSettings),
         .target(name: "LinkSupervisor", dependencies: ["LinkPolicy", "Pacing"], swiftSettings: productSettings),
         .target(
-            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", "PayloadLayout", .product(name: "TOMLKit", package: "TOMLKit")],
+            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", "PayloadLayout", "DurationUnits", .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: productSettings),
-        .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock", "PayloadLayout"], swiftSettings: productSettings),
+        .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock", "PayloadLayout", "DurationUnits"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),
         .target(
             name: "MetricsTextfile",
@@ -123,7 +126,7 @@ let package = Package(
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
         ),
-        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop", "Rfkill", "Pacing"]),
+        .target(name: "Simulator", dependencies: ["DBus", "BlueZ", "EventLoop", "Rfkill", "Pacing", "DurationUnits"]),
         .target(
             name: "Forwarding",
             dependencies: [
@@ -140,7 +143,7 @@ let package = Package(
             name: "LinkCore", dependencies: ["DBus", "BlueZ", "LinkPolicy", "LinkSupervisor", "Configuration"],
             swiftSettings: productSettings),
         .target(
-            name: "ControlAPI", dependencies: ["DBus", "Configuration", "Pacing", "LinkSupervisor"],
+            name: "ControlAPI", dependencies: ["DBus", "Configuration", "Pacing", "LinkSupervisor", "DurationUnits"],
             swiftSettings: productSettings),
         .target(
             name: "DongleScan", dependencies: ["BlueZ", "DBus", "Configuration", "LinkCore", "TextColumns"],
@@ -150,7 +153,7 @@ let package = Package(
             dependencies: [
                 "DBus", "EventLoop", "BlueZ", "LinkCore", "HCI", "Rfkill", "ControllerDevice", "Pacing", "LinkPolicy", "LinkSupervisor",
                 "Configuration", "ControlAPI", "TextColumns",
-                "Readings", "Systemd", "MetricsTextfile", "DurableFile", "CClock",
+                "Readings", "Systemd", "MetricsTextfile", "DurableFile", "CClock", "DurationUnits",
                 .product(name: "CoreMetrics", package: "swift-metrics"),
                 .product(name: "Logging", package: "swift-log"),
             ], swiftSettings: productSettings
@@ -161,7 +164,7 @@ let package = Package(
             name: "DeterministicSimulation",
             dependencies: [
                 "Pacing", "LinkPolicy", "LinkSupervisor", "BlueZ", "DBus", "EventLoop", "HCI", "Readings", "Configuration",
-                "Simulator", "Systemd", "ControlAPI", "TetherDaemon", .product(name: "Logging", package: "swift-log"),
+                "Simulator", "Systemd", "ControlAPI", "TetherDaemon", "DurationUnits", .product(name: "Logging", package: "swift-log"),
             ]
         ),
         .target(
@@ -174,6 +177,7 @@ let package = Package(
             dependencies: [
                 "TetherDaemon", "ControlAPI", "DongleScan", "TextColumns", "LinkSupervisor", "Configuration", "Readings", "PayloadLayout",
                 "CommandLineArguments", "DBus", "Forwarding", "EventLoop", "Systemd", "MetricsTextfile", "Rfkill", "CProcess", "ControllerDevice",
+                "DurationUnits",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
                 .product(name: "Logging", package: "swift-log"),
             ],
@@ -185,16 +189,17 @@ let package = Package(
             name: "tether-dev",
             dependencies: [
                 "TetherDaemon", "ControlAPI", "Simulator", "LinkSupervisor", "Configuration", "Readings", "CommandLineArguments",
-                "Pacing", "DBus", "ChildProcess", "EventLoop",
+                "Pacing", "DBus", "ChildProcess", "EventLoop", "DurationUnits",
                 .product(name: "ArgumentParser", package: "swift-argument-parser"),
             ]
         ),
-        .executableTarget(name: "tether-dst", dependencies: ["DeterministicSimulation"]),
+        .executableTarget(name: "tether-dst", dependencies: ["DeterministicSimulation", "DurationUnits"]),
         .target(
             name: "TestSupport", dependencies: ["DBus", "CSystemd", "ChildProcess", .product(name: "Logging", package: "swift-log")],
             path: "Tests/TestSupport"
         ),
-        .testTarget(name: "EventLoopTests", dependencies: ["EventLoop"]),
+        .testTarget(name: "DurationUnitsTests", dependencies: ["DurationUnits"]),
+        .testTarget(name: "EventLoopTests", dependencies: ["EventLoop", "DurationUnits"]),
         .testTarget(name: "DBusTests", dependencies: ["DBus", "TestSupport"]),
         .testTarget(name: "MQTTTests", dependencies: ["MQTT", "EventLoop", "ChildProcess", "TestSupport"]),
         .testTarget(name: "BlueZTests", dependencies: ["BlueZ", "DBus", "EventLoop", "Pacing", "TestSupport"]),
@@ -207,9 +212,9 @@ let package = Package(
         .testTarget(name: "ConfigurationTests", dependencies: ["Configuration", "LinkPolicy", "Pacing", "PayloadLayout", "TestSupport"]),
         .testTarget(name: "LinkCoreTests", dependencies: ["LinkCore", "BlueZ", "DBus", "Configuration", "LinkPolicy", "LinkSupervisor"]),
         .testTarget(name: "TetherDaemonTests", dependencies: ["TetherDaemon", "Configuration", "LinkSupervisor", "LinkPolicy", "HCI", "BlueZ", "DBus", "EventLoop"]),
-        // LinkSupervisor for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
+        // Pacing for its SplitMix64 (a seeded generator), Configuration for the Nordic UUIDs, EventLoop for a
         // recorder on a virtual loop.
-        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "LinkSupervisor", "Configuration", "PayloadLayout"]),
+        .testTarget(name: "ReadingsTests", dependencies: ["Readings", "EventLoop", "Pacing", "Configuration", "PayloadLayout"]),
         .testTarget(name: "SystemdTests", dependencies: ["Systemd", "TestSupport"]),
         .testTarget(name: "PackagingTests", dependencies: ["TestSupport", "ChildProcess"]),
         .testTarget(

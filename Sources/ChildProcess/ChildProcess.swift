@@ -1,3 +1,4 @@
+import DurationUnits
 import FoundationEssentials
 #if canImport(Glibc)
 import Glibc
@@ -141,8 +142,7 @@ public final class ChildProcess: @unchecked Sendable {
         if fd >= 0 {
             defer { close(fd) }
             var entry = pollfd(fd: fd, events: Int16(POLLIN), revents: 0)
-            let (seconds, attoseconds) = timeout.components
-            let milliseconds = Int32(clamping: seconds * 1000 + attoseconds / 1_000_000_000_000_000)
+            let milliseconds = Int32(clamping: timeout.wholeMilliseconds)
             var ready: Int32
             repeat { ready = systemPoll(&entry, 1, milliseconds) } while ready < 0 && errno == EINTR
             if ready > 0, let status = poll() { return status }

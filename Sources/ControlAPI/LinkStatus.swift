@@ -1,5 +1,6 @@
 import Configuration
 import DBus
+import DurationUnits
 import FoundationEssentials
 import Pacing
 #if canImport(Glibc)
@@ -251,7 +252,6 @@ public struct LinkStatus: Sendable, Equatable {
     }
 
     static func microseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return max(0, seconds * 1_000_000 + attoseconds / 1_000_000_000_000)
+        max(0, duration.wholeMicroseconds)
     }
 }

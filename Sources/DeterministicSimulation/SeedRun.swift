@@ -1,3 +1,4 @@
+import DurationUnits
 import Foundation
 
 /// What one seed did: the figures for the summary and, if it failed, the
@@ -83,7 +84,7 @@ public struct SimulationSummary: Sendable {
 
     /// The summary as text; no wall-clock figure (those are the caller's).
     public var lines: [String] {
-        let days = simulated.milliseconds / 86_400_000
+        let days = simulated.wholeMilliseconds / 86_400_000
         var lines = [
             "seeds run: \(seeds)",
             "simulated time: \(simulated.simulationStamp) (\(days) days, \(String(format: "%.2f", Double(days) / 365.25)) years)",

@@ -1,5 +1,6 @@
 import Configuration
 import DBus
+import DurationUnits
 import EventLoop
 import Foundation
 import Logging
@@ -113,7 +114,7 @@ final class Simulation: @unchecked Sendable {
 
     /// The wall clock: it jumps with `wallOffset`.
     var wallClock: Date {
-        Date(timeIntervalSince1970: Double(Self.bootWallMilliseconds) / 1000 + Double((now + wallOffset).milliseconds) / 1000)
+        Date(timeIntervalSince1970: Double(Self.bootWallMilliseconds) / 1000 + Double((now + wallOffset).wholeMilliseconds) / 1000)
     }
 
     /// The wall clock's reading when the run began (the simulated boot), in

@@ -1,9 +1,9 @@
-import LinkSupervisor
+import DurationUnits
 import Pacing
 
 /// The simulation's one source of choices, seeded: every fault, its timing
 /// and its duration, every reply's latency and outcome comes from here, so a
-/// seed replays exactly. SplitMix64 (the supervisor's own generator): fixed
+/// seed replays exactly. SplitMix64 (Pacing's, the one Tether's jitter draws from): fixed
 /// arithmetic, the same on every run and machine.
 struct SimulationRandom {
     private var generator: SplitMix64
@@ -24,7 +24,7 @@ struct SimulationRandom {
 
     /// A duration in `range`, to the millisecond.
     mutating func duration(_ range: ClosedRange<Duration>) -> Duration {
-        let low = range.lowerBound.milliseconds, high = range.upperBound.milliseconds
+        let low = range.lowerBound.wholeMilliseconds, high = range.upperBound.wholeMilliseconds
         return .milliseconds(low + Int64(next() % UInt64(high - low + 1)))
     }
 
@@ -40,31 +40,11 @@ struct SimulationRandom {
         // −ln(x) for x in [1/2, 1): a rational approximation good to ~1e-3.
         let t = (1 - u) / (1 + u)
         let minusLn = 2 * (t + t * t * t / 3 + t * t * t * t * t / 5)
-        let value = (halvings * 0.693_147_180_559_945_3 + minusLn) * Double(mean.milliseconds)
+        let value = (halvings * 0.693_147_180_559_945_3 + minusLn) * Double(mean.wholeMilliseconds)
         return .milliseconds(Int64(value.rounded()))
     }
 
     mutating func pick<T>(_ choices: [T]) -> T {
         choices[int(0...(choices.count - 1))]
-    }
-}
-
-extension Duration {
-    /// Whole milliseconds (the simulation's resolution).
-    var milliseconds: Int64 {
-        let (seconds, attoseconds) = components
-        return seconds * 1000 + attoseconds / 1_000_000_000_000_000
-    }
-
-    /// `d+hh:mm:ss.mmm`, for traces: fixed width, no locale, no wall clock.
-    public var simulationStamp: String {
-        let ms = milliseconds
-        let days = ms / 86_400_000
-        let rest = ms % 86_400_000
-        func pad(_ value: Int64, _ width: Int) -> String {
-            let text = String(value)
-            return String(repeating: "0", count: max(0, width - text.count)) + text
-        }
-        return "\(days)+\(pad(rest / 3_600_000, 2)):\(pad(rest / 60000 % 60, 2)):\(pad(rest / 1000 % 60, 2)).\(pad(rest % 1000, 3))"
     }
 }

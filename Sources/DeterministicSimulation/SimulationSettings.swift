@@ -1,4 +1,5 @@
 import Configuration
+import DurationUnits
 import LinkPolicy
 import Simulator
 
@@ -80,7 +81,7 @@ struct SimulationSettings {
 
     /// `tether.toml` for this seed, its readings (and binding) in `directory`.
     func configText(directory: String) -> String {
-        func seconds(_ duration: Duration) -> String { "\"\(duration.milliseconds)ms\"" }
+        func seconds(_ duration: Duration) -> String { "\"\(duration.wholeMilliseconds)ms\"" }
         let finds = findsByName
             ? "name_prefix = \"\(Self.dongleName.prefix(7))\""
             : "address = \"\(Self.dongleAddress)\""

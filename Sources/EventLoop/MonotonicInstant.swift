@@ -1,4 +1,5 @@
 #if canImport(Glibc)
+import DurationUnits
 import Glibc
 #elseif canImport(Musl)
 import Musl
@@ -21,7 +22,7 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable {
     public static func < (a: MonotonicInstant, b: MonotonicInstant) -> Bool { a.nanoseconds < b.nanoseconds }
 
     public static func + (a: MonotonicInstant, d: Duration) -> MonotonicInstant {
-        let ns = d.nanosecondsClamped
+        let ns = d.wholeNanoseconds
         return MonotonicInstant(nanoseconds: ns >= 0 ? a.nanoseconds &+ UInt64(ns) : a.nanoseconds &- min(a.nanoseconds, UInt64(-ns)))
     }
 
@@ -44,16 +45,5 @@ public struct MonotonicInstant: InstantProtocol, Hashable, Sendable {
     static func sleep(until deadline: MonotonicInstant) {
         var spec = timespec(tv_sec: Int(deadline.nanoseconds / 1_000_000_000), tv_nsec: Int(deadline.nanoseconds % 1_000_000_000))
         while clock_nanosleep(CLOCK_MONOTONIC, TIMER_ABSTIME, &spec, nil) == EINTR {}
-    }
-}
-
-extension Duration {
-    /// Whole nanoseconds, clamped to Int64.
-    public var nanosecondsClamped: Int64 {
-        let (seconds, attoseconds) = components
-        let (high, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
-        if overflow { return seconds < 0 ? .min : .max }
-        let (sum, overflow2) = high.addingReportingOverflow(attoseconds / 1_000_000_000)
-        return overflow2 ? (seconds < 0 ? .min : .max) : sum
     }
 }

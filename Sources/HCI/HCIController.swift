@@ -1,4 +1,5 @@
 import CBluetooth
+import DurationUnits
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -51,7 +52,7 @@ public enum HCIController {
     public static func askVersion(_ name: String, timeout: Duration) -> Answer {
         let id = name.withCString { tether_hci_devid($0) }
         if id < 0 { return .notAsked(failure(-id, name: name).description) }
-        let milliseconds = Int32(clamping: timeout.components.seconds * 1000 + timeout.components.attoseconds / 1_000_000_000_000_000)
+        let milliseconds = Int32(clamping: timeout.wholeMilliseconds)
         let result = tether_hci_read_version(id, milliseconds)
         switch -result {
         case 0: return .answered

@@ -1,4 +1,5 @@
 import CClock
+import DurationUnits
 import FoundationEssentials
 import Synchronization
 #if canImport(Glibc)
@@ -39,7 +40,7 @@ public struct BootStamp: Sendable, Equatable {
 
     /// `sinceBoot` in whole milliseconds (a record's `boot_ms`).
     public var sinceBootMilliseconds: Int64 {
-        sinceBoot.components.seconds * 1000 + sinceBoot.components.attoseconds / 1_000_000_000_000_000
+        sinceBoot.wholeMilliseconds
     }
 }
 

@@ -1,6 +1,7 @@
+import DurationUnits
 import EventLoop
-import Synchronization
 import FoundationEssentials
+import Synchronization
 #if canImport(Glibc)
 import Glibc
 #elseif canImport(Musl)
@@ -362,9 +363,8 @@ public final class ReadingRecorder: @unchecked Sendable {
     /// whole milliseconds (the config's `DurationText` is in another module,
     /// which the readings log does not depend on).
     private var retryIntervalText: String {
-        let (seconds, attoseconds) = retryInterval.components
-        let milliseconds = attoseconds / 1_000_000_000_000_000
-        return milliseconds == 0 ? "\(seconds)s" : "\(seconds * 1000 + milliseconds)ms"
+        let milliseconds = retryInterval.wholeMilliseconds
+        return milliseconds % 1000 == 0 ? "\(milliseconds / 1000)s" : "\(milliseconds)ms"
     }
 
     /// Drops the oldest readings beyond `maxBacklog`, remembering them for the gap record. Called inside `state.withLock`.

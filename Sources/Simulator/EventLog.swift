@@ -1,3 +1,4 @@
+import DurationUnits
 import EventLoop
 import Foundation
 
@@ -37,7 +38,7 @@ struct EventLog {
     /// Milliseconds since the simulator started, on its loop's clock.
     func timestamp() -> Double {
         let elapsed = startedAt.duration(to: clock.now)
-        return Double(elapsed.components.seconds) * 1000 + Double(elapsed.components.attoseconds) / 1e15
+        return elapsed.inSeconds * 1000
     }
 
     mutating func record(_ kind: SimulatorEvent.Kind, _ fill: (inout SimulatorEvent) -> Void = { _ in }) {

@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import DurationUnits
 import EventLoop
 
 /// GattCharacteristic1 methods and the telemetry stream.

@@ -1,5 +1,6 @@
 import BlueZ
 import DBus
+import DurationUnits
 import EventLoop
 import Foundation
 import Rfkill
@@ -509,9 +510,3 @@ public actor Simulator {
     }
 }
 
-extension Duration {
-    /// The duration in seconds, as a Double.
-    var inSeconds: Double {
-        Double(components.seconds) + Double(components.attoseconds) / 1e18
-    }
-}

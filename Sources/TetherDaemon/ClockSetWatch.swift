@@ -1,3 +1,4 @@
+import DurationUnits
 import EventLoop
 import FoundationEssentials
 import Readings
@@ -31,7 +32,7 @@ public enum ClockSetWatch {
         /// "the system clock was set forward by 56 years 339 days (it read 1970-01-01T00:00:42.000Z; now 2026-12-06T10:31:00.000Z)".
         /// `moved` in milliseconds (the journal's `moved_ms`).
         public var movedMilliseconds: Int64 {
-            moved.components.seconds * 1000 + moved.components.attoseconds / 1_000_000_000_000_000
+            moved.wholeMilliseconds
         }
 
         public var description: String {
@@ -80,7 +81,6 @@ public enum ClockSetWatch {
 
     /// Boot time in seconds, the unit of `Date`'s arithmetic here.
     private static func sinceBoot() -> Double {
-        let (seconds, attoseconds) = BootClock.sinceBoot().components
-        return Double(seconds) + Double(attoseconds) / 1e18
+        BootClock.sinceBoot().inSeconds
     }
 }

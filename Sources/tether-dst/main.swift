@@ -1,5 +1,6 @@
 import DeterministicSimulation
 import Dispatch
+import DurationUnits
 import Foundation
 import Synchronization
 
@@ -102,7 +103,7 @@ var summary = SimulationSummary()
 results.forEach { summary.add($0) }
 print("deterministic simulation: seeds \(first)…\(first + UInt64(count) - 1), \(days) simulated days each, \(jobs) at a time")
 summary.lines.forEach { print($0) }
-let wallSeconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+let wallSeconds = elapsed.inSeconds
 let simulatedSeconds = Double(summary.simulated.components.seconds)
 print(String(
     format: "wall time: %.1f s; simulated time per wall second: %.0f s (%.1f days); seeds per minute: %.0f",

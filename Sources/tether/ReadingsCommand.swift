@@ -2,6 +2,7 @@ import ArgumentParser
 import CommandLineArguments
 import Configuration
 import Dispatch
+import DurationUnits
 import FoundationEssentials
 import PayloadLayout
 import Readings
@@ -215,8 +216,7 @@ struct ReadingsCommand: ParsableCommand {
     }
 
     private static func seconds(_ duration: Duration) -> TimeInterval {
-        let (seconds, attoseconds) = duration.components
-        return Double(seconds) + Double(attoseconds) / 1e18
+        duration.inSeconds
     }
 }
 

@@ -2,6 +2,7 @@ import ArgumentParser
 import CommandLineArguments
 import Configuration
 import ControlAPI
+import DurationUnits
 import Forwarding
 import FoundationEssentials
 import LinkSupervisor
@@ -282,9 +283,9 @@ struct StatusReport {
                 ("readings_error", s.readingsError.map(quote) ?? "null"),
                 ("reconnects", "\(s.reconnects)"),
                 ("window_attempt", "\(s.windowAttempt)"),
-                ("next_attempt_in_seconds", s.nextAttemptIn.map { seconds(Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "null"),
+                ("next_attempt_in_seconds", s.nextAttemptIn.map { seconds($0.inSeconds) } ?? "null"),
                 ("last_error", s.lastError.map(quote) ?? "null"),
-                ("silence_limit_seconds", s.silenceLimit.map { seconds(Double($0.components.seconds) + Double($0.components.attoseconds) / 1e18) } ?? "null"),
+                ("silence_limit_seconds", s.silenceLimit.map { seconds($0.inSeconds) } ?? "null"),
                 ("silence_events", "\(s.silenceEvents)"),
                 ("last_disconnect_reason", s.lastDisconnectReason.map(quote) ?? "null"),
                 ("last_disconnect_at", s.lastDisconnectAt.map { quote(Self.iso($0)) } ?? "null"),

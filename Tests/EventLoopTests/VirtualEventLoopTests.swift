@@ -1,3 +1,4 @@
+import DurationUnits
 import EventLoop
 import Testing
 
@@ -9,7 +10,7 @@ import Testing
 
     /// Milliseconds since `start`, for readable expectations.
     func ms(_ instant: MonotonicInstant) -> Int64 {
-        start.duration(to: instant).nanosecondsClamped / 1_000_000
+        start.duration(to: instant).wholeMilliseconds
     }
 
     @Test func timersFireInDeadlineOrderEachAtItsOwnInstant() {

@@ -1,3 +1,4 @@
+import DurationUnits
 import EventLoop
 import Testing
 
@@ -7,7 +8,7 @@ import Testing
     let start = MonotonicInstant(nanoseconds: 1_000_000_000)
 
     func ms(_ instant: MonotonicInstant) -> Int64 {
-        start.duration(to: instant).nanosecondsClamped / 1_000_000
+        start.duration(to: instant).wholeMilliseconds
     }
 
     @Test func workHandedToAnotherLoopRunsAtTheInstantItWasHandedOver() {

@@ -1,6 +1,5 @@
 @testable import Configuration
 import Foundation
-@testable import LinkSupervisor
 import Pacing
 @_spi(FaultInjection) @testable import Readings
 import Testing

@@ -1,4 +1,5 @@
 import ControlAPI
+import DurationUnits
 import FoundationEssentials
 import Pacing
 #if canImport(Glibc)
@@ -23,9 +24,7 @@ struct LinkReportLog: Sendable {
 
     /// Seconds with millisecond precision, for machine-read fields.
     static func seconds(_ duration: Duration) -> String {
-        let (whole, atto) = duration.components
-        let millis = whole * 1000 + atto / 1_000_000_000_000_000
-        return FixedPoint.text(Double(millis) / 1000, digits: 3)
+        FixedPoint.text(Double(duration.wholeMilliseconds) / 1000, digits: 3)
     }
 
     func transition(from: SupervisorState, to: SupervisorState, cause: String, device: String?) {

@@ -2,6 +2,7 @@ import BlueZ
 import Configuration
 import ControlAPI
 import DBus
+import DurationUnits
 import EventLoop
 import FoundationEssentials
 import LinkPolicy
@@ -51,8 +52,7 @@ extension LinkService {
         /// A moment of the loop's clock, dated from the wall clock's reading now.
         func dated(_ instant: MonotonicInstant?) -> Date? {
             instant.map {
-                let age = max(.zero, $0.duration(to: now)).components
-                return wall.addingTimeInterval(-(Double(age.seconds) + Double(age.attoseconds) / 1e18))
+                wall.addingTimeInterval(-max(.zero, $0.duration(to: now)).inSeconds)
             }
         }
         return shared.withLock { s in

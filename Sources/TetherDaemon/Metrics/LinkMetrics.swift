@@ -1,4 +1,5 @@
 import CoreMetrics
+import DurationUnits
 import FoundationEssentials
 import LinkPolicy
 #if canImport(Glibc)
@@ -286,7 +287,7 @@ public final class LinkMetrics: @unchecked Sendable {
                 switch result {
                 case .success:
                     polls[.ok]?.increment()
-                    pollLatency.recordNanoseconds(Self.nanoseconds(now - started))
+                    pollLatency.recordNanoseconds((now - started).wholeNanoseconds)
                 case .failure:
                     polls[.failed]?.increment()
                 }
@@ -313,7 +314,7 @@ public final class LinkMetrics: @unchecked Sendable {
             case .report(.connected):
                 attempts[.success]?.increment()
                 if let started = connectStartedAt {
-                    connectToOnline.recordNanoseconds(Self.nanoseconds(now - started))
+                    connectToOnline.recordNanoseconds((now - started).wholeNanoseconds)
                 }
                 connectStartedAt = nil
             case .report(.attemptFailed):
@@ -430,11 +431,6 @@ public final class LinkMetrics: @unchecked Sendable {
         case .observed, .notificationsEnded: .linkLost
         default: .other
         }
-    }
-
-    private static func nanoseconds(_ duration: Duration) -> Int64 {
-        let (seconds, attoseconds) = duration.components
-        return seconds * 1_000_000_000 + attoseconds / 1_000_000_000
     }
 
     // MARK: On the exporter's task

@@ -1,6 +1,7 @@
 import ArgumentParser
 import CommandLineArguments
 import DBus
+import DurationUnits
 import Foundation
 
 /// What any local user can do to a daemon on the system bus, for `make e2e`'s
@@ -201,8 +202,7 @@ struct AttackCommand: AsyncParsableCommand {
                 }
                 _ = try? await bus.nameOwner(of: "org.freedesktop.DBus")
             }
-            let seconds = Double(started.duration(to: .now).components.seconds)
-                + Double(started.duration(to: .now).components.attoseconds) / 1e18
+            let seconds = started.duration(to: .now).inSeconds
             var figures: [String: Any] = [
                 "flood_signals": signals, "flood_calls": calls, "flood_answered": answered, "flood_size": size,
                 "flood_seconds": (seconds * 10).rounded() / 10,

@@ -2,6 +2,7 @@ import ChildProcess
 import Configuration
 import ControlAPI
 import DBus
+import DurationUnits
 import EventLoop
 import Foundation
 import Readings
@@ -30,7 +31,7 @@ final class DemoScript: Sendable {
 
     func say(_ text: String) {
         let elapsed = started.duration(to: .now)
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         let line = String(format: "demo %6.1fs | ", seconds) + text + "\n"
         FileHandle.standardOutput.write(Data(line.utf8))
     }

@@ -1,6 +1,7 @@
 import ChildProcess
 import Configuration
 import DBus
+import DurationUnits
 import Foundation
 import LinkSupervisor
 import Pacing
@@ -83,7 +84,7 @@ final class SoakScript: @unchecked Sendable {
 
     func say(_ text: String) {
         let elapsed = started.duration(to: .now)
-        let seconds = Double(elapsed.components.seconds) + Double(elapsed.components.attoseconds) / 1e18
+        let seconds = elapsed.inSeconds
         FileHandle.standardOutput.write(Data((String(format: "soak %7.1fs | ", seconds) + text + "\n").utf8))
     }
 

@@ -101,7 +101,7 @@ public struct ObjectTree: Sendable, Equatable {
         let newAddress = after[BlueZ.deviceInterface].map(Self.indexedAddress)
         guard oldAddress != newAddress else { return }
         if let oldAddress {
-            devicePathsByAddress[oldAddress]?.removeAll { $0 == path }
+            Self.update(&devicePathsByAddress[oldAddress, default: []], path, was: true, is: false)
             if devicePathsByAddress[oldAddress]?.isEmpty == true { devicePathsByAddress[oldAddress] = nil }
         }
         if let newAddress { Self.update(&devicePathsByAddress[newAddress, default: []], path, was: false, is: true) }

@@ -1,7 +1,8 @@
 import BlueZ
 import DBus
-import LinkSupervisor
+import DurationUnits
 import FoundationEssentials
+import LinkSupervisor
 import Pacing
 import Simulator
 @_spi(Simulation) import TetherDaemon
@@ -27,26 +28,11 @@ struct InvariantChecker {
     /// The last observation handed to its supervisor, and its state.
     private var seen = LinkObservation()
     private var state: SupervisorState = .waitingForBluez
-    private var subscribedSince: Duration?
     private var lastPollAt: Duration = .zero
     private var lastAttempt = 0
     private var windowFirstAttemptAt: Duration = .zero
-    /// Connect calls of this process awaiting bluetoothd's reply, by
-    /// serial, with no Disconnect sent after them.
-    private var pendingConnects: Set<UInt32> = []
-    /// A Connect was answered with a needs-cancel error; no Disconnect since.
-    private var cancelOwed: String?
-    /// RemoveDevice calls of this process awaiting their answer: serial → path.
-    private var removalsInFlight: [UInt32: String] = [:]
-    /// Device objects whose RemoveDevice bluetoothd answered and whose
-    /// InterfacesRemoved has not reached Tether yet: no Connect may name
-    /// one (bluetoothd deleted it before answering; the signal follows from
-    /// its idle loop).
-    private var removedUnsignalled: Set<String> = []
-    /// The escalation step under way (its run) and when it began.
-    private var escalationStep: (run: Int, since: Duration)?
-    /// Controller checks asked for and not answered yet (`no-power-cycle-before-the-verdict`).
-    private var controllerChecksOut: Set<Int> = []
+    /// What its bus connection has under way; afresh with each process and connection.
+    private var connection = UnderWay()
     /// Tether has been online with its dongle (then it is bound to it).
     private var boundToDongle = false
 
@@ -90,14 +76,8 @@ struct InvariantChecker {
         tetherNames = []
         seen = LinkObservation()
         state = .waitingForBluez
-        cancelOwed = nil
-        pendingConnects = []
-        removalsInFlight = [:]
-        removedUnsignalled = []
-        subscribedSince = nil
+        connection = UnderWay()
         lastAttempt = 0
-        escalationStep = nil
-        forgetControllerChecks()
     }
 
     /// SIGKILL: what was delivered and not yet written may be lost, if it
@@ -120,32 +100,14 @@ struct InvariantChecker {
     mutating func busLost() {
         state = .waitingForBluez
         seen = LinkObservation()
-        subscribedSince = nil
-        cancelOwed = nil
-        pendingConnects = []
-        removalsInFlight = [:]
-        removedUnsignalled = []
+        connection = UnderWay()
         tetherNames = []
-        escalationStep = nil
-        forgetControllerChecks()
     }
 
     mutating func processEnded() {
         tetherAlive = false
-        subscribedSince = nil
-        cancelOwed = nil
-        pendingConnects = []
-        removalsInFlight = [:]
-        removedUnsignalled = []
+        connection = UnderWay()
         recentDeliveries.removeAll()
-        escalationStep = nil
-        forgetControllerChecks()
-    }
-
-    /// A new process or connection asks afresh; a link that came up needs
-    /// no verdict from before (the outage that asked is over).
-    private mutating func forgetControllerChecks() {
-        controllerChecksOut = []
     }
 
     // MARK: The supervisor's decisions
@@ -160,8 +122,8 @@ struct InvariantChecker {
             }
             seen = observation
         }
-        if case .escalationFinished(_, let run, _) = decision.event, escalationStep?.run == run { escalationStep = nil }
-        if case .controllerChecked(let id, _) = decision.event { controllerChecksOut.remove(id) }
+        if case .escalationFinished(_, let run, _) = decision.event, connection.escalationStep?.run == run { connection.escalationStep = nil }
+        if case .controllerChecked(let id, _) = decision.event { connection.controllerChecksOut.remove(id) }
         count(.statusTold)
         if Supervisor.leavesStatusAsItWas(decision.event, deciding: decision.actions), decision.status != decision.statusBefore {
             simulation.violated(
@@ -170,15 +132,16 @@ struct InvariantChecker {
         }
         if decision.status.state != state { checkStatusAges(simulation) }
         state = decision.status.state
-        if state != .escalating { escalationStep = nil }
+        if state != .escalating { connection.escalationStep = nil }
         if state == .online || state == .waitingForData {
-            forgetControllerChecks()
-            if subscribedSince == nil {
-                subscribedSince = now
+            // A link that came up needs no verdict from before (the outage that asked is over).
+            connection.controllerChecksOut = []
+            if connection.subscribedSince == nil {
+                connection.subscribedSince = now
                 lastPollAt = now
             }
         } else {
-            subscribedSince = nil
+            connection.subscribedSince = nil
         }
         if let cleared = simulation.lastClearAt, state == .online {
             simulation.longestRecovery = max(simulation.longestRecovery, now - cleared)
@@ -205,16 +168,16 @@ struct InvariantChecker {
                     simulation.violated(.callOrder, "Connect #\(id) while the supervisor saw bluetoothd or the adapter unusable")
                 }
             case .escalate(let step, let run):
-                escalationStep = (run, now)
+                connection.escalationStep = (run, now)
                 guard step == .powerCycle else { break }
                 count(.noPowerCycleBeforeTheVerdict)
-                if !controllerChecksOut.isEmpty {
+                if !connection.controllerChecksOut.isEmpty {
                     simulation.violated(
                         .noPowerCycleBeforeTheVerdict,
-                        "power cycle #\(run) while controller check \(controllerChecksOut.sorted()) is unanswered")
+                        "power cycle #\(run) while controller check \(connection.controllerChecksOut.sorted()) is unanswered")
                 }
             case .checkController(let id):
-                controllerChecksOut.insert(id)
+                connection.controllerChecksOut.insert(id)
             case .report(.reconnectAttempt(let attempt, _)):
                 count(.retryWindowBounded)
                 if attempt <= lastAttempt || lastAttempt == 0 { windowFirstAttemptAt = now }
@@ -251,13 +214,13 @@ struct InvariantChecker {
             switch message.member {
             case "Connect":
                 count(.callOrder)
-                if let owed = cancelOwed {
+                if let owed = connection.cancelOwed {
                     simulation.violated(.callOrder, "Connect without a Disconnect after a Connect answered \(owed)")
-                } else if !pendingConnects.isEmpty {
+                } else if !connection.pendingConnects.isEmpty {
                     simulation.violated(.callOrder, "Connect while another Connect of this process is unanswered")
                 }
-                pendingConnects.insert(message.serial)
-                if removedUnsignalled.contains(message.path) {
+                connection.pendingConnects.insert(message.serial)
+                if connection.removedUnsignalled.contains(message.path) {
                     simulation.violated(.callOrder, "Connect on \(message.path), whose RemoveDevice bluetoothd answered before "
                         + "it signalled the object's removal")
                 }
@@ -269,33 +232,33 @@ struct InvariantChecker {
                 // bluetoothd serves a client's calls in order: the Connects
                 // sent before this Disconnect are cancelled (or answered)
                 // before it serves any Connect sent after it.
-                cancelOwed = nil
-                pendingConnects = []
+                connection.cancelOwed = nil
+                connection.pendingConnects = []
             case "WriteValue":
                 lastPollAt = now
             case "RemoveDevice":
-                if let path = message.objectPathArgument { removalsInFlight[message.serial] = path }
+                if let path = message.objectPathArgument { connection.removalsInFlight[message.serial] = path }
             default:
                 break
             }
         }
         if message.kind == .methodReturn, tetherNames.contains(message.receiver),
-           let path = removalsInFlight.removeValue(forKey: message.replySerial)
+           let path = connection.removalsInFlight.removeValue(forKey: message.replySerial)
         {
-            removedUnsignalled.insert(path)
+            connection.removedUnsignalled.insert(path)
             simulation.removalAnswered()
         } else if message.kind == .error, tetherNames.contains(message.receiver) {
-            removalsInFlight[message.replySerial] = nil
+            connection.removalsInFlight[message.replySerial] = nil
         }
         if message.kind == .signal, tetherNames.contains(message.receiver), let path = message.objectPathArgument,
            message.member == "InterfacesRemoved" || message.member == "InterfacesAdded"
         {
-            removedUnsignalled.remove(path)
+            connection.removedUnsignalled.remove(path)
         }
         if message.kind == .methodReturn || message.kind == .error, tetherNames.contains(message.receiver) {
-            if pendingConnects.remove(message.replySerial) != nil, let name = message.errorName {
+            if connection.pendingConnects.remove(message.replySerial) != nil, let name = message.errorName {
                 let error = BlueZError(name: name, message: message.errorMessage ?? "")
-                if error.disposition == .needsCancel { cancelOwed = error.description }
+                if error.disposition == .needsCancel { connection.cancelOwed = error.description }
             }
         }
         if message.kind == .signal, tetherNames.contains(message.receiver), let value = message.characteristicValue,
@@ -364,7 +327,7 @@ struct InvariantChecker {
 
     private mutating func countCall(_ simulation: Simulation) {
         count(.boundedActions)
-        let second = simulation.now.milliseconds / 1000
+        let second = simulation.now.wholeMilliseconds / 1000
         if second != callSecond {
             callSecond = second
             callsThisSecond = 0
@@ -380,7 +343,7 @@ struct InvariantChecker {
     /// the street out (its own dongle's it hears, one per advertisement
     /// while discovering).
     private mutating func signalDelivered(_ simulation: Simulation) {
-        let minute = simulation.now.milliseconds / 60000
+        let minute = simulation.now.wholeMilliseconds / 60000
         if minute != signalMinute {
             signalMinute = minute
             signalsThisMinute = 0
@@ -391,7 +354,7 @@ struct InvariantChecker {
         // What the street sends in a minute (each advertiser reported once
         // per `otherAdvertisingInterval` while discovery runs); the daemon's
         // sample of it lets one report time's batch in every 10 s.
-        let reports = otherAdvertisers * 60 / Int(SimulationSettings.otherAdvertisingInterval.milliseconds / 1000)
+        let reports = otherAdvertisers * 60 / Int(SimulationSettings.otherAdvertisingInterval.wholeMilliseconds / 1000)
         if signalsThisMinute > max(Invariant.maximumSignalsPerMinute, reports / Invariant.streetShare) {
             simulation.violated(
                 .quietAmongMany,
@@ -440,7 +403,7 @@ struct InvariantChecker {
         guard tetherAlive, let status = simulation.tether?.service?.status else { return }
         count(.statusAgesMonotonic)
         let wall = simulation.wallClock
-        let lived = Double((simulation.now - tetherStartedAt).milliseconds) / 1000
+        let lived = Double((simulation.now - tetherStartedAt).wholeMilliseconds) / 1000
         let moments: [(String, Date?)] = [
             ("connected since", status.connectedSince), ("last reading", status.lastReadingAt),
             ("last drop", status.lastDisconnectAt), ("away since", status.awaySince),
@@ -463,7 +426,7 @@ struct InvariantChecker {
         guard tetherAlive else { return }
 
         count(.keepaliveGap)
-        if let since = subscribedSince, simulation.dongleConnected {
+        if let since = connection.subscribedSince, simulation.dongleConnected {
             let gap = now - max(lastPollAt, since)
             if gap > settings.keepaliveInterval + Invariant.keepaliveSlack {
                 simulation.violated(.keepaliveGap, "no keep-alive for \(gap.simulationStamp) while \(state.rawValue)")
@@ -471,11 +434,11 @@ struct InvariantChecker {
         }
 
         count(.escalationStepBounded)
-        if let step = escalationStep, now - step.since > Invariant.escalationStepBound {
+        if let step = connection.escalationStep, now - step.since > Invariant.escalationStepBound {
             simulation.violated(
                 .escalationStepBounded,
                 "escalation run \(step.run) has had no verdict for \((now - step.since).simulationStamp)")
-            escalationStep = nil
+            connection.escalationStep = nil
         }
 
         count(.onlineOnlyWhileDataFlows)
@@ -519,4 +482,30 @@ struct IndexTable<Case: CaseIterable & Hashable & Sendable>: Sendable {
     }
 
     subscript(_ value: Case) -> Int { table[value] ?? 0 }
+}
+
+/// What one bus connection of a Tether process has under way, as the
+/// invariants follow it: calls awaiting their answer, what their answers
+/// obliged, the subscription. A new process, a new connection after the bus
+/// came back, and the process's end each start it afresh (their answers can
+/// no longer come; a new connection asks anew).
+private struct UnderWay {
+    /// Connect calls awaiting bluetoothd's reply, by serial, with no
+    /// Disconnect sent after them.
+    var pendingConnects: Set<UInt32> = []
+    /// A Connect was answered with a needs-cancel error; no Disconnect since.
+    var cancelOwed: String?
+    /// RemoveDevice calls awaiting their answer: serial → path.
+    var removalsInFlight: [UInt32: String] = [:]
+    /// Device objects whose RemoveDevice bluetoothd answered and whose
+    /// InterfacesRemoved has not reached Tether yet: no Connect may name
+    /// one (bluetoothd deleted it before answering; the signal follows from
+    /// its idle loop).
+    var removedUnsignalled: Set<String> = []
+    /// The escalation step under way (its run) and when it began.
+    var escalationStep: (run: Int, since: Duration)?
+    /// Controller checks asked for and not answered yet (`no-power-cycle-before-the-verdict`).
+    var controllerChecksOut: Set<Int> = []
+    /// Since when the link has been subscribed (online or waiting for data).
+    var subscribedSince: Duration?
 }

@@ -36,9 +36,8 @@ import json
 import subprocess
 import time
 from datetime import datetime, timezone
-from pathlib import Path
 
-from e2e_common import wait_until
+from e2e_common import broker_answers, start_subscriber, subscribed_readings, wait_until
 
 # Phases' lengths: enough readings at 10/s (about 270 bytes each) to rotate
 # several 8 KiB files while the forwarder cannot connect (and fewer than
@@ -134,14 +133,9 @@ certfile {tls / 'server.crt'}
 keyfile {tls / 'server.key'}
 """)
     stack.guest.start("mosquitto", ["mosquitto", "-c", str(config)])
-    if not wait_until(lambda: subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-t", "e2e/ping", "-m", "x"],
-                                             capture_output=True).returncode == 0, 30, step=0.5):
+    if not wait_until(broker_answers, 30, step=0.5):
         raise env.SetupFailure("mosquitto did not come up")
-    received = open(env.OUT / "clock-mqtt-received.txt", "ab", buffering=0)
-    stack.guest.children["mosquitto_sub"] = subprocess.Popen(
-        ["stdbuf", "-oL", "mosquitto_sub", "-h", "127.0.0.1", "-q", "1", "-c", "-i", "e2e-clock", "-t", "tether/#", "-v"],
-        stdout=received, stderr=subprocess.STDOUT)
-    time.sleep(1)
+    start_subscriber(stack.guest, env.OUT / "clock-mqtt-received.txt", "e2e-clock")
 
 
 def write_config(env, stack, readings, tls):
@@ -181,16 +175,7 @@ batch = 1
 
 def received_records(env):
     """Each reading the subscriber wrote, parsed, in arrival order."""
-    found = []
-    path = env.OUT / "clock-mqtt-received.txt"
-    for line in path.read_text(errors="replace").splitlines() if path.exists() else []:
-        topic, _, payload = line.partition(" ")
-        if topic.endswith("/readings"):
-            try:
-                found.append(json.loads(payload))
-            except ValueError:
-                pass
-    return found
+    return [record for record, _ in subscribed_readings(env.OUT / "clock-mqtt-received.txt")]
 
 
 def redate_by_the_rule(records):

@@ -34,7 +34,7 @@ from pathlib import Path
 
 import scenarios
 from scenarios import Stack, SetupFailure, say, NUS_TX, TETHER
-from e2e_common import wait_until
+from e2e_common import broker_answers, start_subscriber, subscribed_readings, wait_until
 
 ROOT_OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
 PARAMS = scenarios.PARAMS
@@ -249,16 +249,9 @@ def start_mqtt(stack):
     config = scenarios.WORK / "mosquitto.conf"
     config.write_text("listener 1883 127.0.0.1\nallow_anonymous true\npersistence false\n")
     stack.guest.start("mosquitto", ["mosquitto", "-c", str(config)])
-    if not wait_until(lambda: subprocess.run(["mosquitto_pub", "-h", "127.0.0.1", "-t", "e2e/ping", "-m", "x"],
-                                             capture_output=True).returncode == 0, 30, step=0.5):
+    if not wait_until(broker_answers, 30, step=0.5):
         raise SetupFailure("mosquitto did not come up")
-    # Persistent, QoS 1, subscribed before the forwarder connects; each
-    # message a line on the 9p share as it comes.
-    received = open(BOOT_OUT / "mqtt-received.txt", "ab", buffering=0)
-    process = subprocess.Popen(["stdbuf", "-oL", "mosquitto_sub", "-h", "127.0.0.1", "-q", "1", "-c", "-i", "e2e-powercut",
-                                "-t", "tether/#", "-v"], stdout=received, stderr=subprocess.STDOUT)
-    stack.guest.children["mosquitto_sub"] = process
-    time.sleep(1)
+    start_subscriber(stack.guest, BOOT_OUT / "mqtt-received.txt", "e2e-powercut")
 
 
 def write_config(address):
@@ -297,20 +290,7 @@ batch = 1
 
 def received_records(boot_dir):
     """(log seq, line) of each reading the subscriber wrote, in order."""
-    found = []
-    path = boot_dir / "mqtt-received.txt"
-    if not path.exists():
-        return found
-    for line in path.read_text(errors="replace").splitlines():
-        topic, _, payload = line.partition(" ")
-        if not topic.endswith("/readings"):
-            continue
-        for part in payload.split("\n"):
-            try:
-                found.append((json.loads(part)["seq"], part))
-            except (ValueError, KeyError):
-                pass  # the line the cut interrupted
-    return found
+    return [(record["seq"], text) for record, text in subscribed_readings(boot_dir / "mqtt-received.txt") if "seq" in record]
 
 
 # ------------------------------------------------------------- one boot

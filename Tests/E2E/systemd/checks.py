@@ -25,7 +25,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "guest"))
-from e2e_common import controller_address, dongle_command, kernel_log, wait_until  # noqa: E402
+from e2e_common import controller_address, dongle_command, kernel_log, subscribed_readings, wait_until  # noqa: E402
 
 OUT = Path(sys.argv[1] if len(sys.argv) > 1 else "/tmp/e2e-out")
 CONTROL = "/run/e2e/dongle.sock"
@@ -240,18 +240,7 @@ def forwarder_status():
 
 def received_seqs():
     """The readings' seq numbers mosquitto_sub received, in arrival order."""
-    seqs = []
-    path = OUT / "mqtt-received.txt"
-    if path.exists():
-        for line in path.read_text(errors="replace").splitlines():
-            topic, _, payload = line.partition(" ")
-            if topic.endswith("/readings"):
-                for part in payload.split("\n"):
-                    try:
-                        seqs.append(json.loads(part)["seq"])
-                    except (ValueError, KeyError):
-                        pass
-    return seqs
+    return [record["seq"] for record, _ in subscribed_readings(OUT / "mqtt-received.txt") if "seq" in record]
 
 
 def main_pid_version(unit):

@@ -113,7 +113,7 @@ let package = Package(
         .target(name: "LinkPolicy", dependencies: ["Pacing"], swiftSettings: productSettings),
         .target(name: "LinkSupervisor", dependencies: ["LinkPolicy", "Pacing"], swiftSettings: productSettings),
         .target(
-            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", "PayloadLayout", "DurationUnits", .product(name: "TOMLKit", package: "TOMLKit")],
+            name: "Configuration", dependencies: ["Hex", "LinkPolicy", "Pacing", "PayloadLayout", .product(name: "TOMLKit", package: "TOMLKit")],
             swiftSettings: productSettings),
         .target(name: "Readings", dependencies: ["Hex", "EventLoop", "CClock", "PayloadLayout", "DurationUnits"], swiftSettings: productSettings),
         .target(name: "DurableFile", swiftSettings: productSettings),

@@ -1,5 +1,3 @@
-import DurationUnits
-
 /// Converts between `Duration` and the short text form used in the config file
 /// ("250ms", "5s", "1.5s", "3m", "1h", "1m30s").
 ///
@@ -51,9 +49,11 @@ public enum DurationText {
     /// ("3m", "5s", "250ms"); non-whole seconds above one second use a decimal
     /// ("1.5s"). `parse(format(d)) == d` for every whole-nanosecond duration.
     public static func format(_ duration: Duration) -> String {
-        // Duration's own range is wider than Int64 nanoseconds (which saturate): whole seconds beyond it.
-        let nanos = duration.wholeNanoseconds
-        guard nanos != .max, nanos != .min else { return "\(duration.components.seconds)s" }
+        let (seconds, attoseconds) = duration.components
+        // Duration's own range is wider than Int64 nanoseconds; clamp rather than trap.
+        let (secondsNanos, overflow) = seconds.multipliedReportingOverflow(by: 1_000_000_000)
+        let (nanos, overflow2) = secondsNanos.addingReportingOverflow(attoseconds / 1_000_000_000)
+        guard !overflow, !overflow2 else { return "\(seconds)s" }
         if nanos == 0 { return "0s" }
         let sign = nanos < 0 ? "-" : ""
         let magnitude = nanos.magnitude

@@ -2,8 +2,11 @@
 ///
 /// `Duration` keeps attoseconds in 128 bits and offers only `components`;
 /// every module that hands a duration to poll(2), a record's `boot_ms` or a
-/// metric used to do that arithmetic for itself (seven times, three of them
-/// able to trap on a duration too long for the unit). It is done once here.
+/// metric used to do that arithmetic for itself (the unchecked copies trapped
+/// on a duration too long for the unit). It is done once here. Saturation
+/// hides the overflow: where it must be told apart (the config's
+/// `DurationText.format`, which falls back to whole seconds), check
+/// `components` directly.
 ///
 /// Invariants: whole units truncate toward zero (as C's integer division,
 /// what `components` gives for a negative duration) and saturate at Int64's

@@ -6,8 +6,9 @@ import DBus
 extension Simulator {
     // MARK: Power
 
-    /// Powering off drops the link and ends every discovery session;
-    /// Connect and StartDiscovery then give NotReady until power returns.
+    /// Powering off drops the link, fails a Connect still being made and
+    /// ends every discovery session; Connect and StartDiscovery then give
+    /// NotReady until power returns.
     /// A controller rfkill blocks, or one locked up for good, stays off.
     public func setAdapterPowered(_ on: Bool) async {
         await changePower(on, reason: nil)
@@ -66,8 +67,14 @@ extension Simulator {
         }
         if !on {
             // Closing the controller drops the kernel's connections, a
-            // stale one of a lockup's too (hci_conn_hash_flush).
+            // stale one of a lockup's too, and one still being made
+            // (hci_conn_hash_flush): its ATT socket's connect fails, and
+            // bluetoothd answers the Connect waiting on it.
             lockup?.kernelHoldsLink = false
+            if let pending = pendingConnect {
+                pendingConnect = nil
+                cancelWait(pending.waitID)
+            }
             await loseLink(reason: reason == "rfkill" ? "rfkill" : "power-off", asleep: false)
             await endGhostLink(reason: reason == "rfkill" ? "rfkill" : "power-off")
             await endAllDiscovery(reason: reason ?? "power-off")

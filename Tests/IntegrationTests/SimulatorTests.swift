@@ -297,6 +297,25 @@ import Testing
         }
     }
 
+    /// Closing the controller drops the connection the kernel is still
+    /// making (hci_conn_hash_flush), so bluetoothd answers the Connect
+    /// waiting on it: nothing is left pending for a Connect after power
+    /// returns to meet (`make dst` seed 5067 met InProgress there).
+    @Test func poweringOffAnswersAPendingConnect() async throws {
+        try await withSimulator({ $0.connectLatency = .seconds(20) }) { f in
+            let start = ContinuousClock.now
+            let pending = Task { try await f.call(Self.device, BlueZ.deviceInterface, "Connect") }
+            try await Task.sleep(for: .milliseconds(50))
+            await f.simulator.setAdapterPowered(false)
+            await #expect(throws: DBusError.remote(name: BlueZ.ErrorName.failed, message: "le-connection-abort-by-local")) {
+                _ = try await pending.value
+            }
+            #expect(ContinuousClock.now - start < .seconds(5))
+            let failed = await f.simulator.events.filter { $0.kind == .connectFailed }
+            #expect(failed.map(\.message) == ["le-connection-abort-by-local"])
+        }
+    }
+
     @Test func disconnectTakesItsTimeThenDropsTheLink() async throws {
         try await withSimulator({ $0.disconnectDelay = .milliseconds(200) }) { f in
             try await f.connectAndResolve()

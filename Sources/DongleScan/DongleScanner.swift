@@ -138,9 +138,12 @@ public struct DongleScanner: Sendable {
             try await client.setDiscoveryFilter(adapter.path)
             try await client.startDiscovery(adapter.path)
         } catch {
-            // InProgress: someone (the daemon) is already discovering on this
-            // adapter, and we still hear it (BlueZReplies.startDiscovery).
-            if BlueZReplies.startDiscovery(.failure(error)) != nil { throw await explain(error) }
+            // InProgress on a fresh connection is a start the controller
+            // failed; while the adapter discovers for someone else (the
+            // daemon) we still hear what it hears (BlueZReplies.startDiscovery).
+            if BlueZReplies.startDiscovery(.failure(error), adapterDiscovering: adapter.discovering) != nil {
+                throw await explain(error)
+            }
         }
 
         let collector = Task { () -> [ScanResult] in

@@ -17,12 +17,23 @@ public enum BlueZReplies {
         result.mapError(LinkFailure.init)
     }
 
-    /// Adapter1.StartDiscovery: `InProgress` is our own discovery, still
-    /// running, which is what was asked. Nil: discovering.
-    public static func startDiscovery(_ result: Result<Void, BlueZError>) -> LinkFailure? {
+    /// Adapter1.StartDiscovery; `adapterDiscovering`: the adapter's
+    /// `Discovering` when the answer came. bluetoothd answers `InProgress`
+    /// for two things: our own session already running (what was asked),
+    /// and a first start the controller failed (adapter.c's
+    /// `discovery_complete` replies `btd_error_busy` and drops the
+    /// session: a locked-up controller's command timed out). Only
+    /// `Discovering` tells them apart: taken as running while it says
+    /// false, the dongle would go unheard until discovery is next renewed
+    /// (10 minutes), long after the controller answers again. Nil:
+    /// discovering.
+    public static func startDiscovery(_ result: Result<Void, BlueZError>, adapterDiscovering: Bool) -> LinkFailure? {
         switch result {
         case .success: nil
-        case .failure(let error) where error.name == BlueZ.ErrorName.inProgress: nil
+        case .failure(let error) where error.name == BlueZ.ErrorName.inProgress:
+            adapterDiscovering ? nil : LinkFailure(
+                .transient,
+                "StartDiscovery answered \(error.name) (\(error.message)) while the adapter is not discovering: the controller did not start the scan")
         case .failure(let error): LinkFailure(error)
         }
     }

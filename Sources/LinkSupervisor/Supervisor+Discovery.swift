@@ -75,14 +75,15 @@ extension Supervisor {
     mutating func discoveryFailed(_ id: Int, _ failure: LinkFailure, _ actions: inout Actions) {
         guard var discovery = current.discovery, discovery.started == id else { return }
         discovery.started = nil
-        discovery.failures += 1
         setDiscovery(discovery)
+        current.outage?.discoveryFailures += 1
+        let failures = current.outage?.discoveryFailures ?? 1
         actions.append(.report(.discoveryFailed(error: failure.description)))
         // Doubling: a refusal that lasts costs a journal line a minute, not
         // one every 5 s.
         startTimer(
             .discoveryRetry,
-            after: pacedDelay(settings.discoveryRetry, doubled: discovery.failures - 1, cap: settings.discoveryRetryCap),
+            after: pacedDelay(settings.discoveryRetry, doubled: failures - 1, cap: settings.discoveryRetryCap),
             &actions)
     }
 

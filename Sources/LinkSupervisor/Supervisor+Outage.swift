@@ -38,6 +38,11 @@ extension Supervisor {
         /// and with it the escalations they lead to on a controller that
         /// stays wedged.
         var searchChecks = 0
+        /// StartDiscovery failures in this outage: they pace its retries.
+        /// Counted here, not per state, because a cooldown's blind attempt
+        /// every minute starts a new discovery: a controller that refuses
+        /// every start costs a journal line a minute, not four.
+        var discoveryFailures = 0
         /// The RemoveDevice in flight (its operation id), a stale object's or
         /// a refused bond's.
         var removal: Int?

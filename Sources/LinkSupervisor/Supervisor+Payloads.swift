@@ -80,9 +80,6 @@ extension Supervisor {
         /// for its retry.
         var started: Int?
         var running: Bool { started != nil }
-        /// StartDiscovery failures since searching or cooling down began:
-        /// they pace its retries.
-        var failures = 0
     }
 
     struct Cooldown: Sendable {

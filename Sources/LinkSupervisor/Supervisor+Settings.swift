@@ -30,7 +30,7 @@ extension Supervisor {
         /// off and, in the end, escalates and cools down like any failure.
         public var stableLink: Duration = .seconds(10)
         /// Wait before trying discovery again after it failed to start; it
-        /// doubles with each failure in a row, up to `discoveryRetryCap`.
+        /// doubles with each failure of the outage, up to `discoveryRetryCap`.
         public var discoveryRetry: Duration = .seconds(5)
         public var discoveryRetryCap: Duration = .seconds(60)
         /// While searching, the controller is asked whether it answers after

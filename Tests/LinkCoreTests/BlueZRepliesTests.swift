@@ -48,10 +48,16 @@ import Testing
             == .failed(LinkFailure(other)))
     }
 
-    @Test func discoveryInProgressIsDiscovering() {
-        #expect(BlueZReplies.startDiscovery(.success(())) == nil)
-        #expect(BlueZReplies.startDiscovery(Self.error(BlueZ.ErrorName.inProgress, "Operation already in progress")) == nil)
-        #expect(BlueZReplies.startDiscovery(Self.error(BlueZ.ErrorName.notReady, "Resource Not Ready"))?.kind == .transient)
+    @Test func discoveryInProgressIsDiscoveringOnlyWhileTheAdapterSaysSo() {
+        let inProgress = Self.error(BlueZ.ErrorName.inProgress, "Operation already in progress")
+        #expect(BlueZReplies.startDiscovery(.success(()), adapterDiscovering: false) == nil)
+        // Our own session, already running.
+        #expect(BlueZReplies.startDiscovery(inProgress, adapterDiscovering: true) == nil)
+        // A start the controller failed: bluetoothd dropped the session.
+        let refused = BlueZReplies.startDiscovery(inProgress, adapterDiscovering: false)
+        #expect(refused?.kind == .transient)
+        #expect(refused?.description.contains("not discovering") == true)
+        #expect(BlueZReplies.startDiscovery(Self.error(BlueZ.ErrorName.notReady, "Resource Not Ready"), adapterDiscovering: true)?.kind == .transient)
     }
 
     @Test func connectInProgressNeedsACancel() throws {

@@ -66,6 +66,39 @@ import Testing
         #expect(link.log.contains { $0.action == .report(.discoveryFailed(error: failure.description)) })
     }
 
+    /// A controller that refuses every StartDiscovery (bluetoothd answers a
+    /// failed start with InProgress and `Discovering` false): each retry
+    /// waits twice as long as the last, across the fresh discoveries that a
+    /// reconnect request (or a cooldown's blind attempt) starts, so the
+    /// journal gets a line a minute, not a burst of four after each.
+    @Test func discoveryRetriesArePacedOverTheWholeOutage() {
+        var link = VirtualLink(settings: SupervisorTests.settings)
+        var unknown = VirtualLink.down
+        unknown.devicePresent = false
+        link.observe(unknown)
+        #expect(link.state == .searching)
+        let refused = LinkFailure(.transient, "StartDiscovery answered InProgress while the adapter is not discovering")
+        var delays: [Duration] = []
+        for _ in 0..<6 {
+            link.failDiscovery(refused)
+            guard let due = link.timers[.discoveryRetry] else { Issue.record("no retry after a refused start"); return }
+            delays.append(due - link.now)
+            // A fresh discovery at once, as a reconnect request makes.
+            link.send(.reconnectRequested)
+            #expect(link.state == .searching)
+        }
+        let settings = SupervisorTests.settings
+        #expect(delays == [5, 10, 20, 40, 60, 60].map { min(Duration.seconds($0), settings.discoveryRetryCap) })
+        // Online again: the next outage starts from the first delay.
+        link.connectResult = .success(())
+        link.observe(VirtualLink.down)
+        link.advance(by: .seconds(1))
+        #expect(link.state == .online)
+        link.observe(unknown)
+        link.failDiscovery(refused)
+        #expect(link.timers[.discoveryRetry].map { $0 - link.now } == settings.discoveryRetry)
+    }
+
     /// A RemoveDevice asked for in one outage, answered only after the link
     /// was online again and lost again: the outage it belonged to is over,
     /// so its answer says nothing about the device object now.

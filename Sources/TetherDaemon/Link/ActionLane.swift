@@ -180,8 +180,13 @@ final class ActionLane: @unchecked Sendable {
             send(.setDiscoveryFilter(adapter, uuids: uuids)) { [logger] result in
                 if case .failure(let error) = result { logger.warning("SetDiscoveryFilter: \(error); discovering unfiltered") }
             }
-            send(.startDiscovery(adapter)) { [finish] result in
-                if let failure = BlueZReplies.startDiscovery(result.map { _ in () }) { finish(.discoveryFailed(discovery: id, failure)) }
+            send(.startDiscovery(adapter)) { [weak self, finish] result in
+                // The adapter as it is when the answer comes: its signals
+                // before the answer are applied before the answer.
+                let discovering = self?.resolution.adapter?.discovering ?? false
+                if let failure = BlueZReplies.startDiscovery(result.map { _ in () }, adapterDiscovering: discovering) {
+                    finish(.discoveryFailed(discovery: id, failure))
+                }
             }
         case .stopDiscovery:
             guard let adapter = resolution.adapter?.path else { return }

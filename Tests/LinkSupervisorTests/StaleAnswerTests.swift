@@ -48,11 +48,7 @@ import Testing
     }
 
     @Test func theFailureOfAnEarlierStartDiscoveryIsIgnored() {
-        var link = VirtualLink(settings: SupervisorTests.settings)
-        var unknown = VirtualLink.down
-        unknown.devicePresent = false
-        link.observe(unknown)
-        #expect(link.state == .searching)
+        var link = VirtualLink.searching(settings: SupervisorTests.settings)
         let failure = LinkFailure(.transient, "org.bluez.Error.NotReady")
         let first = link.lastDiscovery
         link.failDiscovery(failure)
@@ -72,11 +68,7 @@ import Testing
     /// reconnect request (or a cooldown's blind attempt) starts, so the
     /// journal gets a line a minute, not a burst of four after each.
     @Test func discoveryRetriesArePacedOverTheWholeOutage() {
-        var link = VirtualLink(settings: SupervisorTests.settings)
-        var unknown = VirtualLink.down
-        unknown.devicePresent = false
-        link.observe(unknown)
-        #expect(link.state == .searching)
+        var link = VirtualLink.searching(settings: SupervisorTests.settings)
         let refused = LinkFailure(.transient, "StartDiscovery answered InProgress while the adapter is not discovering")
         var delays: [Duration] = []
         for _ in 0..<6 {
@@ -94,7 +86,7 @@ import Testing
         link.observe(VirtualLink.down)
         link.advance(by: .seconds(1))
         #expect(link.state == .online)
-        link.observe(unknown)
+        link.observe(VirtualLink.deviceUnknown)
         link.failDiscovery(refused)
         #expect(link.timers[.discoveryRetry].map { $0 - link.now } == settings.discoveryRetry)
     }

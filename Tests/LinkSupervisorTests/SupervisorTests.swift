@@ -670,11 +670,7 @@ import Testing
     }
 
     @Test func discoveryThatFailsToStartIsRetried() {
-        var link = VirtualLink(settings: Self.settings)
-        var unknown = VirtualLink.down
-        unknown.devicePresent = false
-        link.observe(unknown)
-        #expect(link.state == .searching)
+        var link = VirtualLink.searching(settings: Self.settings)
         link.failDiscovery(LinkFailure(.transient, "org.bluez.Error.NotReady"))
         link.advance(by: Self.settings.discoveryRetry)
         #expect(link.log.filter { $0.action.startsDiscovery }.count == 2)

@@ -44,6 +44,16 @@ struct VirtualLink {
         servicesResolved: true, characteristicsReady: true
     )
     static let down = LinkObservation(bluezPresent: true, adapterPresent: true, adapterPowered: true, devicePresent: true)
+    /// bluetoothd has no object for the dongle: the supervisor searches.
+    static let deviceUnknown = LinkObservation(bluezPresent: true, adapterPresent: true, adapterPowered: true)
+
+    /// A link searching for a dongle bluetoothd does not know, at t=0.
+    static func searching(settings: Supervisor.Settings, sourceLocation: SourceLocation = #_sourceLocation) -> VirtualLink {
+        var link = VirtualLink(settings: settings)
+        link.observe(deviceUnknown)
+        #expect(link.state == .searching, sourceLocation: sourceLocation)
+        return link
+    }
 
     mutating func send(_ event: SupervisorEvent) {
         let actions = supervisor.handle(event, at: now)

@@ -36,6 +36,9 @@ extension Simulator {
         let ticksPerInterval = max(1, Int(options.otherAdvertisingInterval / options.advertisingInterval))
         let slice = max(1, (otherAdvertisers + ticksPerInterval - 1) / ticksPerInterval)
         for _ in 0..<min(slice, otherAdvertisers) {
+            // Each report is awaited, and the knob may have emptied the air
+            // meanwhile (a busy street that ends): nothing left to report.
+            guard otherAdvertisers > 0 else { return }
             let index = othersCursor % otherAdvertisers
             othersCursor = (othersCursor + 1) % otherAdvertisers
             let address = Self.otherAddress(index)

@@ -71,10 +71,7 @@ extension Simulator {
             // (hci_conn_hash_flush): its ATT socket's connect fails, and
             // bluetoothd answers the Connect waiting on it.
             lockup?.kernelHoldsLink = false
-            if let pending = pendingConnect {
-                pendingConnect = nil
-                cancelWait(pending.waitID)
-            }
+            cancelPendingConnect()
             await loseLink(reason: reason == "rfkill" ? "rfkill" : "power-off", asleep: false)
             await endGhostLink(reason: reason == "rfkill" ? "rfkill" : "power-off")
             await endAllDiscovery(reason: reason ?? "power-off")
@@ -266,10 +263,7 @@ extension Simulator {
         // controller never says it is.
         if ghostLink { await waitForGhostLinkEnd() }
         guard path == devicePath, deviceExported else { throw BlueZFault.doesNotExist }
-        if let pending = pendingConnect {
-            pendingConnect = nil
-            cancelWait(pending.waitID)
-        }
+        cancelPendingConnect()
         await loseLink(reason: "device-removed", asleep: false)
         if staleDevice {
             staleDevice = false

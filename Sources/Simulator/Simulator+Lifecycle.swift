@@ -118,10 +118,7 @@ extension Simulator {
     /// adapter (or with bluetoothd).
     func forgetAdapterState(reason: String) {
         generation += 1
-        if let pending = pendingConnect {
-            pendingConnect = nil
-            cancelWait(pending.waitID)
-        }
+        cancelPendingConnect()
         _ = markLinkLost(reason: reason, asleep: false)
         forgetGhostLink()
         dropAllNotifySessions(reason: reason)

@@ -200,17 +200,23 @@ extension Simulator {
         updateTelemetry()
     }
 
+    /// Ends the Connect bluetoothd is still making: its wait wakes and the
+    /// call fails (`le-connection-abort-by-local`). False when none was.
+    @discardableResult
+    func cancelPendingConnect() -> Bool {
+        guard let pending = pendingConnect else { return false }
+        pendingConnect = nil
+        cancelWait(pending.waitID)
+        return true
+    }
+
     // MARK: Disconnect
 
     func disconnectDevice(client: String) async throws {
         try ensureRunning()
         log.record(.disconnectRequest) { $0.client = client }
-        if let pending = pendingConnect {
-            // Disconnect cancels a pending connect; that Connect fails.
-            pendingConnect = nil
-            cancelWait(pending.waitID)
-            return
-        }
+        // Disconnect cancels a pending connect; that Connect fails.
+        if cancelPendingConnect() { return }
         if ghostLink {
             // The locked-up controller never answers HCI Disconnect; after
             // the kernel's command timeout bluetoothd takes the link as gone
